@@ -1,0 +1,65 @@
+# Tests: one doctest binary holding every unit and integration test, so `make test` ends with a
+# single doctest summary line. Per-area binaries (build/tests/<area>-tests, from tests/unit/<area>
+# and tests/integration/<area>) are there for quick work on one component:
+#   make test-simgpu        build and run only the simgpu tests
+#   make test TEST_ARGS='-tc=*fork*'   pass doctest options
+
+TEST_SUPPORT_SRCS := $(wildcard tests/support/*.cpp)
+TEST_SRCS   := $(wildcard tests/unit/*/*.cpp tests/integration/*/*.cpp)
+TEST_AREAS  := $(sort $(notdir $(patsubst %/,%,$(dir $(TEST_SRCS)))))
+TEST_BIN    := $(BUILD)/tests/coloc-tests
+TEST_DEFS   := -DCOLOC_BUILD_DIR='"$(abspath $(BUILD))"' -DCOLOC_SOURCE_DIR='"$(abspath .)"' \
+               -DCOLOC_SAN='"$(SAN)"' -DCOLOC_SAN_RUNTIME='"$(SAN_RUNTIME)"' \
+               -DCOLOC_CUDA_HOME='"$(CUDA_HOME)"'
+TEST_LIBS   := $(SPDLOG_LIBS) -lsqlite3 -lxxhash -ldl -lpthread
+
+test_objs = $(patsubst %.cpp,$(OBJ)/%.o,$(1))
+$(call test_objs,$(TEST_SRCS) $(TEST_SUPPORT_SRCS)): CPPFLAGS += $(TEST_DEFS) $(SPDLOG_CPPFLAGS)
+# Test sources may list extra objects they need from the components in TEST_EXTRA_OBJS.
+TEST_EXTRA_OBJS ?=
+
+$(TEST_BIN): $(call test_objs,$(TEST_SRCS) $(TEST_SUPPORT_SRCS)) $(TEST_EXTRA_OBJS)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(TEST_LIBS)
+
+define test_area
+$(BUILD)/tests/$(1)-tests: $(call test_objs,$(wildcard tests/unit/$(1)/*.cpp tests/integration/$(1)/*.cpp) $(TEST_SUPPORT_SRCS)) $(TEST_EXTRA_OBJS)
+	$$(call say,LINK,$$@)
+	$(Q)mkdir -p $$(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $$@ $$^ $(TEST_LIBS)
+
+.PHONY: test-$(1)
+test-$(1): $(PRODUCTS) $(TEST_PROGRAMS) $(BUILD)/tests/$(1)-tests
+	$(Q)$(TEST_ENV) $(BUILD)/tests/$(1)-tests $$(TEST_ARGS)
+endef
+$(foreach a,$(TEST_AREAS),$(eval $(call test_area,$(a))))
+
+# TSan needs to be told that tests fork; ASan keeps going past leaks in helper children.
+TEST_ENV := $(if $(filter tsan,$(SAN)),TSAN_OPTIONS='die_after_fork=0 halt_on_error=1 second_deadlock_stack=1') \
+            $(if $(filter asan,$(SAN)),ASAN_OPTIONS='detect_leaks=0' UBSAN_OPTIONS='print_stacktrace=1')
+
+.PHONY: test
+test: $(PRODUCTS) $(TEST_PROGRAMS) $(TEST_BIN)
+	$(Q)$(TEST_ENV) $(TEST_BIN) $(TEST_ARGS)
+
+.PHONY: bench
+bench: $(BENCHES)
+
+# Fuzz targets (libFuzzer, clang): each module appends a binary to FUZZERS; `make fuzz` runs each
+# for FUZZ_SECONDS on its seed corpus and fails on any crash.
+FUZZERS ?=
+FUZZ_SECONDS ?= 60
+.PHONY: fuzz
+fuzz: $(FUZZERS)
+	$(Q)set -o pipefail; for f in $(FUZZERS); do \
+	  echo "  FUZZ     $$f ($(FUZZ_SECONDS) s)"; \
+	  corpus=$$(mktemp -d); seeds=tests/fuzz/corpus/$$(basename $$f); \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$corpus $$( [ -d $$seeds ] && echo $$seeds ) \
+	    2>&1 | tail -n 12 || { rm -rf $$corpus; exit 1; }; rm -rf $$corpus; \
+	done
+
+# The main job (see README): tools/demo/demo.sh fills it in.
+.PHONY: demo
+demo: $(PRODUCTS)
+	$(Q)tools/demo/demo.sh $(BUILD)
