@@ -1,0 +1,25 @@
+# coloc-train, the training-job emulator, and its device code.
+
+# ---- device code: kernels.cu -> fatbin (sm_80, sm_90, compute_90 PTX) -> linkable object -------
+KERNELS_FATBIN := $(BUILD)/gen/kernels.fatbin
+KERNELS_OBJ    := $(OBJ)/tools/workload/kernels_fatbin.o
+NVCC_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+
+$(KERNELS_FATBIN): tools/workload/kernels.cu | $(DEPS_STAMP)
+	$(call say,NVCC,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(NVCC) -fatbin --no-compress $(NVCC_ARCH) $< -o $@
+
+# The image is embedded with .incbin; the assembler re-runs when the fatbin changes.
+$(KERNELS_OBJ): $(KERNELS_FATBIN)
+	$(call say,EMBED,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)printf '%s\n' \
+	  '.section .rodata' '.balign 64' '.globl coloc_kernels_fatbin' '.type coloc_kernels_fatbin,@object' \
+	  'coloc_kernels_fatbin:' '.incbin "$(abspath $<)"' 'coloc_kernels_fatbin_end:' \
+	  '.size coloc_kernels_fatbin, coloc_kernels_fatbin_end - coloc_kernels_fatbin' \
+	  '.balign 8' '.globl coloc_kernels_fatbin_size' '.type coloc_kernels_fatbin_size,@object' \
+	  'coloc_kernels_fatbin_size:' '.quad coloc_kernels_fatbin_end - coloc_kernels_fatbin' \
+	  '.size coloc_kernels_fatbin_size, 8' '.section .note.GNU-stack,"",@progbits' \
+	  | $(CXX) $(SANFLAGS) -c -x assembler - -o $@
