@@ -97,7 +97,8 @@ PRODUCTS :=
 TEST_PROGRAMS :=
 BENCHES :=
 include $(wildcard tools/simgpu/module.mk tools/workload/module.mk interpose/module.mk \
-                   daemon/module.mk tools/coloc/module.mk estimator/module.mk)
+                   daemon/module.mk tools/coloc/module.mk estimator/module.mk \
+                   tests/programs/module.mk)
 include tests/module.mk
 
 .PHONY: all
