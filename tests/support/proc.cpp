@@ -26,6 +26,11 @@ std::string build_path(const std::string& rel) { return std::string(COLOC_BUILD_
 std::string source_path(const std::string& rel) { return std::string(COLOC_SOURCE_DIR) + "/" + rel; }
 std::string sanitizer() { return COLOC_SAN; }
 
+bool real_driver() {
+  const char* v = std::getenv("COLOC_TEST_DRIVER");
+  return v && std::string(v) == "real";
+}
+
 TempDir::TempDir(const std::string& tag) {
   const char* base = std::getenv("TMPDIR");
   std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + tag + ".XXXXXX";
@@ -78,9 +83,11 @@ std::vector<std::string> Env::strings() const {
 }
 
 Env& Env::simgpu(const TempDir& dir, const std::string& devices) {
-  std::string lib = build_path("sim");
-  auto old = get("LD_LIBRARY_PATH");
-  set("LD_LIBRARY_PATH", old && !old->empty() ? lib + ":" + *old : lib);
+  if (!real_driver()) {
+    std::string lib = build_path("sim");
+    auto old = get("LD_LIBRARY_PATH");
+    set("LD_LIBRARY_PATH", old && !old->empty() ? lib + ":" + *old : lib);
+  }
   set("SIMGPU_STATE_DIR", dir / "simgpu");
   set("SIMGPU_DEVICES", devices);
   return *this;

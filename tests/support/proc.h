@@ -24,6 +24,10 @@ std::string build_path(const std::string& rel);
 std::string source_path(const std::string& rel);
 /// "asan", "tsan" or "" for the plain build.
 std::string sanitizer();
+/// True when COLOC_TEST_DRIVER=real: the tests run against the machine's real libcuda.so.1
+/// (tests/gpu/run.sh sets it on a GPU machine). Env::simgpu() then leaves the driver alone, and
+/// tests that depend on simgpu-only features (its call counts, trace, configurable devices) skip.
+bool real_driver();
 
 /// A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
 class TempDir {
@@ -51,7 +55,8 @@ class Env {
   std::vector<std::string> strings() const;
 
   /// Points the child at simgpu: LD_LIBRARY_PATH=build/sim, SIMGPU_STATE_DIR=<dir>/simgpu,
-  /// SIMGPU_DEVICES=<devices>.
+  /// SIMGPU_DEVICES=<devices>. Under real_driver() only the SIMGPU_* variables are set (the real
+  /// driver ignores them) and LD_LIBRARY_PATH is left as it is.
   Env& simgpu(const TempDir& dir, const std::string& devices = "80GiB");
   /// Preloads build/lib/libcoloc.so (after the sanitizer runtime in sanitizer builds).
   Env& preload_coloc();
