@@ -23,3 +23,21 @@ $(KERNELS_OBJ): $(KERNELS_FATBIN)
 	  'coloc_kernels_fatbin_size:' '.quad coloc_kernels_fatbin_end - coloc_kernels_fatbin' \
 	  '.size coloc_kernels_fatbin_size, 8' '.section .note.GNU-stack,"",@progbits' \
 	  | $(CXX) $(SANFLAGS) -c -x assembler - -o $@
+
+# ---- coloc-train ---------------------------------------------------------------------------------
+# The pure parts (models, caching allocator, traces, specs, the training loop) have no driver calls,
+# so the unit tests link them without libcuda; the driver glue and main() only go into the binary.
+WORKLOAD_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(addprefix tools/workload/, \
+                        caching_allocator.cpp model.cpp model_spec.cpp trace.cpp trainer.cpp))
+COLOC_TRAIN_OBJS := $(WORKLOAD_CORE_OBJS) $(OBJ)/tools/workload/gpu.o $(OBJ)/tools/workload/main.o
+COLOC_TRAIN := $(BUILD)/bin/coloc-train
+
+# Linked against the toolkit's stub libcuda.so (SONAME libcuda.so.1) without an rpath: at run time
+# the loader finds the real driver, or simgpu through LD_LIBRARY_PATH=build/sim.
+$(COLOC_TRAIN): $(COLOC_TRAIN_OBJS) $(KERNELS_OBJ)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ -L$(CUDA_HOME)/lib64/stubs -lcuda
+
+PRODUCTS += $(COLOC_TRAIN)
+TEST_EXTRA_OBJS += $(WORKLOAD_CORE_OBJS)

@@ -1,0 +1,58 @@
+// tools/workload/gpu.h — coloc-train's driver glue: one device, its primary context, the embedded
+// kernels, one stream. Driver API only (no cudart), so it runs unchanged on a real driver and on
+// simgpu, and goes through coloc's interposer exactly as a PyTorch job's driver calls do.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+
+#include "device_memory.h"
+#include "trainer.h"
+
+namespace coloc::workload {
+
+/// "CUDA_ERROR_OUT_OF_MEMORY (out of memory)": the error's name and description from
+/// cuGetErrorName / cuGetErrorString, or its number when the driver does not know it.
+std::string cuda_error_text(CUresult result);
+
+class Gpu final : public DeviceMemory, public Compute {
+ public:
+  /// cuInit, cuDeviceGet(ordinal), retains the device's primary context and makes it current (as
+  /// cudart does: cuDevicePrimaryCtxRetain + cuCtxSetCurrent), loads the embedded fatbin
+  /// (cuModuleLoadData), finds coloc_spin, creates one stream. Throws CudaError.
+  explicit Gpu(int ordinal);
+  /// Destroys the stream, unloads the module, releases the primary context (errors ignored).
+  ~Gpu() override;
+  Gpu(const Gpu&) = delete;
+  Gpu& operator=(const Gpu&) = delete;
+
+  /// cuMemAlloc. Throws CudaError (CUDA_ERROR_OUT_OF_MEMORY when the device is full).
+  CUdeviceptr allocate(uint64_t bytes) override;
+  /// cuMemFree. Throws CudaError.
+  void release(CUdeviceptr ptr) override;
+  /// Launches coloc_spin(ns) on the stream: one thread that busy-waits on %globaltimer for `ns`
+  /// nanoseconds. Throws CudaError.
+  void spin(uint64_t ns) override;
+  /// cuStreamSynchronize. Throws CudaError.
+  void synchronize() override;
+
+  int ordinal() const { return ordinal_; }
+  /// cuDeviceGetName.
+  const std::string& name() const { return name_; }
+  /// cuDeviceTotalMem, in bytes.
+  uint64_t total_bytes() const { return total_bytes_; }
+
+ private:
+  int ordinal_;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUfunction spin_ = nullptr;
+  CUstream stream_ = nullptr;
+  std::string name_;
+  uint64_t total_bytes_ = 0;
+};
+
+}  // namespace coloc::workload
