@@ -8,49 +8,15 @@
 
 #include "../../../tools/workload/caching_allocator.h"
 #include "../../../tools/workload/errors.h"
+#include "fakes.h"
 
 using namespace coloc::workload;
+using coloc::workload::test::FakeCompute;
+using coloc::workload::test::FakeDevice;
 
 namespace {
 
 constexpr uint64_t MiB = 1ULL << 20;
-
-// A device with a capacity, handing out addresses that never overlap; records every call.
-class FakeDevice : public DeviceMemory {
- public:
-  explicit FakeDevice(uint64_t capacity) : capacity(capacity) {}
-  CUdeviceptr allocate(uint64_t bytes) override {
-    allocs.push_back(bytes);
-    if (used + bytes > capacity) {
-      ++ooms;
-      throw CudaError(CUDA_ERROR_OUT_OF_MEMORY, "fake cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY");
-    }
-    if (fail_next_with != CUDA_SUCCESS) {
-      CUresult r = fail_next_with;
-      fail_next_with = CUDA_SUCCESS;
-      throw CudaError(r, "fake cuMemAlloc: CUDA_ERROR_UNKNOWN");
-    }
-    CUdeviceptr p = next;
-    next += bytes + 4096;  // a gap, so neighbouring segments are never adjacent
-    live[p] = bytes;
-    used += bytes;
-    return p;
-  }
-  void release(CUdeviceptr p) override {
-    auto it = live.find(p);
-    if (it == live.end()) throw std::logic_error("fake device: release of an unknown address");
-    used -= it->second;
-    frees.push_back(it->second);
-    live.erase(it);
-  }
-  uint64_t capacity;
-  uint64_t used = 0;
-  CUdeviceptr next = 1ULL << 32;
-  std::map<CUdeviceptr, uint64_t> live;
-  std::vector<uint64_t> allocs, frees;
-  int ooms = 0;
-  CUresult fail_next_with = CUDA_SUCCESS;
-};
 
 }  // namespace
 

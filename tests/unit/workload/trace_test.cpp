@@ -10,8 +10,11 @@
 #include "../../../tools/workload/errors.h"
 #include "../../../tools/workload/trace.h"
 #include "../../support/proc.h"
+#include "fakes.h"
 
 using namespace coloc::workload;
+using coloc::workload::test::FakeCompute;
+using coloc::workload::test::FakeDevice;
 
 namespace {
 
@@ -33,30 +36,6 @@ std::string error_of(const std::string& text) {
 }
 
 const std::string kHeader = "t_us,kind,event,size,stream,handle\n";
-
-// A device without capacity limits that checks every release.
-class FakeDevice : public DeviceMemory {
- public:
-  CUdeviceptr allocate(uint64_t bytes) override {
-    if (capacity && used + bytes > capacity) throw CudaError(CUDA_ERROR_OUT_OF_MEMORY, "fake: CUDA_ERROR_OUT_OF_MEMORY");
-    CUdeviceptr p = next;
-    next += bytes;
-    live[p] = bytes;
-    used += bytes;
-    ++allocs;
-    return p;
-  }
-  void release(CUdeviceptr p) override {
-    auto it = live.find(p);
-    if (it == live.end()) throw std::logic_error("fake device: release of an unknown address");
-    used -= it->second;
-    live.erase(it);
-  }
-  uint64_t capacity = 0;  // 0 = unlimited
-  uint64_t used = 0, allocs = 0;
-  CUdeviceptr next = 1ULL << 32;
-  std::map<CUdeviceptr, uint64_t> live;
-};
 
 // Records the due times it is asked to wait for, in ns since the start of its loop.
 class FakePacer : public Pacer {

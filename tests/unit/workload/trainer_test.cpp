@@ -9,39 +9,13 @@
 #include "../../../tools/workload/errors.h"
 #include "../../../tools/workload/model_spec.h"
 #include "../../../tools/workload/trainer.h"
+#include "fakes.h"
 
 using namespace coloc::workload;
+using coloc::workload::test::FakeCompute;
+using coloc::workload::test::FakeDevice;
 
 namespace {
-
-class FakeDevice : public DeviceMemory {
- public:
-  CUdeviceptr allocate(uint64_t bytes) override {
-    if (capacity && used + bytes > capacity) throw CudaError(CUDA_ERROR_OUT_OF_MEMORY, "fake: CUDA_ERROR_OUT_OF_MEMORY");
-    CUdeviceptr p = next;
-    next += bytes;
-    live[p] = bytes;
-    used += bytes;
-    return p;
-  }
-  void release(CUdeviceptr p) override {
-    auto it = live.find(p);
-    if (it == live.end()) throw std::logic_error("fake device: release of an unknown address");
-    used -= it->second;
-    live.erase(it);
-  }
-  uint64_t capacity = 0, used = 0;
-  CUdeviceptr next = 1ULL << 32;
-  std::map<CUdeviceptr, uint64_t> live;
-};
-
-class FakeCompute : public Compute {
- public:
-  void spin(uint64_t ns) override { kernels.push_back(ns); }
-  void synchronize() override { ++syncs; }
-  std::vector<uint64_t> kernels;
-  int syncs = 0;
-};
 
 Model two_layers() {
   // Layer 0: 1000 + 24 params, saves 1 MiB, outputs 256 KiB, 4e9 FLOPs.
