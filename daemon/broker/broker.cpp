@@ -1,0 +1,931 @@
+#include "broker/broker.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstdio>
+#include <sstream>
+
+#include "util/log.h"
+
+namespace coloc::broker {
+
+namespace {
+
+Bytes sat_add(Bytes a, Bytes b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+Bytes sat_sub(Bytes a, Bytes b) { return a > b ? a - b : 0; }
+
+std::string mib(Bytes b) {
+  if (b == kNoLimit) return "none";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / double(1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+std::string Uuid::str() const {
+  char buf[64];
+  const uint8_t* b = bytes.data();
+  std::snprintf(buf, sizeof buf, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return buf;
+}
+
+Uuid Uuid::from(const uint8_t (&b)[16]) {
+  Uuid u;
+  std::copy(b, b + 16, u.bytes.begin());
+  return u;
+}
+
+/// What the broker decided about one request.
+struct Broker::Decision {
+  enum class Kind { kGrant, kRefuse, kNoRoom } kind = Kind::kNoRoom;
+  Reason reason = Reason::kNone;
+  Bytes grant = 0;            ///< growth: the client's new grant
+  std::vector<Bytes> grants;  ///< admission: per device, in request order
+  FullContext full;           ///< kNoRoom: what stopped it
+  bool device_short = false;  ///< kNoRoom: a device (not only the user cap) lacks room
+};
+
+Broker::Broker(BrokerConfig config, const MemoryPolicy& policy) : config_(config), policy_(policy) {
+  assert(config_.grant_step > 0);
+}
+
+// ---- lookups and small helpers ----------------------------------------------------------------
+
+const Job* Broker::find_job(const JobKey& key) const {
+  auto it = job_index_.find(key);
+  return it == job_index_.end() ? nullptr : &jobs_.at(it->second);
+}
+
+const Client* Broker::find_client(ClientId id) const {
+  auto it = clients_.find(id);
+  return it == clients_.end() ? nullptr : &it->second;
+}
+
+std::optional<uint32_t> Broker::find_device(const Uuid& uuid) const {
+  auto it = device_index_.find(uuid);
+  if (it == device_index_.end()) return std::nullopt;
+  return it->second;
+}
+
+Job& Broker::job_of(const Client& c) { return jobs_.at(c.job); }
+
+Bytes Broker::usable(uint32_t device) const {
+  const Device& d = devices_[device];
+  return sat_sub(sat_sub(d.capacity, d.headroom), d.outside);
+}
+
+Bytes Broker::available(uint32_t device) const { return sat_sub(usable(device), devices_[device].committed); }
+
+Bytes Broker::client_in_use(const Client& c, uint32_t slot) const {
+  const ClientSlot& s = c.slots[slot];
+  Bytes u = c.stats->slots[slot].in_use.load(std::memory_order_seq_cst);
+  return std::min(u, devices_[s.device].capacity);
+}
+
+Bytes Broker::in_use(uint32_t device) const {
+  Bytes sum = 0;
+  for (auto [id, slot] : devices_[device].attachments) sum = sat_add(sum, client_in_use(clients_.at(id), slot));
+  return sum;
+}
+
+Bytes Broker::user_committed(uint32_t uid) const {
+  auto it = user_committed_.find(uid);
+  return it == user_committed_.end() ? 0 : it->second;
+}
+
+bool Broker::parked_on(JobSerial job, uint32_t device) const {
+  for (const Waiter& w : waiters_)
+    if (w.job == job && !w.admission && clients_.at(w.client).slots[w.slot].device == device) return true;
+  return false;
+}
+
+uint32_t Broker::device_for(const Uuid& uuid, Bytes capacity, Nanos now) {
+  (void)now;
+  if (auto it = device_index_.find(uuid); it != device_index_.end()) {
+    if (devices_[it->second].capacity != capacity)
+      log::get("broker")->warn("device {} reported with capacity {} (books keep {})", uuid.str(), mib(capacity),
+                               mib(devices_[it->second].capacity));
+    return it->second;
+  }
+  Device d;
+  d.uuid = uuid;
+  d.capacity = capacity;
+  d.headroom = config_.headroom_bytes ? std::min(*config_.headroom_bytes, capacity)
+                                      : Bytes(double(capacity) * config_.headroom_fraction);
+  devices_.push_back(std::move(d));
+  uint32_t index = uint32_t(devices_.size() - 1);
+  device_index_[uuid] = index;
+  log::get("broker")->info("device {}: capacity {}, headroom {}", uuid.str(), mib(capacity), mib(devices_[index].headroom));
+  return index;
+}
+
+void Broker::refresh_outside(uint32_t device, Bytes physical_free, Nanos now) {
+  if (physical_free == kUnknown) return;
+  Device& d = devices_[device];
+  physical_free = std::min(physical_free, d.capacity);
+  Bytes used = d.capacity - physical_free;
+  Bytes coloc = in_use(device);
+  Bytes before = d.outside;
+  if (coloc > used) {
+    // The ledgers claim more than the device shows: someone's ledger is wrong. Trust the device.
+    ++d.ledger_mismatches;
+    if (d.ledger_mismatches == 1 || d.ledger_mismatches % 1000 == 0)
+      log::get("broker")->warn("device {}: clients report {} in use but the device shows only {} used ({} reports like this)",
+                               d.uuid.str(), mib(coloc), mib(used), d.ledger_mismatches);
+    d.outside = 0;
+  } else {
+    d.outside = used - coloc;
+  }
+  d.outside_known = true;
+  d.outside_at = now;
+  if (d.outside < before) pump(now);
+}
+
+Bytes Broker::reservation_for(const Job& job, const Device& dev) const {
+  if (job.limit == kNoLimit) return 0;
+  return std::min(job.limit, sat_sub(dev.capacity, dev.headroom));
+}
+
+void Broker::set_job_device(Job& job, uint32_t device, Bytes reserved, Bytes granted) {
+  JobDevice& jd = job.devices[device];
+  Bytes before = std::max(jd.reserved, jd.granted);
+  Bytes after = std::max(reserved, granted);
+  Device& d = devices_[device];
+  Bytes& user = user_committed_[job.key.uid];
+  d.committed = d.committed - before + after;
+  user = user - before + after;
+  if (user == 0) user_committed_.erase(job.key.uid);
+  jd.reserved = reserved;
+  jd.granted = granted;
+}
+
+void Broker::write_grant(Client& c, uint32_t slot, Bytes grant) {
+  ClientSlot& s = c.slots[slot];
+  assert(grant >= s.grant);
+  Job& job = job_of(c);
+  JobDevice& jd = job.devices[s.device];
+  set_job_device(job, s.device, jd.reserved, jd.granted - s.grant + grant);
+  s.grant = grant;
+  // Raised before the reply is sent, so the client sees it when the reply arrives.
+  c.control->slots[slot].grant.store(grant, std::memory_order_seq_cst);
+}
+
+Bytes Broker::lower_grant(Client& c, uint32_t slot, Bytes target) {
+  ClientSlot& s = c.slots[slot];
+  const Bytes old = s.grant;
+  if (target >= old) return old;
+  // The pages.h protocol: store the lower grant, then read in-use. Either we see an allocation
+  // that raced with us, or the client sees the lower grant; never neither.
+  auto& word = c.control->slots[slot].grant;
+  word.store(target, std::memory_order_seq_cst);
+  Bytes u = std::min(c.stats->slots[slot].in_use.load(std::memory_order_seq_cst), devices_[s.device].capacity);
+  u = std::max(u, s.floor);
+  if (u > target) {
+    target = std::min(old, round_up(u, config_.grant_step));
+    word.store(target, std::memory_order_seq_cst);
+  }
+  Job& job = job_of(c);
+  JobDevice& jd = job.devices[s.device];
+  set_job_device(job, s.device, jd.reserved, jd.granted - old + target);
+  s.grant = target;
+  return target;
+}
+
+void Broker::trim_job(Job& job, uint32_t device) {
+  for (ClientId id : job.clients) {
+    Client& c = clients_.at(id);
+    for (uint32_t slot = 0; slot < pages::kSlots; ++slot)
+      if (c.slots[slot].attached && c.slots[slot].device == device) lower_grant(c, slot, 0);
+  }
+}
+
+bool Broker::waits_ahead(uint32_t device, const WaiterView& me, ClientId except_client, uint32_t except_seq) const {
+  for (const Waiter& w : waiters_) {
+    if (w.client == except_client && w.seq == except_seq) continue;
+    if (!w.device_short) continue;  // held only by its user's cap
+    bool on_device = false;
+    if (w.admission) {
+      for (auto& [dev, req] : w.devices) on_device |= dev == device;
+    } else {
+      on_device = clients_.at(w.client).slots[w.slot].device == device;
+    }
+    if (!on_device) continue;
+    WaiterView v{jobs_.at(w.job).priority, w.order, w.admission};
+    if (policy_.before(v, me)) return true;
+  }
+  return false;
+}
+
+void Broker::event(Event::Kind kind, const Job& job, Nanos now, std::optional<uint32_t> device, bool admission,
+                   Reason reason, Bytes bytes, Bytes in_use) {
+  Event e{kind, job.serial, job.key, now, {}, admission, reason, bytes, in_use};
+  if (device) e.device = devices_[*device].uuid;
+  events_.push_back(std::move(e));
+}
+
+// ---- clients ------------------------------------------------------------------------------------
+
+ClientId Broker::add_client(const ClientSpec& spec, pages::ControlPage* control, pages::StatsPage* stats, Nanos now) {
+  assert(control && stats && !spec.job_id.empty());
+  JobKey key{spec.uid, spec.job_id};
+  JobSerial serial;
+  if (auto it = job_index_.find(key); it != job_index_.end()) {
+    serial = it->second;
+  } else {
+    serial = next_job_++;
+    Job j;
+    j.serial = serial;
+    j.key = key;
+    j.priority = spec.priority;
+    j.on_full = spec.on_full;
+    j.limit = spec.limit == 0 ? kNoLimit : spec.limit;
+    j.wait_timeout = spec.wait_timeout ? spec.wait_timeout : config_.default_wait_timeout;
+    j.age = spec.age;
+    j.started = now;
+    jobs_.emplace(serial, std::move(j));
+    job_index_[key] = serial;
+    event(Event::Kind::kJobStarted, jobs_.at(serial), now);
+  }
+  Job& job = jobs_.at(serial);
+  Client c;
+  c.id = next_client_++;
+  c.job = serial;
+  c.uid = spec.uid;
+  c.pid = spec.pid;
+  c.control = control;
+  c.stats = stats;
+  control->priority.store(uint32_t(job.priority), std::memory_order_relaxed);
+  job.clients.push_back(c.id);
+  ClientId id = c.id;
+  clients_.emplace(id, std::move(c));
+  return id;
+}
+
+void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now) {
+  Client& c = clients_.at(id);
+  Job& job = job_of(c);
+  assert(ledger.size() <= pages::kSlots);
+  for (const ResumeEntry& e : ledger)
+    if (e.limit != 0 && e.limit < job.limit) job.limit = e.limit;  // a live lowering survives the restart
+  for (uint32_t slot = 0; slot < ledger.size(); ++slot) {
+    const ResumeEntry& e = ledger[slot];
+    uint32_t dev = device_for(e.uuid, e.capacity, now);
+    Device& d = devices_[dev];
+    Bytes in_use = e.in_use;
+    if (e.physical_free != kUnknown && in_use > sat_sub(d.capacity, e.physical_free)) {
+      ++d.ledger_mismatches;
+      log::get("broker")->warn("job {}: resumed ledger claims {} in use on {}, more than the device shows used; clamped",
+                               job.key.str(), mib(in_use), d.uuid.str());
+      in_use = sat_sub(d.capacity, e.physical_free);
+    }
+    Bytes grant = std::min(std::max(e.grant, round_up(in_use, config_.grant_step)), d.capacity);
+    JobDevice& jd = job.devices[dev];
+    if (!jd.admitted) {
+      jd.admitted = true;
+      jd.admitted_at = now;
+      set_job_device(job, dev, reservation_for(job, d), jd.granted);
+      event(Event::Kind::kAdmitted, job, now, dev);
+    }
+    ClientSlot& s = c.slots[slot];
+    s.attached = true;
+    s.device = dev;
+    s.grant = 0;
+    s.floor = in_use;  // until the client has copied its counters into the new stats page
+    ++jd.clients;
+    d.attachments.emplace_back(id, slot);
+    auto& cs = c.control->slots[slot];
+    std::copy(d.uuid.bytes.begin(), d.uuid.bytes.end(), cs.uuid);
+    cs.limit.store(job.limit, std::memory_order_relaxed);
+    cs.reservation.store(jd.reserved, std::memory_order_relaxed);
+    write_grant(c, slot, grant);
+    cs.attached.store(1, std::memory_order_release);
+    if (d.committed > usable(dev))
+      log::get("broker")->warn("device {}: resumed grants over-commit it ({} committed, {} usable)", d.uuid.str(),
+                               mib(d.committed), mib(usable(dev)));
+  }
+  // Other clients of the job see the (possibly lowered) limit.
+  for (ClientId other : job.clients) {
+    Client& oc = clients_.at(other);
+    for (uint32_t s = 0; s < pages::kSlots; ++s)
+      if (oc.slots[s].attached) oc.control->slots[s].limit.store(job.limit, std::memory_order_relaxed);
+  }
+}
+
+void Broker::remove_client(ClientId id, Nanos now) {
+  auto it = clients_.find(id);
+  if (it == clients_.end()) return;
+  Client& c = it->second;
+  Job& job = job_of(c);
+  // Its parked requests vanish (nobody to answer), but their waits end for the report.
+  for (size_t i = waiters_.size(); i-- > 0;) {
+    if (waiters_[i].client != id) continue;
+    const Waiter& w = waiters_[i];
+    std::optional<uint32_t> dev;
+    if (!w.admission) dev = c.slots[w.slot].device;
+    else if (!w.devices.empty()) dev = w.devices.front().first;
+    event(Event::Kind::kWaitEnd, job, now, dev, w.admission, Reason::kCancelled, w.need);
+    waiters_.erase(waiters_.begin() + ptrdiff_t(i));
+  }
+  std::vector<uint32_t> touched;
+  for (uint32_t slot = 0; slot < pages::kSlots; ++slot) {
+    ClientSlot& s = c.slots[slot];
+    if (!s.attached) continue;
+    JobDevice& jd = job.devices[s.device];
+    set_job_device(job, s.device, jd.reserved, jd.granted - s.grant);
+    s.grant = 0;
+    --jd.clients;
+    auto& att = devices_[s.device].attachments;
+    att.erase(std::remove(att.begin(), att.end(), std::make_pair(id, slot)), att.end());
+    if (jd.clients == 0) {  // the job left the device: its reservation goes with it
+      assert(jd.granted == 0);
+      set_job_device(job, s.device, 0, 0);
+      job.devices.erase(s.device);
+    }
+    touched.push_back(s.device);
+  }
+  job.clients.erase(std::remove(job.clients.begin(), job.clients.end(), id), job.clients.end());
+  JobSerial serial = job.serial;
+  clients_.erase(it);
+  if (job.clients.empty()) {
+    event(Event::Kind::kJobEnded, job, now);
+    for ([[maybe_unused]] auto& [dev, jd] : job.devices) assert(jd.reserved == 0 && jd.granted == 0);
+    job_index_.erase(job.key);
+    jobs_.erase(serial);
+  }
+  pump(now);
+  if (!holding())
+    for (uint32_t dev : touched) break_deadlock(dev, now);
+}
+
+// ---- decisions ----------------------------------------------------------------------------------
+
+Broker::Decision Broker::decide_grow(Client& c, uint32_t slot, Bytes need, Nanos now, bool queued) {
+  (void)now;
+  Decision d;
+  ClientSlot& s = c.slots[slot];
+  Job& job = job_of(c);
+  const uint32_t dev = s.device;
+  if (need > job.limit) {
+    d.kind = Decision::Kind::kRefuse;
+    d.reason = Reason::kOwnLimit;
+    return d;
+  }
+  if (need <= s.grant) {
+    d.kind = Decision::Kind::kGrant;
+    d.grant = s.grant;
+    return d;
+  }
+  JobDevice* jd = &job.devices[dev];
+  Bytes others = jd->granted - s.grant;
+  if (others > job.limit - need) {
+    // Other processes of the job hold grants they may not use: take those back first.
+    trim_job(job, dev);
+    jd = &job.devices[dev];
+    others = jd->granted - s.grant;
+    if (need <= s.grant) {
+      d.kind = Decision::Kind::kGrant;
+      d.grant = s.grant;
+      return d;
+    }
+    if (others > job.limit - need) {
+      d.kind = Decision::Kind::kRefuse;
+      d.reason = Reason::kOwnLimit;
+      return d;
+    }
+  }
+  const Bytes target = std::min(round_up(need, config_.grant_step), job.limit - others);
+  const Bytes cur = std::max(jd->reserved, jd->granted);
+  const Bytes extra_need = sat_sub(std::max(jd->reserved, others + need), cur);
+
+  WaiterView me{job.priority, next_order_, false};
+  Bytes room = available(dev);
+  if (holding() || (!queued && waits_ahead(dev, me, 0, 0))) room = 0;
+  Bytes user_room = UINT64_MAX;
+  if (config_.max_per_user) user_room = sat_sub(*config_.max_per_user, user_committed(c.uid));
+  const Bytes allowed = std::min(room, user_room);
+  // The most this client's grant may reach: the job may commit `cur + allowed` on the device.
+  const Bytes max_grant = sat_sub(sat_add(cur, allowed), others);
+  if (max_grant >= need) {
+    d.kind = Decision::Kind::kGrant;
+    d.grant = std::max(std::min(target, max_grant), need);
+    return d;
+  }
+  const Device& device = devices_[dev];
+  d.kind = Decision::Kind::kNoRoom;
+  d.device_short = room < extra_need;
+  d.full.on_full = job.on_full;
+  d.full.over_user_cap = user_room < extra_need;
+  d.full.can_ever_fit = std::max(jd->reserved, others + need) <= sat_sub(device.capacity, device.headroom);
+  d.full.can_ever_fit_user_cap =
+      !config_.max_per_user || std::max(jd->reserved, others + need) <= *config_.max_per_user;
+  return d;
+}
+
+Broker::Decision Broker::decide_attach(Client& c, const std::vector<std::pair<uint32_t, Bytes>>& devs, Nanos now,
+                                       bool queued) {
+  (void)now;
+  Decision d;
+  Job& job = job_of(c);
+  WaiterView me{job.priority, next_order_, true};
+  Bytes user_extra_need = 0, user_extra_target = 0;
+  std::vector<Bytes> targets, exact;
+  bool all_room_target = true, all_room_exact = true;
+  d.full.on_full = job.on_full;
+  for (auto [dev, req] : devs) {
+    const Device& device = devices_[dev];
+    if (req > job.limit) {
+      d.kind = Decision::Kind::kRefuse;
+      d.reason = Reason::kOwnLimit;
+      return d;
+    }
+    auto it = job.devices.find(dev);
+    bool admitted = it != job.devices.end() && it->second.admitted;
+    Bytes granted = it != job.devices.end() ? it->second.granted : 0;
+    if (granted > job.limit - req) {
+      trim_job(job, dev);
+      it = job.devices.find(dev);
+      granted = it != job.devices.end() ? it->second.granted : 0;
+      if (granted > job.limit - req) {
+        d.kind = Decision::Kind::kRefuse;
+        d.reason = Reason::kOwnLimit;
+        return d;
+      }
+    }
+    const Bytes reserved = admitted ? it->second.reserved : reservation_for(job, device);
+    const Bytes cur = admitted ? std::max(it->second.reserved, granted) : 0;
+    const Bytes target = std::min(round_up(req, config_.grant_step), job.limit - granted);
+    const Bytes extra_target = sat_sub(std::max(reserved, granted + target), cur);
+    const Bytes extra_exact = sat_sub(std::max(reserved, granted + req), cur);
+    Bytes room = available(dev);
+    if ((holding() && extra_exact > 0) || (!queued && extra_exact > 0 && waits_ahead(dev, me, 0, 0))) room = 0;
+    if (extra_target > room) all_room_target = false;
+    if (extra_exact > room) {
+      all_room_exact = false;
+      d.device_short = true;
+    }
+    if (std::max(reserved, granted + req) > sat_sub(device.capacity, device.headroom)) d.full.can_ever_fit = false;
+    user_extra_need = sat_add(user_extra_need, extra_exact);
+    user_extra_target = sat_add(user_extra_target, extra_target);
+    targets.push_back(target);
+    exact.push_back(req);
+  }
+  Bytes user_room = UINT64_MAX;
+  if (config_.max_per_user) user_room = sat_sub(*config_.max_per_user, user_committed(c.uid));
+  if (all_room_target && user_extra_target <= user_room) {
+    d.kind = Decision::Kind::kGrant;
+    d.grants = std::move(targets);
+    return d;
+  }
+  if (all_room_exact && user_extra_need <= user_room) {
+    d.kind = Decision::Kind::kGrant;
+    d.grants = std::move(exact);
+    return d;
+  }
+  d.kind = Decision::Kind::kNoRoom;
+  d.full.over_user_cap = user_extra_need > user_room;
+  d.full.can_ever_fit_user_cap = !config_.max_per_user || user_extra_need <= *config_.max_per_user;
+  return d;
+}
+
+// ---- requests -----------------------------------------------------------------------------------
+
+void Broker::refuse(Client& c, uint32_t seq, Reply::Kind kind, uint32_t slot, Reason reason, Bytes bytes,
+                    std::optional<uint32_t> device, Nanos waited, Nanos now) {
+  Job& job = job_of(c);
+  Reply r;
+  r.kind = kind;
+  r.client = c.id;
+  r.seq = seq;
+  r.granted = false;
+  r.reason = reason;
+  r.waited = waited;
+  r.slot = slot;
+  if (kind == Reply::Kind::kGrow && c.slots[slot].attached) r.grant = c.slots[slot].grant;
+  r.limit = job.limit;
+  replies_.push_back(std::move(r));
+  Bytes used = (kind == Reply::Kind::kGrow && c.slots[slot].attached) ? client_in_use(c, slot) : 0;
+  event(Event::Kind::kRefused, job, now, device, kind == Reply::Kind::kAttach, reason, bytes, used);
+  auto lg = log::get("broker");
+  if (reason == Reason::kBadRequest)
+    lg->warn("job {} (pid {}): bad request refused", job.key.str(), c.pid);
+  else
+    lg->info("job {} (pid {}): {} of {} refused: {}", job.key.str(), c.pid,
+             kind == Reply::Kind::kAttach ? "admission" : "growth", mib(bytes), proto::reason_name(reason));
+}
+
+void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<std::pair<uint32_t, Bytes>>& devs,
+                          const std::vector<Bytes>& grants, Nanos waited, Nanos now) {
+  Job& job = job_of(c);
+  Reply r;
+  r.kind = Reply::Kind::kAttach;
+  r.client = c.id;
+  r.seq = seq;
+  r.granted = true;
+  r.waited = waited;
+  r.limit = job.limit;
+  uint32_t next_free = 0;
+  for (size_t i = 0; i < devs.size(); ++i) {
+    const uint32_t dev = devs[i].first;
+    Device& d = devices_[dev];
+    JobDevice& jd = job.devices[dev];
+    if (!jd.admitted) {
+      jd.admitted = true;
+      jd.admitted_at = now;
+      set_job_device(job, dev, reservation_for(job, d), jd.granted);
+      event(Event::Kind::kAdmitted, job, now, dev);
+      log::get("broker")->info("job {} admitted on {} (reservation {}, waited {:.3f} s)", job.key.str(), d.uuid.str(),
+                               mib(jd.reserved), double(waited) / 1e9);
+    }
+    while (next_free < pages::kSlots && c.slots[next_free].attached) ++next_free;
+    assert(next_free < pages::kSlots);  // checked before the request was accepted
+    const uint32_t slot = next_free;
+    ClientSlot& s = c.slots[slot];
+    s.attached = true;
+    s.device = dev;
+    s.grant = 0;
+    ++job.devices[dev].clients;
+    d.attachments.emplace_back(c.id, slot);
+    auto& cs = c.control->slots[slot];
+    std::copy(d.uuid.bytes.begin(), d.uuid.bytes.end(), cs.uuid);
+    cs.limit.store(job.limit, std::memory_order_relaxed);
+    cs.reservation.store(job.devices[dev].reserved, std::memory_order_relaxed);
+    write_grant(c, slot, grants[i]);
+    cs.attached.store(1, std::memory_order_release);
+    r.slots.push_back({slot, grants[i]});
+  }
+  replies_.push_back(std::move(r));
+}
+
+void Broker::park(Client& c, Waiter w, Nanos now) {
+  Job& job = job_of(c);
+  w.order = next_order_++;
+  w.client = c.id;
+  w.job = job.serial;
+  w.since = now;
+  w.deadline = sat_add(now, job.wait_timeout);
+  std::optional<uint32_t> dev;
+  if (!w.admission) dev = c.slots[w.slot].device;
+  else dev = w.devices.front().first;
+  event(Event::Kind::kWaitBegin, job, now, dev, w.admission, Reason::kNone, w.need);
+  log::get("broker")->info("job {} (pid {}) waits for {} on {}", job.key.str(), c.pid,
+                           w.admission ? "admission" : "memory", devices_[*dev].uuid.str());
+  waiters_.push_back(std::move(w));
+}
+
+void Broker::clear_floors(Client& c) {
+  for (ClientSlot& s : c.slots) s.floor = 0;
+}
+
+void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> reqs, Nanos now) {
+  Client& c = clients_.at(id);
+  clear_floors(c);
+  std::vector<std::pair<uint32_t, Bytes>> devs;
+  bool bad = reqs.empty() || reqs.size() > pages::kSlots;
+  uint32_t free_slots = 0;
+  for (const ClientSlot& s : c.slots) free_slots += !s.attached;
+  if (reqs.size() > free_slots) bad = true;
+  for (const AttachRequest& r : reqs) {
+    if (bad) break;
+    uint32_t dev = device_for(r.uuid, r.capacity, now);
+    for (const ClientSlot& s : c.slots) bad |= s.attached && s.device == dev;
+    for (const Waiter& w : waiters_)
+      if (w.client == id && w.admission)
+        for (auto& [d2, req2] : w.devices) bad |= d2 == dev;
+    for (auto& [d2, req2] : devs) bad |= d2 == dev;
+    devs.emplace_back(dev, std::min(r.request, devices_[dev].capacity));
+  }
+  if (bad) {
+    refuse(c, seq, Reply::Kind::kAttach, 0, Reason::kBadRequest, 0, std::nullopt, 0, now);
+    return;
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) refresh_outside(devs[i].first, reqs[i].physical_free, now);
+  Decision d = decide_attach(c, devs, now, false);
+  if (d.kind == Decision::Kind::kGrant) {
+    grant_attach(c, seq, devs, d.grants, 0, now);
+    return;
+  }
+  Bytes total = 0;
+  for (auto& [dev, req] : devs) total = sat_add(total, req);
+  if (d.kind == Decision::Kind::kRefuse) {
+    refuse(c, seq, Reply::Kind::kAttach, 0, d.reason, total, devs.front().first, 0, now);
+    return;
+  }
+  FullAction a = policy_.on_full(d.full);
+  if (!a.park && holding() && d.full.can_ever_fit) a = {true, Reason::kNone};
+  if (!a.park) {
+    refuse(c, seq, Reply::Kind::kAttach, 0, a.reason, total, devs.front().first, 0, now);
+    return;
+  }
+  Waiter w;
+  w.seq = seq;
+  w.admission = true;
+  w.need = total;
+  w.device_short = d.device_short || !d.full.over_user_cap;
+  w.devices = std::move(devs);
+  park(c, std::move(w), now);
+}
+
+void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes physical_free, Nanos now) {
+  Client& c = clients_.at(id);
+  clear_floors(c);
+  if (slot >= pages::kSlots || !c.slots[slot].attached) {
+    refuse(c, seq, Reply::Kind::kGrow, slot < pages::kSlots ? slot : 0, Reason::kBadRequest, need, std::nullopt, 0, now);
+    return;
+  }
+  const uint32_t dev = c.slots[slot].device;
+  refresh_outside(dev, physical_free, now);
+  Decision d = decide_grow(c, slot, need, now, false);
+  Job& job = job_of(c);
+  if (d.kind == Decision::Kind::kGrant) {
+    if (d.grant > c.slots[slot].grant) write_grant(c, slot, d.grant);
+    Reply r;
+    r.kind = Reply::Kind::kGrow;
+    r.client = id;
+    r.seq = seq;
+    r.granted = true;
+    r.slot = slot;
+    r.grant = c.slots[slot].grant;
+    r.limit = job.limit;
+    replies_.push_back(std::move(r));
+    return;
+  }
+  if (d.kind == Decision::Kind::kRefuse) {
+    refuse(c, seq, Reply::Kind::kGrow, slot, d.reason, need, dev, 0, now);
+    return;
+  }
+  FullAction a = policy_.on_full(d.full);
+  if (!a.park && holding() && d.full.can_ever_fit) a = {true, Reason::kNone};
+  if (!a.park) {
+    refuse(c, seq, Reply::Kind::kGrow, slot, a.reason, need, dev, 0, now);
+    return;
+  }
+  Waiter w;
+  w.seq = seq;
+  w.admission = false;
+  w.slot = slot;
+  w.need = need;
+  w.device_short = d.device_short || !d.full.over_user_cap;
+  park(c, std::move(w), now);
+  if (!holding()) break_deadlock(dev, now);
+}
+
+void Broker::shrink(ClientId id, uint32_t slot, Bytes keep, Nanos now) {
+  Client& c = clients_.at(id);
+  clear_floors(c);
+  if (slot >= pages::kSlots || !c.slots[slot].attached) {
+    log::get("broker")->warn("pid {}: shrink of slot {} that is not attached ignored", c.pid, slot);
+    return;
+  }
+  Bytes before = c.slots[slot].grant;
+  if (lower_grant(c, slot, keep) < before) pump(now);
+}
+
+void Broker::driver_oom(ClientId id, uint32_t slot, Bytes request, Bytes in_use, Bytes physical_free, Nanos now) {
+  Client& c = clients_.at(id);
+  clear_floors(c);
+  if (slot >= pages::kSlots || !c.slots[slot].attached) {
+    log::get("broker")->warn("pid {}: driver OOM on slot {} that is not attached ignored", c.pid, slot);
+    return;
+  }
+  const uint32_t dev = c.slots[slot].device;
+  Device& d = devices_[dev];
+  ++d.driver_ooms;
+  Job& job = job_of(c);
+  event(Event::Kind::kDriverOom, job, now, dev, false, Reason::kNone, request, in_use);
+  refresh_outside(dev, physical_free, now);
+  log::get("broker")->warn(
+      "job {} (pid {}): the driver refused {} on {} inside a grant of {} ({} in use): memory used outside coloc is "
+      "now estimated at {}",
+      job.key.str(), c.pid, mib(request), d.uuid.str(), mib(c.slots[slot].grant), mib(in_use), mib(d.outside));
+}
+
+void Broker::cancel(ClientId id, uint32_t target_seq, Nanos now) {
+  clear_floors(clients_.at(id));
+  for (size_t i = 0; i < waiters_.size(); ++i) {
+    if (waiters_[i].client == id && waiters_[i].seq == target_seq) {
+      answer_waiter(i, false, Reason::kCancelled, now);
+      pump(now);
+      return;
+    }
+  }
+}
+
+// ---- waiting ------------------------------------------------------------------------------------
+
+void Broker::answer_waiter(size_t index, bool granted, Reason reason, Nanos now) {
+  Waiter w = std::move(waiters_[index]);
+  waiters_.erase(waiters_.begin() + ptrdiff_t(index));
+  Client& c = clients_.at(w.client);
+  Job& job = job_of(c);
+  const Nanos waited = now - w.since;
+  std::optional<uint32_t> dev;
+  if (!w.admission) dev = c.slots[w.slot].device;
+  else dev = w.devices.front().first;
+  event(Event::Kind::kWaitEnd, job, now, dev, w.admission, granted ? Reason::kNone : reason, w.need);
+  assert(!granted);  // grants from the queue go through pump()
+  refuse(c, w.seq, w.admission ? Reply::Kind::kAttach : Reply::Kind::kGrow, w.slot, reason, w.need, dev, waited, now);
+}
+
+void Broker::pump(Nanos now) {
+  if (waiters_.empty()) return;
+  std::vector<size_t> order(waiters_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto view = [&](const Waiter& w) { return WaiterView{jobs_.at(w.job).priority, w.order, w.admission}; };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return policy_.before(view(waiters_[a]), view(waiters_[b])); });
+  std::vector<char> blocked(devices_.size(), 0);
+  std::vector<char> done(waiters_.size(), 0);
+  for (size_t i : order) {
+    Waiter& w = waiters_[i];
+    Client& c = clients_.at(w.client);
+    std::vector<uint32_t> devs;
+    if (w.admission)
+      for (auto& [dev, req] : w.devices) devs.push_back(dev);
+    else
+      devs.push_back(c.slots[w.slot].device);
+    bool is_blocked = false;
+    for (uint32_t dev : devs) is_blocked |= blocked[dev] != 0;
+    if (is_blocked) {
+      for (uint32_t dev : devs) blocked[dev] = 1;
+      continue;
+    }
+    Decision d = w.admission ? decide_attach(c, w.devices, now, true) : decide_grow(c, w.slot, w.need, now, true);
+    Job& job = job_of(c);
+    const Nanos waited = now - w.since;
+    if (d.kind == Decision::Kind::kNoRoom) {
+      w.device_short = d.device_short || !d.full.over_user_cap;
+      if (w.device_short)
+        for (uint32_t dev : devs) blocked[dev] = 1;
+      continue;
+    }
+    done[i] = 1;
+    event(Event::Kind::kWaitEnd, job, now, devs.front(), w.admission,
+          d.kind == Decision::Kind::kGrant ? Reason::kNone : d.reason, w.need);
+    if (d.kind == Decision::Kind::kRefuse) {
+      refuse(c, w.seq, w.admission ? Reply::Kind::kAttach : Reply::Kind::kGrow, w.slot, d.reason, w.need, devs.front(),
+             waited, now);
+      continue;
+    }
+    if (w.admission) {
+      grant_attach(c, w.seq, w.devices, d.grants, waited, now);
+    } else {
+      if (d.grant > c.slots[w.slot].grant) write_grant(c, w.slot, d.grant);
+      Reply r;
+      r.kind = Reply::Kind::kGrow;
+      r.client = c.id;
+      r.seq = w.seq;
+      r.granted = true;
+      r.waited = waited;
+      r.slot = w.slot;
+      r.grant = c.slots[w.slot].grant;
+      r.limit = job.limit;
+      replies_.push_back(std::move(r));
+      log::get("broker")->info("job {} (pid {}) got its memory after {:.3f} s", job.key.str(), c.pid,
+                               double(waited) / 1e9);
+    }
+  }
+  size_t out = 0;
+  for (size_t i = 0; i < waiters_.size(); ++i) {
+    if (done[i]) continue;
+    if (out != i) waiters_[out] = std::move(waiters_[i]);
+    ++out;
+  }
+  waiters_.resize(out);
+}
+
+void Broker::break_deadlock(uint32_t device, Nanos now) {
+  std::vector<VictimCandidate> candidates;
+  for (auto& [serial, job] : jobs_) {
+    auto it = job.devices.find(device);
+    if (it == job.devices.end() || !it->second.admitted || it->second.clients == 0) continue;
+    if (!parked_on(serial, device)) return;  // someone can still free memory
+    candidates.push_back({serial, job.priority, job.age});
+  }
+  if (candidates.empty()) return;
+  JobSerial victim = policy_.choose_victim(candidates);
+  const Job& vj = jobs_.at(victim);
+  log::get("broker")->warn("device {}: every job ({}) is waiting for memory; failing the request of job {} ({})",
+                           devices_[device].uuid.str(), candidates.size(), vj.key.str(),
+                           proto::priority_name(vj.priority));
+  for (size_t i = waiters_.size(); i-- > 0;) {
+    const Waiter& w = waiters_[i];
+    if (w.job == victim && !w.admission && clients_.at(w.client).slots[w.slot].device == device)
+      answer_waiter(i, false, Reason::kDeadlockBroken, now);
+  }
+}
+
+// ---- time and admin -----------------------------------------------------------------------------
+
+void Broker::tick(Nanos now) {
+  if (hold_until_ != 0 && now >= hold_until_) end_hold(now);
+  bool any = false;
+  for (size_t i = waiters_.size(); i-- > 0;) {
+    if (waiters_[i].deadline <= now) {
+      answer_waiter(i, false, Reason::kTimeout, now);
+      any = true;
+    }
+  }
+  if (any) pump(now);
+}
+
+Nanos Broker::next_deadline() const {
+  Nanos t = hold_until_ ? hold_until_ : kNever;
+  for (const Waiter& w : waiters_) t = std::min(t, w.deadline);
+  return t;
+}
+
+void Broker::hold_until(Nanos until) { hold_until_ = until; }
+
+void Broker::end_hold(Nanos now) {
+  if (hold_until_ == 0) return;
+  hold_until_ = 0;
+  log::get("broker")->info("restart hold ended: serving new requests");
+  pump(now);
+  for (uint32_t dev = 0; dev < devices_.size(); ++dev) break_deadlock(dev, now);
+}
+
+bool Broker::set_limit(JobSerial serial, Bytes limit, Nanos now) {
+  auto it = jobs_.find(serial);
+  if (it == jobs_.end() || limit == 0) return false;
+  Job& job = it->second;
+  job.limit = limit;
+  for (auto& [dev, jd] : job.devices) {
+    if (!jd.admitted) continue;
+    set_job_device(job, dev, std::min(jd.reserved, reservation_for(job, devices_[dev])), jd.granted);
+    if (job.devices[dev].granted > limit) trim_job(job, dev);
+  }
+  for (ClientId id : job.clients) {
+    Client& c = clients_.at(id);
+    for (uint32_t s = 0; s < pages::kSlots; ++s) {
+      if (!c.slots[s].attached) continue;
+      c.control->slots[s].limit.store(limit, std::memory_order_relaxed);
+      c.control->slots[s].reservation.store(job.devices[c.slots[s].device].reserved, std::memory_order_relaxed);
+    }
+  }
+  log::get("broker")->info("job {}: limit set to {}", job.key.str(), mib(limit));
+  pump(now);
+  return true;
+}
+
+bool Broker::set_priority(JobSerial serial, Priority priority, Nanos now) {
+  auto it = jobs_.find(serial);
+  if (it == jobs_.end()) return false;
+  it->second.priority = priority;
+  for (ClientId id : it->second.clients)
+    clients_.at(id).control->priority.store(uint32_t(priority), std::memory_order_relaxed);
+  log::get("broker")->info("job {}: priority set to {}", it->second.key.str(), proto::priority_name(priority));
+  pump(now);
+  return true;
+}
+
+std::vector<Reply> Broker::take_replies() { return std::exchange(replies_, {}); }
+std::vector<Event> Broker::take_events() { return std::exchange(events_, {}); }
+
+// ---- audit --------------------------------------------------------------------------------------
+
+std::string Broker::audit() const {
+  std::ostringstream o;
+  std::vector<Bytes> committed(devices_.size(), 0);
+  std::map<uint32_t, Bytes> users;
+  for (auto& [serial, job] : jobs_) {
+    for (auto& [dev, jd] : job.devices) {
+      Bytes granted = 0;
+      uint32_t clients = 0;
+      for (ClientId id : job.clients) {
+        const Client& c = clients_.at(id);
+        for (uint32_t s = 0; s < pages::kSlots; ++s) {
+          if (!c.slots[s].attached || c.slots[s].device != dev) continue;
+          granted += c.slots[s].grant;
+          ++clients;
+        }
+      }
+      if (granted != jd.granted) o << "job " << job.key.str() << " device " << dev << ": granted " << jd.granted << " != sum " << granted << "\n";
+      if (clients != jd.clients) o << "job " << job.key.str() << " device " << dev << ": clients " << jd.clients << " != " << clients << "\n";
+      if (!jd.admitted && (jd.reserved || jd.granted)) o << "job " << job.key.str() << ": commitment without admission\n";
+      if (job.limit != kNoLimit && jd.reserved > job.limit) o << "job " << job.key.str() << ": reservation over limit\n";
+      committed[dev] += std::max(jd.reserved, jd.granted);
+      users[job.key.uid] += std::max(jd.reserved, jd.granted);
+    }
+  }
+  for (uint32_t d = 0; d < devices_.size(); ++d) {
+    if (committed[d] != devices_[d].committed)
+      o << "device " << d << ": committed " << devices_[d].committed << " != sum " << committed[d] << "\n";
+    for (auto [id, slot] : devices_[d].attachments) {
+      const Client* c = find_client(id);
+      if (!c || !c->slots[slot].attached || c->slots[slot].device != d) o << "device " << d << ": stale attachment\n";
+    }
+  }
+  for (auto& [uid, b] : users)
+    if (b != user_committed(uid)) o << "user " << uid << ": committed " << user_committed(uid) << " != sum " << b << "\n";
+  for (auto& [uid, b] : user_committed_)
+    if (!users.count(uid) || users[uid] != b) o << "user " << uid << ": stale committed " << b << "\n";
+  for (auto& [id, c] : clients_)
+    for (uint32_t s = 0; s < pages::kSlots; ++s)
+      if (c.slots[s].attached && c.control->slots[s].grant.load() != c.slots[s].grant)
+        o << "client " << id << " slot " << s << ": control page grant differs from the books\n";
+  return o.str();
+}
+
+}  // namespace coloc::broker

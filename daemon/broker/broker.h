@@ -1,0 +1,263 @@
+// daemon/broker/broker.h — the memory broker: the books of every device, job and client, and
+// every decision about device memory (admission, growth, waiting, deadlock breaking).
+//
+// Pure logic over plain state: no sockets, no clock (every call takes `now`), no threads. The
+// engine feeds it requests and sends the replies it hands back; tests drive it with a fake clock
+// and pages in ordinary memory.
+//
+// The books
+//   device  capacity, headroom, and `outside`: memory used outside coloc, estimated from the
+//           latest physical-free report as capacity - physical free - sum of coloc clients' in-use
+//           (stats pages). Physical free is the ground truth; client ledgers are checked against
+//           it (a ledger claiming more than the device shows is logged and clamped).
+//   job     (uid, id): limit, priority, wait choice; per device: admitted?, reservation (the
+//           declared footprint held at admission: min(limit, capacity - headroom), 0 without a
+//           limit) and granted (sum of its clients' grants).
+//   client  one registered connection: its job, its pages, per slot: device and grant.
+//   A job commits max(reservation, granted) on a device. The invariant, checked on every grant:
+//       sum of commitments on a device <= capacity - headroom - outside.
+//   Memory used outside coloc can grow behind our back; then nothing more is granted on that
+//   device until it fits again (grants are never revoked, nothing is killed).
+//
+// Requests
+//   attach  admission at the first context, all listed devices or none. A job already admitted
+//           on a device admits its further processes there at once (within its reservation).
+//   grow    raise a client's grant to `need`: granted (rounded up to the grant step, within the
+//           limit), refused (own limit: at once, never waits), or parked (wait policy).
+//   shrink  lower a grant (lazy return of surplus), never below what the client has in use.
+//   Parked requests are served in the policy's order; a later request never takes memory on a
+//   device where an earlier one waits. They end when served, when their wait timeout passes,
+//   when cancelled, or when the deadlock breaker picks their job (every job on the device parked).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "broker/memory_policy.h"
+#include "broker/types.h"
+#include "coloc/pages.h"
+
+namespace coloc::broker {
+
+struct BrokerConfig {
+  Bytes grant_step = 64ull << 20;              ///< grants move in multiples of this (> 0)
+  Nanos default_wait_timeout = 300'000'000'000;  ///< COLOC_WAIT_TIMEOUT default: 300 s
+  double headroom_fraction = 0.02;             ///< of each device's capacity, unless headroom_bytes
+  std::optional<Bytes> headroom_bytes;         ///< absolute headroom per device
+  std::optional<Bytes> max_per_user;           ///< cap on one user's commitments over all devices
+};
+
+/// One device's books.
+struct Device {
+  Uuid uuid;
+  Bytes capacity = 0;
+  Bytes headroom = 0;
+  Bytes outside = 0;            ///< estimate of memory used outside coloc (see above)
+  bool outside_known = false;   ///< a physical-free report has arrived
+  Nanos outside_at = 0;         ///< when the estimate was made
+  Bytes committed = 0;          ///< sum over jobs of max(reservation, granted)
+  uint64_t driver_ooms = 0;     ///< driver OOMs reported inside grants
+  uint64_t ledger_mismatches = 0;  ///< reports where ledgers claimed more than the device showed
+  /// (client, slot) pairs attached to this device.
+  std::vector<std::pair<ClientId, uint32_t>> attachments;
+};
+
+/// A job's standing on one device.
+struct JobDevice {
+  bool admitted = false;
+  Bytes reserved = 0;
+  Bytes granted = 0;   ///< sum of its clients' grants on the device
+  uint32_t clients = 0;  ///< its clients attached to the device
+  Nanos admitted_at = 0;
+};
+
+struct Job {
+  JobSerial serial = 0;
+  JobKey key;
+  Priority priority = Priority::kNormal;
+  OnFull on_full = OnFull::kWait;
+  Bytes limit = kNoLimit;
+  Nanos wait_timeout = 0;
+  uint64_t age = 0;
+  Nanos started = 0;
+  std::map<uint32_t, JobDevice> devices;  ///< by device index
+  std::vector<ClientId> clients;
+};
+
+struct ClientSlot {
+  bool attached = false;
+  uint32_t device = 0;  ///< device index
+  Bytes grant = 0;
+  /// After a resume, the in-use the ledger claimed: a grant is not lowered below it until the
+  /// client's first request (by then it has copied its counters into the new stats page).
+  Bytes floor = 0;
+};
+
+struct Client {
+  ClientId id = 0;
+  JobSerial job = 0;
+  uint32_t uid = 0;
+  int32_t pid = 0;
+  pages::ControlPage* control = nullptr;
+  pages::StatsPage* stats = nullptr;
+  std::array<ClientSlot, pages::kSlots> slots{};
+};
+
+/// A parked request.
+struct Waiter {
+  uint64_t order = 0;
+  ClientId client = 0;
+  uint32_t seq = 0;
+  JobSerial job = 0;
+  bool admission = false;
+  Nanos since = 0;
+  Nanos deadline = kNever;
+  /// False when only its user's cap holds it: then it does not hold up other users' requests.
+  bool device_short = true;
+  // growth
+  uint32_t slot = 0;
+  Bytes need = 0;
+  // admission: device index and initial request, in request order
+  std::vector<std::pair<uint32_t, Bytes>> devices;
+};
+
+class Broker {
+ public:
+  Broker(BrokerConfig config, const MemoryPolicy& policy);
+
+  // ---- clients --------------------------------------------------------------------------------
+
+  /// Registers a client under job (spec.uid, spec.job_id), creating the job (kJobStarted) if it
+  /// has no live client. A job's settings come from its first client; a later client can only
+  /// lower the job's limit. `control` and `stats` are the client's pages: the broker writes the
+  /// control page's words and reads the stats page's in_use; both must stay valid until
+  /// remove_client. Returns the new client's id.
+  ClientId add_client(const ClientSpec& spec, pages::ControlPage* control, pages::StatsPage* stats, Nanos now);
+
+  /// Re-registration after a daemon restart: entry i becomes slot i, admitted, with the grant the
+  /// client held (at least its in-use rounded up to the grant step; in-use is clamped to what the
+  /// device's physical free memory allows). Accepted even when it over-commits the device: the
+  /// memory is already in use. Call right after add_client.
+  void resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now);
+
+  /// Drops a client (gone: hung up, exited, or killed): its parked requests vanish without reply,
+  /// its grants are released, and its job ends (kJobEnded) when it was the job's last client.
+  void remove_client(ClientId id, Nanos now);
+
+  // ---- requests (each produces exactly one Reply, now or later, except shrink/driver_oom/cancel)
+
+  /// Admission at the first context on `devices` (1..16, distinct, not yet attached by this client).
+  void attach(ClientId id, uint32_t seq, std::span<const AttachRequest> devices, Nanos now);
+  /// Raise the grant on `slot` to `need` bytes. `physical_free` (or kUnknown) refreshes the device.
+  void grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes physical_free, Nanos now);
+  /// Lower the grant on `slot` to `keep` bytes (never below in-use rounded up to the step).
+  void shrink(ClientId id, uint32_t slot, Bytes keep, Nanos now);
+  /// The driver failed an allocation inside a grant: count, log, refresh the device.
+  void driver_oom(ClientId id, uint32_t slot, Bytes request, Bytes in_use, Bytes physical_free, Nanos now);
+  /// Answer the parked request `target_seq` of this client with kCancelled (no-op if not parked).
+  void cancel(ClientId id, uint32_t target_seq, Nanos now);
+
+  // ---- admin ----------------------------------------------------------------------------------
+
+  /// Live limit change for a job (bytes > 0, or kNoLimit). Lowering it below what the job holds
+  /// refuses further growth and trims each client's grant to its in-use; nothing is killed.
+  /// False when the job does not exist.
+  bool set_limit(JobSerial job, Bytes limit, Nanos now);
+  /// Live priority change. False when the job does not exist.
+  bool set_priority(JobSerial job, Priority priority, Nanos now);
+
+  // ---- time -----------------------------------------------------------------------------------
+
+  /// Ends waits whose timeout passed and a hold whose time is up; serves what then fits.
+  void tick(Nanos now);
+  /// The earliest time tick() has work to do (kNever when none).
+  Nanos next_deadline() const;
+  /// After a restart: until `until` (or end_hold), requests that need more device memory park,
+  /// so that clients re-registering their grants find the memory they had.
+  void hold_until(Nanos until);
+  void end_hold(Nanos now);
+  bool holding() const { return hold_until_ != 0; }
+
+  // ---- outputs --------------------------------------------------------------------------------
+
+  /// Replies to send, in the order decided (cleared by the call).
+  std::vector<Reply> take_replies();
+  /// Events for reports and logs, in order (cleared by the call).
+  std::vector<Event> take_events();
+
+  // ---- inspection -----------------------------------------------------------------------------
+
+  const BrokerConfig& config() const { return config_; }
+  const MemoryPolicy& policy() const { return policy_; }
+  const std::vector<Device>& devices() const { return devices_; }
+  const std::map<JobSerial, Job>& jobs() const { return jobs_; }
+  const std::unordered_map<ClientId, Client>& clients() const { return clients_; }
+  const std::vector<Waiter>& waiters() const { return waiters_; }
+  const Job* find_job(const JobKey& key) const;
+  const Client* find_client(ClientId id) const;
+  std::optional<uint32_t> find_device(const Uuid& uuid) const;
+
+  /// capacity - headroom - outside (saturating at 0).
+  Bytes usable(uint32_t device) const;
+  /// usable - committed (saturating at 0).
+  Bytes available(uint32_t device) const;
+  /// Sum of the attached clients' in-use (stats pages, each clamped to the capacity).
+  Bytes in_use(uint32_t device) const;
+  /// Bytes a client has in use on a slot (its stats page, clamped to the device capacity).
+  Bytes client_in_use(const Client& c, uint32_t slot) const;
+  /// Sum of a user's commitments over all devices.
+  Bytes user_committed(uint32_t uid) const;
+  /// True when `job` has a parked growth request on `device`.
+  bool parked_on(JobSerial job, uint32_t device) const;
+
+  /// Recomputes every sum from scratch and compares it with the books; returns "" when all agree,
+  /// else a description of the first difference. (Tests; the engine asserts it in debug runs.)
+  std::string audit() const;
+
+ private:
+  struct Decision;
+  Job& job_of(const Client& c);
+  uint32_t device_for(const Uuid& uuid, Bytes capacity, Nanos now);
+  void refresh_outside(uint32_t device, Bytes physical_free, Nanos now);
+  Bytes reservation_for(const Job& job, const Device& dev) const;
+  void set_job_device(Job& job, uint32_t device, Bytes reserved, Bytes granted);
+  void write_grant(Client& c, uint32_t slot, Bytes grant);
+  Bytes lower_grant(Client& c, uint32_t slot, Bytes target);
+  void trim_job(Job& job, uint32_t device);
+  void clear_floors(Client& c);
+  bool waits_ahead(uint32_t device, const WaiterView& me, ClientId except_client, uint32_t except_seq) const;
+  Decision decide_grow(Client& c, uint32_t slot, Bytes need, Nanos now, bool queued);
+  Decision decide_attach(Client& c, const std::vector<std::pair<uint32_t, Bytes>>& devs, Nanos now, bool queued);
+  void grant_attach(Client& c, uint32_t seq, const std::vector<std::pair<uint32_t, Bytes>>& devs,
+                    const std::vector<Bytes>& grants, Nanos waited, Nanos now);
+  void park(Client& c, Waiter w, Nanos now);
+  void answer_waiter(size_t index, bool granted, Reason reason, Nanos now);
+  void pump(Nanos now);
+  void break_deadlock(uint32_t device, Nanos now);
+  void refuse(Client& c, uint32_t seq, Reply::Kind kind, uint32_t slot, Reason reason, Bytes bytes,
+              std::optional<uint32_t> device, Nanos waited, Nanos now);
+  void event(Event::Kind kind, const Job& job, Nanos now, std::optional<uint32_t> device = std::nullopt,
+             bool admission = false, Reason reason = Reason::kNone, Bytes bytes = 0, Bytes in_use = 0);
+
+  BrokerConfig config_;
+  const MemoryPolicy& policy_;
+  std::vector<Device> devices_;
+  std::map<Uuid, uint32_t> device_index_;
+  std::map<JobSerial, Job> jobs_;
+  std::map<JobKey, JobSerial> job_index_;
+  std::unordered_map<ClientId, Client> clients_;
+  std::map<uint32_t, Bytes> user_committed_;
+  std::vector<Waiter> waiters_;
+  std::vector<Reply> replies_;
+  std::vector<Event> events_;
+  ClientId next_client_ = 1;
+  JobSerial next_job_ = 1;
+  uint64_t next_order_ = 1;
+  Nanos hold_until_ = 0;
+};
+
+}  // namespace coloc::broker

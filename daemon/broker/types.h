@@ -1,0 +1,125 @@
+// daemon/broker/types.h — the words the broker's books are written in: bytes, times, device
+// UUIDs, job keys, and the replies and events the broker hands back to the engine.
+#pragma once
+
+#include <array>
+#include <compare>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "coloc/protocol.h"
+
+namespace coloc::broker {
+
+using Bytes = uint64_t;  ///< bytes of device memory
+using Nanos = uint64_t;  ///< monotonic time in ns (CLOCK_MONOTONIC in the daemon, a fake clock in tests)
+using ClientId = uint64_t;  ///< one registered connection (normally one process); never reused
+using JobSerial = uint64_t;  ///< one run of a job (a job id can be reused after the job ends); never reused
+
+using proto::OnFull;
+using proto::Priority;
+using proto::Reason;
+
+inline constexpr Bytes kNoLimit = proto::kNoLimit;
+inline constexpr Bytes kUnknown = proto::kUnknown;
+inline constexpr Nanos kNever = UINT64_MAX;
+
+/// Rounds `b` up to a multiple of `step` (> 0), saturating at UINT64_MAX.
+inline Bytes round_up(Bytes b, Bytes step) {
+  Bytes r = b % step;
+  if (r == 0) return b;
+  Bytes add = step - r;
+  return b > UINT64_MAX - add ? UINT64_MAX : b + add;
+}
+
+/// A device's identity (cuDeviceGetUuid).
+struct Uuid {
+  std::array<uint8_t, 16> bytes{};
+  auto operator<=>(const Uuid&) const = default;
+  /// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it.
+  std::string str() const;
+  static Uuid from(const uint8_t (&b)[16]);
+};
+
+/// A job is keyed by (uid, id): names never collide across users.
+struct JobKey {
+  uint32_t uid = 0;
+  std::string id;
+  auto operator<=>(const JobKey&) const = default;
+  /// "uid:id"
+  std::string str() const { return std::to_string(uid) + ":" + id; }
+};
+
+/// What a client asks when it registers (from Register, pid/uid from SO_PEERCRED).
+struct ClientSpec {
+  uint32_t uid = 0;
+  int32_t pid = 0;
+  std::string job_id;        ///< never empty (the engine derives one)
+  Priority priority = Priority::kNormal;
+  OnFull on_full = OnFull::kWait;
+  Bytes limit = kNoLimit;    ///< requested per-device limit and reservation
+  Nanos wait_timeout = 0;    ///< 0 = the broker's default
+  uint64_t age = 0;          ///< larger = younger (process start time); orders deadlock victims
+};
+
+/// One device of an Attach request.
+struct AttachRequest {
+  Uuid uuid;
+  Bytes capacity = 0;
+  Bytes physical_free = kUnknown;
+  Bytes request = 0;  ///< bytes needed at once
+};
+
+/// One device of a resumed ledger (Register with kRegResume); its index is its slot.
+struct ResumeEntry {
+  Uuid uuid;
+  Bytes capacity = 0;
+  Bytes physical_free = kUnknown;
+  Bytes in_use = 0;
+  Bytes grant = 0;
+  Bytes limit = kNoLimit;
+};
+
+/// A reply the engine must send for a request that has one (Attach or Grow).
+struct Reply {
+  enum class Kind { kAttach, kGrow } kind = Kind::kGrow;
+  ClientId client = 0;
+  uint32_t seq = 0;
+  bool granted = false;
+  Reason reason = Reason::kNone;
+  Nanos waited = 0;
+  // kGrow:
+  uint32_t slot = 0;
+  Bytes grant = 0;
+  Bytes limit = kNoLimit;
+  // kAttach, in request order:
+  struct SlotGrant {
+    uint32_t slot;
+    Bytes grant;
+  };
+  std::vector<SlotGrant> slots;
+};
+
+/// Something that happened, for reports and logs.
+struct Event {
+  enum class Kind {
+    kJobStarted,   ///< a job's first client registered
+    kJobEnded,     ///< its last client left
+    kAdmitted,     ///< the job was admitted on `device` (reservation held)
+    kWaitBegin,    ///< a request parked (memory or admission)
+    kWaitEnd,      ///< a parked request was answered (`reason` kNone when granted)
+    kRefused,      ///< a request was refused (an OOM for the job); `reason` says why
+    kDriverOom,    ///< the client reported a driver OOM inside a grant
+  } kind;
+  JobSerial job = 0;
+  JobKey key;
+  Nanos at = 0;
+  Uuid device;             ///< for device events
+  bool admission = false;  ///< kWaitBegin/kWaitEnd/kRefused: an admission rather than growth
+  Reason reason = Reason::kNone;
+  Bytes bytes = 0;   ///< the request (need or request size)
+  Bytes in_use = 0;  ///< the client's bytes in use at the time, when known
+};
+
+}  // namespace coloc::broker

@@ -1,0 +1,127 @@
+// coloc/pages.h — layouts of the two shared pages colocd hands each registered process (as memfd
+// file descriptors with SCM_RIGHTS on the RegisterReply; see protocol.h).
+//
+// Control page: written by the daemon, mapped read-only by the client.
+//   The daemon creates it with memfd_create(MFD_ALLOW_SEALING), maps it writable, then seals it
+//   with F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL: from then on nobody can
+//   map it writable, mprotect a mapping writable, write(2) to it or change its size, so the job
+//   cannot raise its own limit or grant. The client maps it PROT_READ, MAP_SHARED.
+//   Daemon writes: magic, layout version, slot count and epoch once before sending; the gate
+//   state whenever a compute policy changes it (RUN in this release); the job's priority when it
+//   changes (coloc set); per slot, uuid then
+//   `attached` (release) when the device is attached, `limit` when the job's limit changes
+//   (coloc set), `grant` when the grant grows (before the GrowReply is sent) or shrinks.
+//
+// Stats page: written by the client, read by the daemon.
+//   The daemon creates it the same way but seals only F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL
+//   (so a client cannot truncate it under the daemon's mapping), and maps it read-write; the
+//   client maps it PROT_READ | PROT_WRITE, MAP_SHARED. The daemon treats every value as untrusted
+//   (it clamps, and checks them against the device's physical free memory).
+//
+// The allocation fast path and the grant (the one rule both sides depend on)
+//   The client keeps its bytes in use on a device in its stats slot's `in_use`, and admits an
+//   allocation of `size` bytes without a message only like this:
+//       uint64_t now = stats.in_use.fetch_add(size, std::memory_order_seq_cst) + size;
+//       if (now <= control.grant.load(seq_cst) && now <= control.limit.load(relaxed)) -> allocate
+//       else { stats.in_use.fetch_sub(size); slow path: own limit? fail : send Grow }
+//   The daemon lowers a grant only like this:
+//       control.grant.store(lower, seq_cst); u = stats.in_use.load(seq_cst);
+//       if (u > lower) control.grant.store(round_up(u, grant_step)) and book that instead.
+//   Either the daemon sees the allocation in `u`, or the client sees the lower grant (the two
+//   seq_cst store/load pairs cannot both miss each other), so no allocation slips past the books.
+//   Grants only grow in reply to a Grow/Attach, so a client never sees a grant it did not ask for
+//   except after re-registration.
+//
+// Rules for this header: it is compiled into libcoloc.so; glibc and standard headers only. The
+// fields every thread reads on a fast path are std::atomic, lock-free, read with relaxed loads
+// except where the rule above says seq_cst.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "coloc/protocol.h"
+
+namespace coloc::pages {
+
+/// Size of each page in bytes (one 4 KiB page; both layouts fit with room to grow).
+inline constexpr size_t kPageSize = 4096;
+/// Device slots per page; a slot index comes from AttachReply / RegisterReply (resume).
+inline constexpr uint32_t kSlots = proto::kMaxDevices;
+/// Page magics and the layout version. Bump kLayoutVersion (and proto::kVersion) on any change.
+inline constexpr uint32_t kControlMagic = 0x50434c43u;  // "CLCP"
+inline constexpr uint32_t kStatsMagic = 0x53434c43u;    // "CLCS"
+inline constexpr uint16_t kLayoutVersion = 1;
+
+/// The launch gate. Only kRun exists in this release; the compute policies add the others.
+enum class GateState : uint32_t {
+  kRun = 0,        ///< launch freely
+  kThrottle = 1,   ///< (later) a local token bucket at the rate the daemon sets
+  kTimeslice = 2,  ///< (later) wait on a futex until this job holds the device
+  kPaused = 3,     ///< (later) wait
+};
+
+/// One device of the control page (one cache line).
+struct alignas(64) ControlSlot {
+  std::atomic<uint32_t> attached;  ///< 0 = unused; 1 = uuid valid (stored with release)
+  uint32_t reserved0;
+  uint8_t uuid[16];                ///< the device (cuDeviceGetUuid)
+  std::atomic<uint64_t> limit;     ///< the job's limit on the device in bytes, proto::kNoLimit = none
+  std::atomic<uint64_t> grant;     ///< bytes granted to this process on the device
+  std::atomic<uint64_t> reservation;  ///< bytes the job holds by admission on the device (informational)
+  uint64_t reserved1;
+};
+
+/// The control page (daemon writes, client reads).
+struct ControlPage {
+  uint32_t magic;            ///< kControlMagic
+  uint16_t layout_version;   ///< kLayoutVersion
+  uint16_t slot_count;       ///< kSlots
+  uint64_t epoch;            ///< RegisterReply::epoch of the daemon that made the page
+  std::atomic<uint32_t> gate;      ///< GateState; the launch fast path reads it (relaxed)
+  std::atomic<uint32_t> gate_seq;  ///< bumped on every gate change (a futex word for later use)
+  std::atomic<uint32_t> priority;  ///< the job's proto::Priority now (coloc set); sent back on re-registration
+  uint8_t reserved[36];
+  ControlSlot slots[kSlots];
+};
+
+/// One device of the stats page (one cache line). All counters only grow, except in_use.
+struct alignas(64) StatsSlot {
+  std::atomic<uint64_t> in_use;             ///< bytes held now (context included); see the fast-path rule
+  std::atomic<uint64_t> peak;               ///< bytes, max of in_use
+  std::atomic<uint64_t> allocs;             ///< successful allocations
+  std::atomic<uint64_t> frees;              ///< frees (tracked and untracked)
+  std::atomic<uint64_t> failures;           ///< allocations that returned CUDA_ERROR_OUT_OF_MEMORY
+  std::atomic<uint64_t> wait_memory_ns;     ///< time allocations spent waiting for a grant
+  std::atomic<uint64_t> wait_admission_ns;  ///< time spent waiting for admission (Attach)
+  std::atomic<uint64_t> launches;           ///< kernel launches (flushed from thread-local counts)
+};
+
+/// The stats page (client writes, daemon reads). The header is written by the daemon before it
+/// sends the page; the client must not change it.
+struct StatsPage {
+  uint32_t magic;           ///< kStatsMagic
+  uint16_t layout_version;  ///< kLayoutVersion
+  uint16_t slot_count;      ///< kSlots
+  uint8_t reserved[56];
+  StatsSlot slots[kSlots];
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "page counters must be lock-free");
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "page words must be lock-free");
+static_assert(sizeof(std::atomic<uint64_t>) == 8 && sizeof(std::atomic<uint32_t>) == 4);
+static_assert(sizeof(ControlSlot) == 64 && sizeof(StatsSlot) == 64);
+static_assert(offsetof(ControlPage, gate) == 16);
+static_assert(offsetof(ControlPage, priority) == 24);
+static_assert(offsetof(ControlPage, slots) == 64);
+static_assert(offsetof(ControlSlot, uuid) == 8);
+static_assert(offsetof(ControlSlot, limit) == 24);
+static_assert(offsetof(ControlSlot, grant) == 32);
+static_assert(offsetof(StatsPage, slots) == 64);
+static_assert(offsetof(StatsSlot, in_use) == 0);
+static_assert(offsetof(StatsSlot, launches) == 56);
+static_assert(sizeof(ControlPage) == 64 + 64 * kSlots && sizeof(ControlPage) <= kPageSize);
+static_assert(sizeof(StatsPage) == 64 + 64 * kSlots && sizeof(StatsPage) <= kPageSize);
+
+}  // namespace coloc::pages

@@ -1,0 +1,904 @@
+// coloc/protocol.h — the wire protocol between colocd and its clients (libcoloc.so inside each
+// job's process, and the coloc CLI). One header, compiled by both sides.
+//
+// Transport
+//   AF_UNIX SOCK_SEQPACKET: every message is exactly one datagram, so a message is never split or
+//   merged. One persistent connection per process. Every message starts with a Header; its `size`
+//   must equal the datagram's length. Integers are host byte order (the socket never leaves the
+//   machine). The daemon takes the peer's pid and uid from SO_PEERCRED, never from a message.
+//
+// Conversation (client side; see docs/ARCHITECTURE.md "Daemon protocol" for the full contract)
+//   Register      -> RegisterReply (+ SCM_RIGHTS: control page fd, stats page fd; see pages.h)
+//   Attach        -> AttachReply   (admission; the reply may be deferred while the job waits)
+//   Grow          -> GrowReply     (may be deferred while the request is parked)
+//   Shrink, DriverOom, Cancel, Goodbye: no reply.
+//   Admin         -> AdminReply, one or more chunks (the CLI; no Register needed)
+//   Error         <- the daemon explains why it is about to close the connection.
+//   Every request that has a reply gets exactly one, echoing the request's `seq`; replies to
+//   parked requests may come in any order. A Cancel of a parked request makes the daemon answer
+//   that request at once (refused, reason kCancelled) unless it was already answered.
+//
+// Versions (kVersion is what this header speaks; the daemon also accepts kMinVersion..kVersion)
+//   Bump kVersion for ANY change to the layout or meaning of an existing message: a field added,
+//   removed, resized, reordered or reinterpreted, a new enum value a peer of the old version could
+//   receive, or a changed rule (e.g. which messages have replies). Adding a new message type that
+//   only a new client sends, or giving meaning to a reserved field whose zero value keeps the old
+//   meaning, also bumps it, so that an old daemon refuses the new client cleanly.
+//   When bumping: keep the previous layout of every changed message as `<Name>V<n>` with a decoder
+//   that upgrades it with documented defaults, set kMinVersion to the oldest version still
+//   accepted, and add a round-trip test for the old layout.
+//   Header and ErrorMsg are frozen for all versions: a peer of any version can read a refusal.
+//   History:
+//     v1  first release.
+//     v2  Register gained wait_timeout_ns and cmdline (the truncated command line for reports).
+//         Every other message is identical in v1 and v2. A v1 Register is upgraded with
+//         wait_timeout_ns = 0 (the daemon's default) and cmdline = "" (reports say "unknown").
+//   A v1 client gets its replies in v1 (header.version = 1); they have the same layout.
+//
+// Validation
+//   decode() checks everything a peer could get wrong: the header, the exact size for the type and
+//   version, enum values, counts, NUL-terminated strings with nothing but zeros after the NUL,
+//   character sets, and that every reserved field and unused array entry is zero. encode() runs
+//   the same checks, so a peer never sends what the other side would refuse.
+//
+// Rules for this header (it is compiled into libcoloc.so, which runs in other people's processes):
+//   glibc and the C++ standard headers only; no exceptions, no allocation, no logging; every
+//   function is noexcept and returns an error value.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace coloc::proto {
+
+/// The version this header speaks, and the oldest one a daemon built from it still accepts.
+inline constexpr uint16_t kVersion = 2;
+inline constexpr uint16_t kMinVersion = 1;
+
+/// First four bytes of every message: "COLC" in memory order on little-endian machines.
+inline constexpr uint32_t kMagic = 0x434c4f43u;
+
+/// Most devices one message (and one page, see pages.h) can describe.
+inline constexpr uint32_t kMaxDevices = 16;
+/// Buffer sizes of fixed strings, including the terminating NUL.
+inline constexpr size_t kJobIdSize = 64;
+inline constexpr size_t kCmdlineSize = 256;
+inline constexpr size_t kErrorTextSize = 200;
+/// The largest datagram either side sends or accepts (an admin reply chunk with its header).
+inline constexpr size_t kMaxMessage = 32768;
+/// "Not known" for a byte count that a client could not measure (e.g. physical free memory).
+inline constexpr uint64_t kUnknown = UINT64_MAX;
+/// "No limit" for a limit field.
+inline constexpr uint64_t kNoLimit = UINT64_MAX;
+
+/// Default socket path; COLOC_SOCKET (environment) or --socket override it.
+inline constexpr const char* kDefaultSocket = "/run/coloc/colocd.sock";
+
+enum class MsgType : uint16_t {
+  // client -> daemon
+  kRegister = 1,
+  kAttach = 2,
+  kGrow = 3,
+  kShrink = 4,
+  kDriverOom = 5,
+  kCancel = 6,
+  kGoodbye = 7,
+  kAdmin = 16,
+  // daemon -> client
+  kRegisterReply = 129,
+  kAttachReply = 130,
+  kGrowReply = 131,
+  kAdminReply = 144,
+  kError = 255,
+};
+
+/// Job priority: admission order, and who loses a broken deadlock.
+enum class Priority : uint8_t { kBestEffort = 0, kNormal = 1, kHigh = 2 };
+/// What a request that does not fit the device does: wait (park) or fail at once.
+enum class OnFull : uint8_t { kWait = 0, kFail = 1 };
+
+/// Outcome of a request that has a reply.
+enum class Outcome : uint32_t { kGranted = 1, kRefused = 2 };
+
+/// Why a request was refused (kNone when granted).
+enum class Reason : uint32_t {
+  kNone = 0,
+  kOwnLimit = 1,        ///< would exceed the job's own limit: never waits
+  kDeviceFull = 2,      ///< the device has no room and the job asked to fail (--on-full fail)
+  kDeadlockBroken = 3,  ///< every job on the device was waiting; this one was chosen to fail
+  kTimeout = 4,         ///< waited the job's wait timeout (COLOC_WAIT_TIMEOUT) without room
+  kCancelled = 5,       ///< the client cancelled the wait (SIGINT/SIGTERM, its own timeout)
+  kUserCap = 6,         ///< over the per-user cap on grants (--max-per-user)
+  kBadRequest = 7,      ///< the request names a slot that is not attached, or similar misuse
+};
+
+/// Why a client cancels a parked request.
+enum class CancelWhy : uint32_t { kSignal = 1, kTimeout = 2, kShutdown = 3 };
+
+/// Register flags.
+inline constexpr uint16_t kRegResume = 1u << 0;  ///< re-registration after a daemon restart (ledger valid)
+
+/// Admin operations (the CLI). Any user may read; kSet is checked against SO_PEERCRED.
+enum class AdminOp : uint32_t { kStatus = 1, kJobs = 2, kSet = 3, kReport = 4 };
+/// AdminMsg::set_fields bits for kSet.
+inline constexpr uint32_t kSetMem = 1u << 0;
+inline constexpr uint32_t kSetPriority = 1u << 1;
+
+/// Admin reply status.
+enum class AdminStatus : uint32_t {
+  kOk = 0,
+  kNotFound = 1,    ///< no such job (or report)
+  kNotAllowed = 2,  ///< the caller may not do this (SO_PEERCRED)
+  kInvalid = 3,     ///< a bad argument
+  kAmbiguous = 4,   ///< the job name matches jobs of several users; name it as uid:job
+  kInternal = 5,    ///< the daemon failed (e.g. could not read a report file)
+};
+/// AdminReplyMsg::flags: more chunks follow.
+inline constexpr uint32_t kAdminMore = 1u << 0;
+/// Largest payload of one AdminReply chunk (bytes of UTF-8 text, not NUL-terminated).
+inline constexpr size_t kAdminChunk = 16384;
+
+/// ErrorMsg::code: why the daemon closes the connection.
+enum class ErrorCode : uint32_t {
+  kVersion = 1,    ///< protocol version not supported (text names both versions)
+  kMalformed = 2,  ///< a message failed decode()
+  kOrder = 3,      ///< a message out of order (e.g. Attach before Register, a second Register)
+  kRefused = 4,    ///< registration refused (text says why)
+  kInternal = 5,   ///< the daemon could not serve the connection
+};
+
+// ---- layouts --------------------------------------------------------------------------------
+// Every struct is trivially copyable with no implicit padding (checked below), so a message is
+// exactly its bytes. Fields named reserved* must be zero.
+
+/// 16 bytes in front of every message. Frozen for all versions.
+struct Header {
+  uint32_t magic;    ///< kMagic
+  uint16_t version;  ///< the sender's protocol version
+  uint16_t type;     ///< MsgType
+  uint32_t size;     ///< total bytes of the message, this header included
+  uint32_t seq;      ///< chosen by the client per request; a reply echoes it
+};
+
+/// A device's identity and what the client measured of it.
+struct DeviceInfo {
+  uint8_t uuid[16];        ///< cuDeviceGetUuid; never all zero
+  uint64_t capacity;       ///< bytes (cuDeviceTotalMem); > 0
+  uint64_t physical_free;  ///< bytes free on the device now (cuMemGetInfo) or kUnknown; <= capacity
+};
+
+/// One device of a process's ledger, sent on re-registration (Register with kRegResume).
+struct LedgerEntry {
+  DeviceInfo device;
+  uint64_t in_use;  ///< bytes this process holds on the device now (everything: context included)
+  uint64_t grant;   ///< bytes the daemon had granted this process (the control page's grant)
+  uint64_t peak;    ///< bytes, this process's peak so far
+  uint64_t limit;   ///< the job's limit as the control page last showed it, or kNoLimit
+  uint64_t reserved;
+};
+
+/// Register, protocol v1 (kept for v1 clients; see the version history above).
+struct RegisterV1 {
+  Header h;
+  uint64_t limit;         ///< requested per-device limit in bytes (also the reservation), kNoLimit = none
+  uint64_t cmdline_hash;  ///< XXH3-64 of /proc/self/cmdline (NUL-separated argv)
+  uint8_t priority;       ///< Priority
+  uint8_t on_full;        ///< OnFull
+  uint16_t flags;         ///< kReg* bits
+  uint32_t n_ledger;      ///< entries of `ledger` in use (kRegResume only, else 0); <= kMaxDevices
+  char job[kJobIdSize];   ///< job id ("" = the process is its own job); see valid_job_id()
+  LedgerEntry ledger[kMaxDevices];  ///< slot i of the previous connection is entry i
+};
+
+/// Register (v2): the first message on a job's connection. Reply: RegisterReply + 2 fds.
+struct RegisterMsg {
+  Header h;
+  uint64_t limit;            ///< as RegisterV1
+  uint64_t cmdline_hash;     ///< as RegisterV1
+  uint64_t wait_timeout_ns;  ///< how long a parked request may wait; 0 = daemon default (300 s)
+  uint8_t priority;          ///< Priority
+  uint8_t on_full;           ///< OnFull
+  uint16_t flags;            ///< kReg* bits
+  uint32_t n_ledger;         ///< as RegisterV1
+  char job[kJobIdSize];      ///< as RegisterV1
+  char cmdline[kCmdlineSize];  ///< argv joined by spaces, truncated, no control characters
+  LedgerEntry ledger[kMaxDevices];
+};
+
+struct RegisterReplyMsg {
+  Header h;
+  uint64_t epoch;       ///< identifies this daemon run; changes on every start
+  uint64_t limit;       ///< the limit the daemon assigned (<= requested), or kNoLimit
+  uint64_t grant_step;  ///< bytes; grants move in multiples of this (default 64 MiB)
+  uint32_t n_slots;     ///< slots already attached (resume: == n_ledger), others come from Attach
+  uint16_t daemon_version;  ///< the daemon's own kVersion (may be newer than h.version)
+  uint16_t reserved0;
+  char job[kJobIdSize];  ///< the job id the daemon filed the process under (derived when "" was sent)
+};
+
+/// One device of an admission request.
+struct AttachDevice {
+  DeviceInfo device;
+  uint64_t request;  ///< bytes needed at once (the context, first allocations); may be 0
+};
+
+/// Attach: admission at the first context. All listed devices are admitted together or not at all.
+/// A device this process already attached is refused with kBadRequest.
+struct AttachMsg {
+  Header h;
+  uint32_t n_devices;  ///< 1..kMaxDevices
+  uint32_t reserved0;
+  AttachDevice devices[kMaxDevices];
+};
+
+/// Where a device of an Attach landed.
+struct SlotGrant {
+  uint32_t slot;  ///< index into the pages' slot arrays
+  uint32_t reserved0;
+  uint64_t grant;  ///< bytes granted to this process on the device
+};
+
+struct AttachReplyMsg {
+  Header h;
+  uint32_t outcome;    ///< Outcome
+  uint32_t reason;     ///< Reason (kNone when granted)
+  uint32_t n_devices;  ///< == the request's n_devices when granted, else 0
+  uint32_t reserved0;
+  uint64_t waited_ns;  ///< time the request spent parked in the daemon (admission wait)
+  SlotGrant devices[kMaxDevices];  ///< in the order of the request
+};
+
+/// Grow: this process needs its grant on `slot` to reach `need` bytes.
+struct GrowMsg {
+  Header h;
+  uint32_t slot;
+  uint32_t reserved0;
+  uint64_t need;           ///< bytes; > the current grant
+  uint64_t in_use;         ///< bytes this process holds on the device now
+  uint64_t physical_free;  ///< bytes free on the device now, or kUnknown
+};
+
+struct GrowReplyMsg {
+  Header h;
+  uint32_t outcome;  ///< Outcome
+  uint32_t reason;   ///< Reason
+  uint32_t slot;
+  uint32_t reserved0;
+  uint64_t grant;      ///< the process's grant on the slot now (>= need when granted)
+  uint64_t limit;      ///< the job's limit now, or kNoLimit
+  uint64_t waited_ns;  ///< time parked in the daemon
+};
+
+/// Shrink: give back grant above `grant` bytes (lazy return of surplus). No reply; the control
+/// page shows the new grant (never below what the stats page says is in use).
+struct ShrinkMsg {
+  Header h;
+  uint32_t slot;
+  uint32_t reserved0;
+  uint64_t grant;   ///< the grant this process wants to keep, bytes
+  uint64_t in_use;  ///< bytes in use now
+};
+
+/// DriverOom: the real driver returned CUDA_ERROR_OUT_OF_MEMORY for an allocation that fit the
+/// grant. The books missed something; the daemon logs and counts it and re-reads the device.
+struct DriverOomMsg {
+  Header h;
+  uint32_t slot;
+  uint32_t reserved0;
+  uint64_t request;        ///< bytes the failed allocation asked for
+  uint64_t in_use;         ///< bytes this process holds on the device
+  uint64_t physical_free;  ///< bytes free on the device right after the failure, or kUnknown
+};
+
+/// Cancel: abandon the parked request with seq `target_seq`.
+struct CancelMsg {
+  Header h;
+  uint32_t target_seq;
+  uint32_t why;  ///< CancelWhy
+};
+
+/// Goodbye: the process is exiting (from an on_exit handler).
+struct GoodbyeMsg {
+  Header h;
+  int32_t exit_status;  ///< the value passed to exit(); valid when has_status == 1
+  uint32_t has_status;  ///< 0 or 1
+};
+
+/// Admin: a CLI request. No Register needed; the uid comes from SO_PEERCRED.
+struct AdminMsg {
+  Header h;
+  uint32_t op;          ///< AdminOp
+  uint32_t set_fields;  ///< kSet: kSetMem | kSetPriority, at least one; else 0
+  uint64_t mem;         ///< kSet with kSetMem: the new limit in bytes (> 0); else 0
+  uint8_t priority;     ///< kSet with kSetPriority: Priority; else 0
+  uint8_t reserved0[7];
+  char job[kJobIdSize];  ///< kSet, kReport: "job" or "uid:job"; else ""
+};
+
+/// AdminReply: one chunk of the answer (JSON text on success, a message on failure), followed
+/// by `length` bytes of payload in the same datagram.
+struct AdminReplyMsg {
+  Header h;
+  uint32_t status;  ///< AdminStatus (the same on every chunk)
+  uint32_t flags;   ///< kAdminMore when another chunk follows
+  uint32_t length;  ///< payload bytes after this struct; <= kAdminChunk
+  uint32_t reserved0;
+};
+
+/// Error: sent before the daemon closes a connection. Frozen for all versions.
+struct ErrorMsg {
+  Header h;
+  uint32_t code;         ///< ErrorCode
+  uint16_t min_version;  ///< the versions the daemon accepts
+  uint16_t max_version;
+  char text[kErrorTextSize];  ///< a sentence for people (printable ASCII, NUL-terminated)
+};
+
+#define COLOC_PROTO_LAYOUT(T, bytes)                                 \
+  static_assert(std::is_trivially_copyable_v<T>, #T);                \
+  static_assert(std::has_unique_object_representations_v<T>, #T " has padding"); \
+  static_assert(sizeof(T) == (bytes), #T " size changed: bump kVersion")
+COLOC_PROTO_LAYOUT(Header, 16);
+COLOC_PROTO_LAYOUT(DeviceInfo, 32);
+COLOC_PROTO_LAYOUT(LedgerEntry, 72);
+COLOC_PROTO_LAYOUT(RegisterV1, 1256);
+COLOC_PROTO_LAYOUT(RegisterMsg, 1520);
+COLOC_PROTO_LAYOUT(RegisterReplyMsg, 112);
+COLOC_PROTO_LAYOUT(AttachDevice, 40);
+COLOC_PROTO_LAYOUT(AttachMsg, 664);
+COLOC_PROTO_LAYOUT(SlotGrant, 16);
+COLOC_PROTO_LAYOUT(AttachReplyMsg, 296);
+COLOC_PROTO_LAYOUT(GrowMsg, 48);
+COLOC_PROTO_LAYOUT(GrowReplyMsg, 56);
+COLOC_PROTO_LAYOUT(ShrinkMsg, 40);
+COLOC_PROTO_LAYOUT(DriverOomMsg, 48);
+COLOC_PROTO_LAYOUT(CancelMsg, 24);
+COLOC_PROTO_LAYOUT(GoodbyeMsg, 24);
+COLOC_PROTO_LAYOUT(AdminMsg, 104);
+COLOC_PROTO_LAYOUT(AdminReplyMsg, 32);
+COLOC_PROTO_LAYOUT(ErrorMsg, 224);
+#undef COLOC_PROTO_LAYOUT
+static_assert(sizeof(AdminReplyMsg) + kAdminChunk <= kMaxMessage);
+static_assert(sizeof(RegisterMsg) <= kMaxMessage);
+
+// ---- errors ---------------------------------------------------------------------------------
+
+/// Why decode() or encode() rejected a message.
+enum class Error : uint8_t {
+  kNone = 0,
+  kShort,         ///< fewer bytes than a header, or than the type needs
+  kTooLong,       ///< more bytes than the type has, or than kMaxMessage
+  kBadMagic,
+  kBadVersion,    ///< outside kMinVersion..kVersion
+  kBadType,       ///< unknown type, or a type the receiver never receives
+  kSizeMismatch,  ///< header.size differs from the datagram length
+  kBadEnum,       ///< an enum field holds an unknown value
+  kBadString,     ///< no NUL, bytes after the NUL, or a forbidden character
+  kReserved,      ///< a reserved field or unused entry is not zero
+  kBadCount,      ///< a count out of range
+  kBadValue,      ///< a value out of range (zero uuid, free > capacity, slot out of range, ...)
+  kNoSpace,       ///< encode(): the buffer is too small
+};
+
+/// A short static description of `e` (never NULL).
+inline const char* error_name(Error e) noexcept {
+  switch (e) {
+    case Error::kNone: return "ok";
+    case Error::kShort: return "message too short";
+    case Error::kTooLong: return "message too long";
+    case Error::kBadMagic: return "bad magic";
+    case Error::kBadVersion: return "unsupported protocol version";
+    case Error::kBadType: return "unknown or unexpected message type";
+    case Error::kSizeMismatch: return "header size differs from the datagram length";
+    case Error::kBadEnum: return "enum field out of range";
+    case Error::kBadString: return "malformed string field";
+    case Error::kReserved: return "reserved field not zero";
+    case Error::kBadCount: return "count out of range";
+    case Error::kBadValue: return "field value out of range";
+    case Error::kNoSpace: return "buffer too small";
+  }
+  return "unknown error";
+}
+
+/// Result of decode()/encode(): `error` plus, on failure, `field` naming what was wrong (a static
+/// string such as "Attach.devices[2].device.uuid"), for the daemon's log.
+struct Status {
+  Error error = Error::kNone;
+  const char* field = "";
+  constexpr explicit operator bool() const noexcept { return error == Error::kNone; }
+};
+
+/// Names for logs and reports. Never NULL; "?" for values outside the enum.
+inline const char* type_name(uint16_t t) noexcept {
+  switch (MsgType(t)) {
+    case MsgType::kRegister: return "Register";
+    case MsgType::kAttach: return "Attach";
+    case MsgType::kGrow: return "Grow";
+    case MsgType::kShrink: return "Shrink";
+    case MsgType::kDriverOom: return "DriverOom";
+    case MsgType::kCancel: return "Cancel";
+    case MsgType::kGoodbye: return "Goodbye";
+    case MsgType::kAdmin: return "Admin";
+    case MsgType::kRegisterReply: return "RegisterReply";
+    case MsgType::kAttachReply: return "AttachReply";
+    case MsgType::kGrowReply: return "GrowReply";
+    case MsgType::kAdminReply: return "AdminReply";
+    case MsgType::kError: return "Error";
+  }
+  return "?";
+}
+inline const char* reason_name(Reason r) noexcept {
+  switch (r) {
+    case Reason::kNone: return "none";
+    case Reason::kOwnLimit: return "own-limit";
+    case Reason::kDeviceFull: return "device-full";
+    case Reason::kDeadlockBroken: return "deadlock-broken";
+    case Reason::kTimeout: return "timeout";
+    case Reason::kCancelled: return "cancelled";
+    case Reason::kUserCap: return "user-cap";
+    case Reason::kBadRequest: return "bad-request";
+  }
+  return "?";
+}
+inline const char* priority_name(Priority p) noexcept {
+  switch (p) {
+    case Priority::kBestEffort: return "best-effort";
+    case Priority::kNormal: return "normal";
+    case Priority::kHigh: return "high";
+  }
+  return "?";
+}
+/// Parses "high", "normal", "best-effort" into `out`; false for anything else.
+inline bool parse_priority(const char* s, Priority* out) noexcept {
+  if (!s) return false;
+  if (std::strcmp(s, "high") == 0) { *out = Priority::kHigh; return true; }
+  if (std::strcmp(s, "normal") == 0) { *out = Priority::kNormal; return true; }
+  if (std::strcmp(s, "best-effort") == 0) { *out = Priority::kBestEffort; return true; }
+  return false;
+}
+
+// ---- field checks ---------------------------------------------------------------------------
+
+namespace detail {
+
+template <size_t N>
+constexpr bool all_zero(const uint8_t (&b)[N]) noexcept {
+  for (size_t i = 0; i < N; ++i)
+    if (b[i] != 0) return false;
+  return true;
+}
+inline bool bytes_zero(const void* p, size_t n) noexcept {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i)
+    if (b[i] != 0) return false;
+  return true;
+}
+
+/// Character classes of string fields.
+enum class Charset { kJobId, kText };
+inline bool char_ok(unsigned char c, Charset cs) noexcept {
+  if (cs == Charset::kJobId) return c > 0x20 && c < 0x7f && c != '/' && c != '\\';
+  return c >= 0x20 && c != 0x7f;  // text: printable ASCII and any UTF-8 byte
+}
+
+/// A fixed char array holds a NUL-terminated string of allowed characters and zeros after it.
+template <size_t N>
+inline bool string_ok(const char (&s)[N], Charset cs) noexcept {
+  size_t i = 0;
+  for (; i < N && s[i] != '\0'; ++i)
+    if (!char_ok(static_cast<unsigned char>(s[i]), cs)) return false;
+  if (i == N) return false;  // no terminator
+  for (; i < N; ++i)
+    if (s[i] != '\0') return false;
+  return true;
+}
+
+inline Status fail(Error e, const char* field) noexcept { return Status{e, field}; }
+
+inline Status check_device(const DeviceInfo& d, const char* f_uuid, const char* f_cap,
+                           const char* f_free) noexcept {
+  if (all_zero(d.uuid)) return fail(Error::kBadValue, f_uuid);
+  if (d.capacity == 0 || d.capacity == kUnknown) return fail(Error::kBadValue, f_cap);
+  if (d.physical_free != kUnknown && d.physical_free > d.capacity) return fail(Error::kBadValue, f_free);
+  return {};
+}
+
+inline Status check_ledger(const LedgerEntry* ledger, uint32_t n, uint16_t flags) noexcept {
+  if (n > kMaxDevices) return fail(Error::kBadCount, "Register.n_ledger");
+  if (!(flags & kRegResume) && n != 0) return fail(Error::kBadCount, "Register.n_ledger");
+  for (uint32_t i = 0; i < kMaxDevices; ++i) {
+    const LedgerEntry& e = ledger[i];
+    if (i >= n) {
+      if (!bytes_zero(&e, sizeof e)) return fail(Error::kReserved, "Register.ledger (unused entry)");
+      continue;
+    }
+    if (Status s = check_device(e.device, "Register.ledger.device.uuid", "Register.ledger.device.capacity",
+                                "Register.ledger.device.physical_free");
+        !s)
+      return s;
+    if (e.reserved != 0) return fail(Error::kReserved, "Register.ledger.reserved");
+    if (e.limit == 0) return fail(Error::kBadValue, "Register.ledger.limit");
+    if (e.peak < e.in_use) return fail(Error::kBadValue, "Register.ledger.peak");
+    for (uint32_t j = 0; j < i; ++j)
+      if (std::memcmp(ledger[j].device.uuid, e.device.uuid, 16) == 0)
+        return fail(Error::kBadValue, "Register.ledger (duplicate device)");
+  }
+  return {};
+}
+
+inline Status check_common_register(uint64_t limit, uint8_t priority, uint8_t on_full, uint16_t flags,
+                                    const char (&job)[kJobIdSize]) noexcept {
+  if (limit == 0) return fail(Error::kBadValue, "Register.limit");
+  if (priority > uint8_t(Priority::kHigh)) return fail(Error::kBadEnum, "Register.priority");
+  if (on_full > uint8_t(OnFull::kFail)) return fail(Error::kBadEnum, "Register.on_full");
+  if (flags & ~kRegResume) return fail(Error::kReserved, "Register.flags");
+  if (!string_ok(job, Charset::kJobId)) return fail(Error::kBadString, "Register.job");
+  return {};
+}
+
+inline bool outcome_ok(uint32_t o) noexcept { return o == uint32_t(Outcome::kGranted) || o == uint32_t(Outcome::kRefused); }
+inline bool reason_ok(uint32_t r) noexcept { return r <= uint32_t(Reason::kBadRequest); }
+inline Status check_outcome(uint32_t outcome, uint32_t reason, const char* f_outcome, const char* f_reason) noexcept {
+  if (!outcome_ok(outcome)) return fail(Error::kBadEnum, f_outcome);
+  if (!reason_ok(reason)) return fail(Error::kBadEnum, f_reason);
+  // granted <=> no reason
+  if ((outcome == uint32_t(Outcome::kGranted)) != (reason == uint32_t(Reason::kNone)))
+    return fail(Error::kBadValue, f_reason);
+  return {};
+}
+
+}  // namespace detail
+
+/// True when `s` (NUL-terminated, may be NULL) is a valid job id: at most kJobIdSize-1 bytes of
+/// printable ASCII without spaces, '/' or '\\'. The empty string is valid (the daemon derives one).
+inline bool valid_job_id(const char* s) noexcept {
+  if (!s) return false;
+  size_t n = 0;
+  for (; s[n] != '\0'; ++n) {
+    if (n + 1 >= kJobIdSize) return false;
+    if (!detail::char_ok(static_cast<unsigned char>(s[n]), detail::Charset::kJobId)) return false;
+  }
+  return true;
+}
+
+// ---- per-message validation (the body, after the header has been checked) -------------------
+
+inline Status validate(const RegisterMsg& m) noexcept {
+  if (Status s = detail::check_common_register(m.limit, m.priority, m.on_full, m.flags, m.job); !s) return s;
+  if (!detail::string_ok(m.cmdline, detail::Charset::kText)) return detail::fail(Error::kBadString, "Register.cmdline");
+  return detail::check_ledger(m.ledger, m.n_ledger, m.flags);
+}
+inline Status validate(const RegisterV1& m) noexcept {
+  if (Status s = detail::check_common_register(m.limit, m.priority, m.on_full, m.flags, m.job); !s) return s;
+  return detail::check_ledger(m.ledger, m.n_ledger, m.flags);
+}
+inline Status validate(const RegisterReplyMsg& m) noexcept {
+  if (m.limit == 0) return detail::fail(Error::kBadValue, "RegisterReply.limit");
+  if (m.grant_step == 0) return detail::fail(Error::kBadValue, "RegisterReply.grant_step");
+  if (m.n_slots > kMaxDevices) return detail::fail(Error::kBadCount, "RegisterReply.n_slots");
+  if (m.daemon_version < kMinVersion) return detail::fail(Error::kBadValue, "RegisterReply.daemon_version");
+  if (m.reserved0 != 0) return detail::fail(Error::kReserved, "RegisterReply.reserved0");
+  if (!detail::string_ok(m.job, detail::Charset::kJobId) || m.job[0] == '\0')
+    return detail::fail(Error::kBadString, "RegisterReply.job");
+  return {};
+}
+inline Status validate(const AttachMsg& m) noexcept {
+  if (m.n_devices == 0 || m.n_devices > kMaxDevices) return detail::fail(Error::kBadCount, "Attach.n_devices");
+  if (m.reserved0 != 0) return detail::fail(Error::kReserved, "Attach.reserved0");
+  for (uint32_t i = 0; i < kMaxDevices; ++i) {
+    const AttachDevice& d = m.devices[i];
+    if (i >= m.n_devices) {
+      if (!detail::bytes_zero(&d, sizeof d)) return detail::fail(Error::kReserved, "Attach.devices (unused entry)");
+      continue;
+    }
+    if (Status s = detail::check_device(d.device, "Attach.devices.device.uuid", "Attach.devices.device.capacity",
+                                        "Attach.devices.device.physical_free");
+        !s)
+      return s;
+    if (d.request > d.device.capacity) return detail::fail(Error::kBadValue, "Attach.devices.request");
+    for (uint32_t j = 0; j < i; ++j)
+      if (std::memcmp(m.devices[j].device.uuid, d.device.uuid, 16) == 0)
+        return detail::fail(Error::kBadValue, "Attach.devices (duplicate device)");
+  }
+  return {};
+}
+inline Status validate(const AttachReplyMsg& m) noexcept {
+  if (Status s = detail::check_outcome(m.outcome, m.reason, "AttachReply.outcome", "AttachReply.reason"); !s) return s;
+  if (m.reserved0 != 0) return detail::fail(Error::kReserved, "AttachReply.reserved0");
+  bool granted = m.outcome == uint32_t(Outcome::kGranted);
+  if (granted ? (m.n_devices == 0 || m.n_devices > kMaxDevices) : m.n_devices != 0)
+    return detail::fail(Error::kBadCount, "AttachReply.n_devices");
+  for (uint32_t i = 0; i < kMaxDevices; ++i) {
+    const SlotGrant& g = m.devices[i];
+    if (i >= m.n_devices) {
+      if (!detail::bytes_zero(&g, sizeof g)) return detail::fail(Error::kReserved, "AttachReply.devices (unused entry)");
+      continue;
+    }
+    if (g.slot >= kMaxDevices) return detail::fail(Error::kBadValue, "AttachReply.devices.slot");
+    if (g.reserved0 != 0) return detail::fail(Error::kReserved, "AttachReply.devices.reserved0");
+  }
+  return {};
+}
+inline Status validate(const GrowMsg& m) noexcept {
+  if (m.slot >= kMaxDevices) return detail::fail(Error::kBadValue, "Grow.slot");
+  if (m.reserved0 != 0) return detail::fail(Error::kReserved, "Grow.reserved0");
+  if (m.need == 0 || m.need == kUnknown) return detail::fail(Error::kBadValue, "Grow.need");
+  if (m.in_use == kUnknown) return detail::fail(Error::kBadValue, "Grow.in_use");
+  return {};
+}
+inline Status validate(const GrowReplyMsg& m) noexcept {
+  if (Status s = detail::check_outcome(m.outcome, m.reason, "GrowReply.outcome", "GrowReply.reason"); !s) return s;
+  if (m.slot >= kMaxDevices) return detail::fail(Error::kBadValue, "GrowReply.slot");
+  if (m.reserved0 != 0) return detail::fail(Error::kReserved, "GrowReply.reserved0");
+  if (m.limit == 0) return detail::fail(Error::kBadValue, "GrowReply.limit");
+  return {};
+}
+inline Status validate(const ShrinkMsg& m) noexcept {
+  if (m.slot >= kMaxDevices) return detail::fail(Error::kBadValue, "Shrink.slot");
+  if (m.reserved0 != 0) return detail::fail(Error::kReserved, "Shrink.reserved0");
+  if (m.in_use == kUnknown || m.grant == kUnknown) return detail::fail(Error::kBadValue, "Shrink.grant");
+  return {};
+}
+inline Status validate(const DriverOomMsg& m) noexcept {
+  if (m.slot >= kMaxDevices) return detail::fail(Error::kBadValue, "DriverOom.slot");
+  if (m.reserved0 != 0) return detail::fail(Error::kReserved, "DriverOom.reserved0");
+  if (m.in_use == kUnknown) return detail::fail(Error::kBadValue, "DriverOom.in_use");
+  return {};
+}
+inline Status validate(const CancelMsg& m) noexcept {
+  if (m.why < uint32_t(CancelWhy::kSignal) || m.why > uint32_t(CancelWhy::kShutdown))
+    return detail::fail(Error::kBadEnum, "Cancel.why");
+  return {};
+}
+inline Status validate(const GoodbyeMsg& m) noexcept {
+  if (m.has_status > 1) return detail::fail(Error::kBadValue, "Goodbye.has_status");
+  if (!m.has_status && m.exit_status != 0) return detail::fail(Error::kReserved, "Goodbye.exit_status");
+  return {};
+}
+inline Status validate(const AdminMsg& m) noexcept {
+  if (m.op < uint32_t(AdminOp::kStatus) || m.op > uint32_t(AdminOp::kReport)) return detail::fail(Error::kBadEnum, "Admin.op");
+  if (!detail::all_zero(m.reserved0)) return detail::fail(Error::kReserved, "Admin.reserved0");
+  if (!detail::string_ok(m.job, detail::Charset::kJobId)) return detail::fail(Error::kBadString, "Admin.job");
+  bool is_set = m.op == uint32_t(AdminOp::kSet);
+  bool needs_job = is_set || m.op == uint32_t(AdminOp::kReport);
+  if (needs_job != (m.job[0] != '\0')) return detail::fail(Error::kBadString, "Admin.job");
+  if (!is_set) {
+    if (m.set_fields != 0 || m.mem != 0 || m.priority != 0) return detail::fail(Error::kReserved, "Admin.set_fields");
+    return {};
+  }
+  if (m.set_fields == 0 || (m.set_fields & ~(kSetMem | kSetPriority))) return detail::fail(Error::kBadValue, "Admin.set_fields");
+  if ((m.set_fields & kSetMem) ? (m.mem == 0) : (m.mem != 0)) return detail::fail(Error::kBadValue, "Admin.mem");
+  if (m.set_fields & kSetPriority) {
+    if (m.priority > uint8_t(Priority::kHigh)) return detail::fail(Error::kBadEnum, "Admin.priority");
+  } else if (m.priority != 0) {
+    return detail::fail(Error::kReserved, "Admin.priority");
+  }
+  return {};
+}
+inline Status validate(const AdminReplyMsg& m) noexcept {
+  if (m.status > uint32_t(AdminStatus::kInternal)) return detail::fail(Error::kBadEnum, "AdminReply.status");
+  if (m.flags & ~kAdminMore) return detail::fail(Error::kReserved, "AdminReply.flags");
+  if (m.length > kAdminChunk) return detail::fail(Error::kBadValue, "AdminReply.length");
+  if (m.reserved0 != 0) return detail::fail(Error::kReserved, "AdminReply.reserved0");
+  return {};
+}
+inline Status validate(const ErrorMsg& m) noexcept {
+  if (m.code < uint32_t(ErrorCode::kVersion) || m.code > uint32_t(ErrorCode::kInternal))
+    return detail::fail(Error::kBadEnum, "Error.code");
+  if (!detail::string_ok(m.text, detail::Charset::kText)) return detail::fail(Error::kBadString, "Error.text");
+  return {};
+}
+
+// ---- type traits: which struct is which message ---------------------------------------------
+
+template <class T> struct MsgTraits;
+#define COLOC_PROTO_TRAIT(T, ty) \
+  template <> struct MsgTraits<T> { static constexpr MsgType kType = MsgType::ty; }
+COLOC_PROTO_TRAIT(RegisterMsg, kRegister);
+COLOC_PROTO_TRAIT(RegisterReplyMsg, kRegisterReply);
+COLOC_PROTO_TRAIT(AttachMsg, kAttach);
+COLOC_PROTO_TRAIT(AttachReplyMsg, kAttachReply);
+COLOC_PROTO_TRAIT(GrowMsg, kGrow);
+COLOC_PROTO_TRAIT(GrowReplyMsg, kGrowReply);
+COLOC_PROTO_TRAIT(ShrinkMsg, kShrink);
+COLOC_PROTO_TRAIT(DriverOomMsg, kDriverOom);
+COLOC_PROTO_TRAIT(CancelMsg, kCancel);
+COLOC_PROTO_TRAIT(GoodbyeMsg, kGoodbye);
+COLOC_PROTO_TRAIT(AdminMsg, kAdmin);
+COLOC_PROTO_TRAIT(ErrorMsg, kError);
+#undef COLOC_PROTO_TRAIT
+
+// ---- decode ---------------------------------------------------------------------------------
+
+/// Which side is decoding: a daemon accepts only client -> daemon types, a client only replies.
+enum class Receiver : uint8_t { kDaemon, kClient };
+
+/// A decoded message: the header as received and the body in the current (v2) layout. A v1
+/// Register arrives here upgraded (see the version history). For AdminReply, `payload` points
+/// into the caller's buffer (valid as long as it is) and `payload_len` is its length.
+struct Message {
+  Header h{};
+  union Body {
+    RegisterMsg reg;
+    RegisterReplyMsg register_reply;
+    AttachMsg attach;
+    AttachReplyMsg attach_reply;
+    GrowMsg grow;
+    GrowReplyMsg grow_reply;
+    ShrinkMsg shrink;
+    DriverOomMsg driver_oom;
+    CancelMsg cancel;
+    GoodbyeMsg goodbye;
+    AdminMsg admin;
+    AdminReplyMsg admin_reply;
+    ErrorMsg error;
+  } body;
+  const char* payload = nullptr;
+  uint32_t payload_len = 0;
+
+  Message() noexcept { std::memset(&body, 0, sizeof body); }
+  MsgType type() const noexcept { return MsgType(h.type); }
+};
+
+/// Reads the header of `data` (len bytes) without judging the body. Errors: kShort, kTooLong,
+/// kBadMagic, kSizeMismatch. kBadVersion when the version is outside kMinVersion..kVersion;
+/// `*out` is filled even then, so the daemon can name the peer's version in its refusal.
+inline Status decode_header(const void* data, size_t len, Header* out) noexcept {
+  if (len < sizeof(Header)) return detail::fail(Error::kShort, "Header");
+  if (len > kMaxMessage) return detail::fail(Error::kTooLong, "Header");
+  std::memcpy(out, data, sizeof(Header));
+  if (out->magic != kMagic) return detail::fail(Error::kBadMagic, "Header.magic");
+  if (out->size != len) return detail::fail(Error::kSizeMismatch, "Header.size");
+  if (out->version < kMinVersion || out->version > kVersion) return detail::fail(Error::kBadVersion, "Header.version");
+  return {};
+}
+
+namespace detail {
+template <class T>
+inline Status take(const void* data, size_t len, T* out) noexcept {
+  if (len < sizeof(T)) return fail(Error::kShort, type_name(uint16_t(MsgTraits<T>::kType)));
+  if (len > sizeof(T)) return fail(Error::kTooLong, type_name(uint16_t(MsgTraits<T>::kType)));
+  std::memcpy(out, data, sizeof(T));
+  return validate(*out);
+}
+}  // namespace detail
+
+/// Decodes one datagram into `*out`. Checks everything listed under "Validation" above; on
+/// failure `*out` holds no meaningful body. Never reads beyond `len`, never allocates or throws.
+inline Status decode(const void* data, size_t len, Receiver who, Message* out) noexcept {
+  Status s = decode_header(data, len, &out->h);
+  if (!s) {
+    // An Error message is readable at any version (it says why we are refused).
+    if (s.error != Error::kBadVersion || who != Receiver::kClient || out->h.type != uint16_t(MsgType::kError)) return s;
+  }
+  out->payload = nullptr;
+  out->payload_len = 0;
+  const uint16_t t = out->h.type;
+  const bool daemon_side = who == Receiver::kDaemon;
+  switch (MsgType(t)) {
+    case MsgType::kRegister:
+      if (!daemon_side) break;
+      if (out->h.version == 1) {
+        RegisterV1 v1;
+        if (len < sizeof v1) return detail::fail(Error::kShort, "Register(v1)");
+        if (len > sizeof v1) return detail::fail(Error::kTooLong, "Register(v1)");
+        std::memcpy(&v1, data, sizeof v1);
+        if (Status vs = validate(v1); !vs) return vs;
+        RegisterMsg& r = out->body.reg;
+        std::memset(&r, 0, sizeof r);
+        r.h = v1.h;
+        r.limit = v1.limit;
+        r.cmdline_hash = v1.cmdline_hash;
+        r.wait_timeout_ns = 0;  // the daemon's default
+        r.priority = v1.priority;
+        r.on_full = v1.on_full;
+        r.flags = v1.flags;
+        r.n_ledger = v1.n_ledger;
+        std::memcpy(r.job, v1.job, sizeof r.job);
+        std::memcpy(r.ledger, v1.ledger, sizeof r.ledger);
+        return {};
+      }
+      return detail::take(data, len, &out->body.reg);
+    case MsgType::kAttach: if (!daemon_side) break; return detail::take(data, len, &out->body.attach);
+    case MsgType::kGrow: if (!daemon_side) break; return detail::take(data, len, &out->body.grow);
+    case MsgType::kShrink: if (!daemon_side) break; return detail::take(data, len, &out->body.shrink);
+    case MsgType::kDriverOom: if (!daemon_side) break; return detail::take(data, len, &out->body.driver_oom);
+    case MsgType::kCancel: if (!daemon_side) break; return detail::take(data, len, &out->body.cancel);
+    case MsgType::kGoodbye: if (!daemon_side) break; return detail::take(data, len, &out->body.goodbye);
+    case MsgType::kAdmin: if (!daemon_side) break; return detail::take(data, len, &out->body.admin);
+    case MsgType::kRegisterReply: if (daemon_side) break; return detail::take(data, len, &out->body.register_reply);
+    case MsgType::kAttachReply: if (daemon_side) break; return detail::take(data, len, &out->body.attach_reply);
+    case MsgType::kGrowReply: if (daemon_side) break; return detail::take(data, len, &out->body.grow_reply);
+    case MsgType::kError: if (daemon_side) break; return detail::take(data, len, &out->body.error);
+    case MsgType::kAdminReply: {
+      if (daemon_side) break;
+      if (len < sizeof(AdminReplyMsg)) return detail::fail(Error::kShort, "AdminReply");
+      std::memcpy(&out->body.admin_reply, data, sizeof(AdminReplyMsg));
+      if (Status vs = validate(out->body.admin_reply); !vs) return vs;
+      if (len != sizeof(AdminReplyMsg) + out->body.admin_reply.length) return detail::fail(Error::kSizeMismatch, "AdminReply.length");
+      out->payload = static_cast<const char*>(data) + sizeof(AdminReplyMsg);
+      out->payload_len = out->body.admin_reply.length;
+      return {};
+    }
+  }
+  return detail::fail(Error::kBadType, "Header.type");
+}
+
+// ---- encode ---------------------------------------------------------------------------------
+
+/// Result of encode(): the datagram length, or 0 with `status` saying why.
+struct Encoded {
+  size_t size = 0;
+  Status status;
+};
+
+/// Writes `msg` with a filled-in header (magic, `version`, type, size, `seq`) into `buf` (cap
+/// bytes). The body is validated first; `msg.h` is ignored. `version` must be in
+/// kMinVersion..kVersion; a Register at version 1 is written in the RegisterV1 layout, dropping
+/// wait_timeout_ns and cmdline.
+template <class T>
+inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_t version = kVersion) noexcept {
+  Encoded r;
+  if (version < kMinVersion || version > kVersion) { r.status = detail::fail(Error::kBadVersion, "version"); return r; }
+  T copy = msg;
+  copy.h = Header{kMagic, version, uint16_t(MsgTraits<T>::kType), uint32_t(sizeof(T)), seq};
+  if (Status s = validate(copy); !s) { r.status = s; return r; }
+  if constexpr (std::is_same_v<T, RegisterMsg>) {
+    if (version == 1) {
+      RegisterV1 v1;
+      std::memset(&v1, 0, sizeof v1);
+      v1.h = copy.h;
+      v1.h.size = uint32_t(sizeof v1);
+      v1.limit = copy.limit;
+      v1.cmdline_hash = copy.cmdline_hash;
+      v1.priority = copy.priority;
+      v1.on_full = copy.on_full;
+      v1.flags = copy.flags;
+      v1.n_ledger = copy.n_ledger;
+      std::memcpy(v1.job, copy.job, sizeof v1.job);
+      std::memcpy(v1.ledger, copy.ledger, sizeof v1.ledger);
+      if (cap < sizeof v1) { r.status = detail::fail(Error::kNoSpace, "buffer"); return r; }
+      std::memcpy(buf, &v1, sizeof v1);
+      r.size = sizeof v1;
+      return r;
+    }
+  }
+  if (cap < sizeof(T)) { r.status = detail::fail(Error::kNoSpace, "buffer"); return r; }
+  std::memcpy(buf, &copy, sizeof(T));
+  r.size = sizeof(T);
+  return r;
+}
+
+/// Writes one AdminReply chunk: the header struct followed by `len` payload bytes (len <=
+/// kAdminChunk). `reply.length` is set from `len`.
+inline Encoded encode_admin_reply(AdminReplyMsg reply, const char* payload, size_t len, uint32_t seq, void* buf,
+                                  size_t cap, uint16_t version = kVersion) noexcept {
+  Encoded r;
+  if (version < kMinVersion || version > kVersion) { r.status = detail::fail(Error::kBadVersion, "version"); return r; }
+  if (len > kAdminChunk) { r.status = detail::fail(Error::kBadValue, "AdminReply.length"); return r; }
+  reply.length = uint32_t(len);
+  reply.h = Header{kMagic, version, uint16_t(MsgType::kAdminReply), uint32_t(sizeof reply + len), seq};
+  if (Status s = validate(reply); !s) { r.status = s; return r; }
+  if (cap < sizeof reply + len) { r.status = detail::fail(Error::kNoSpace, "buffer"); return r; }
+  std::memcpy(buf, &reply, sizeof reply);
+  if (len) std::memcpy(static_cast<char*>(buf) + sizeof reply, payload, len);
+  r.size = sizeof reply + len;
+  return r;
+}
+
+/// Copies the NUL-terminated `src` into the fixed field `dst` (zero-filling the rest), cutting
+/// it to fit; returns false if it had to cut.
+template <size_t N>
+inline bool set_string(char (&dst)[N], const char* src) noexcept {
+  std::memset(dst, 0, N);
+  if (!src) return true;
+  size_t n = std::strlen(src);
+  bool fits = n < N;
+  if (!fits) n = N - 1;
+  std::memcpy(dst, src, n);
+  return fits;
+}
+
+}  // namespace coloc::proto

@@ -1,0 +1,607 @@
+// The memory broker's decisions, with a fake clock and pages in ordinary memory.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <random>
+#include <set>
+
+#include "broker/broker.h"
+#include "broker/priority_fifo_policy.h"
+#include "util/log.h"
+
+using namespace coloc::broker;
+using coloc::proto::OnFull;
+using coloc::proto::Priority;
+using coloc::proto::Reason;
+
+namespace {
+
+constexpr Bytes MiB = 1ull << 20;
+constexpr Bytes GiB = 1ull << 30;
+constexpr Nanos kSec = 1'000'000'000;
+
+Uuid gpu(uint8_t n) {
+  Uuid u;
+  u.bytes.fill(0xA0);
+  u.bytes[15] = n;
+  return u;
+}
+
+/// A broker with a fake clock, and clients whose pages live in ordinary memory.
+struct Bench {
+  PriorityFifoPolicy policy;
+  Broker broker;
+  Nanos now = 1000 * kSec;
+  uint32_t next_seq = 1;
+  struct Pages {
+    std::unique_ptr<coloc::pages::ControlPage> control = std::make_unique<coloc::pages::ControlPage>();
+    std::unique_ptr<coloc::pages::StatsPage> stats = std::make_unique<coloc::pages::StatsPage>();
+  };
+  std::map<ClientId, Pages> pages;
+  std::vector<Reply> replies;
+  std::vector<Event> events;
+
+  explicit Bench(BrokerConfig cfg = no_headroom()) : broker(cfg, policy) { coloc::log::set_level("off"); }
+
+  static BrokerConfig no_headroom() {
+    BrokerConfig c;
+    c.headroom_bytes = 0;
+    return c;
+  }
+
+  ClientId add(const std::string& job, Bytes limit = kNoLimit, Priority prio = Priority::kNormal,
+               OnFull on_full = OnFull::kWait, uint32_t uid = 1000, uint64_t age = 0) {
+    ClientSpec s;
+    s.uid = uid;
+    s.pid = 4242;
+    s.job_id = job;
+    s.priority = prio;
+    s.on_full = on_full;
+    s.limit = limit;
+    s.age = age ? age : now;
+    Pages p;
+    ClientId id = broker.add_client(s, p.control.get(), p.stats.get(), now);
+    pages.emplace(id, std::move(p));
+    collect();
+    return id;
+  }
+
+  void collect() {
+    for (auto& r : broker.take_replies()) replies.push_back(std::move(r));
+    for (auto& e : broker.take_events()) events.push_back(std::move(e));
+    REQUIRE(broker.audit() == "");
+  }
+
+  /// Attach on devices given as (gpu number, capacity, request); returns the request's seq.
+  uint32_t attach(ClientId id, std::vector<std::tuple<uint8_t, Bytes, Bytes>> devs, Bytes physical_free = kUnknown) {
+    std::vector<AttachRequest> reqs;
+    for (auto [n, cap, req] : devs) reqs.push_back({gpu(n), cap, physical_free, req});
+    uint32_t seq = next_seq++;
+    broker.attach(id, seq, reqs, now);
+    collect();
+    return seq;
+  }
+  uint32_t grow(ClientId id, uint32_t slot, Bytes need, Bytes physical_free = kUnknown) {
+    uint32_t seq = next_seq++;
+    broker.grow(id, seq, slot, need, physical_free, now);
+    collect();
+    return seq;
+  }
+  /// What the fast path does: count in_use on the stats page (the test sets it directly).
+  void use(ClientId id, uint32_t slot, Bytes bytes) { pages.at(id).stats->slots[slot].in_use.store(bytes); }
+  Bytes grant(ClientId id, uint32_t slot) { return pages.at(id).control->slots[slot].grant.load(); }
+  Bytes limit_word(ClientId id, uint32_t slot) { return pages.at(id).control->slots[slot].limit.load(); }
+  void remove(ClientId id) {
+    broker.remove_client(id, now);
+    collect();
+  }
+  void advance(Nanos dt) {
+    now += dt;
+    broker.tick(now);
+    collect();
+  }
+
+  /// The reply to `seq`, if it has come.
+  const Reply* reply(uint32_t seq) const {
+    for (auto& r : replies)
+      if (r.seq == seq) return &r;
+    return nullptr;
+  }
+  bool granted(uint32_t seq) const { return reply(seq) && reply(seq)->granted; }
+  bool refused(uint32_t seq, Reason why) const { return reply(seq) && !reply(seq)->granted && reply(seq)->reason == why; }
+  bool pending(uint32_t seq) const { return reply(seq) == nullptr; }
+  size_t count(Event::Kind k, Reason r = Reason::kNone) const {
+    size_t n = 0;
+    for (auto& e : events) n += e.kind == k && (r == Reason::kNone || e.reason == r);
+    return n;
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("daemon") {
+
+TEST_CASE("broker: grants move in grant steps and stay within the limit") {
+  Bench b;
+  ClientId a = b.add("a", 1 * GiB);
+  uint32_t s = b.attach(a, {{1, 80 * GiB, 500 * MiB}});
+  REQUIRE(b.granted(s));
+  CHECK(b.reply(s)->slots.at(0).slot == 0);
+  CHECK(b.grant(a, 0) == 512 * MiB);  // 500 MiB rounded up to 64 MiB steps
+  CHECK(b.limit_word(a, 0) == 1 * GiB);
+  CHECK(b.pages.at(a).control->slots[0].attached.load() == 1);
+  // admission held the declared footprint
+  CHECK(b.broker.devices().at(0).committed == 1 * GiB);
+
+  uint32_t g = b.grow(a, 0, 512 * MiB + 1);
+  REQUIRE(b.granted(g));
+  CHECK(b.grant(a, 0) == 576 * MiB);
+  g = b.grow(a, 0, 1 * GiB - 1);
+  REQUIRE(b.granted(g));
+  CHECK(b.grant(a, 0) == 1 * GiB);  // capped by the limit, not rounded past it
+}
+
+TEST_CASE("broker: own-limit failure is immediate, even when the device is full and the job waits") {
+  Bench b;
+  ClientId big = b.add("big");
+  b.attach(big, {{1, 10 * GiB, 10 * GiB}});
+  ClientId a = b.add("a", 2 * GiB, Priority::kNormal, OnFull::kWait);
+  uint32_t s = b.attach(a, {{1, 10 * GiB, 0}});
+  CHECK(b.pending(s));  // no room for its 2 GiB reservation: it waits for admission
+  b.remove(big);
+  REQUIRE(b.granted(s));
+  uint32_t g = b.grow(a, 0, 2 * GiB + 1);
+  CHECK(b.refused(g, Reason::kOwnLimit));
+  CHECK(b.reply(g)->waited == 0);
+  CHECK(b.count(Event::Kind::kRefused, Reason::kOwnLimit) == 1);
+}
+
+TEST_CASE("broker: admission holds a job that does not fit and releases it when another exits") {
+  Bench b;
+  ClientId a = b.add("a", 50 * GiB);
+  uint32_t sa = b.attach(a, {{1, 80 * GiB, 1 * GiB}});
+  REQUIRE(b.granted(sa));
+  ClientId c = b.add("c", 40 * GiB);
+  uint32_t sc = b.attach(c, {{1, 80 * GiB, 1 * GiB}});
+  CHECK(b.pending(sc));
+  CHECK(b.grant(c, 0) == 0);
+  CHECK(b.count(Event::Kind::kWaitBegin) == 1);
+  b.advance(3 * kSec);
+  CHECK(b.pending(sc));
+  b.remove(a);
+  REQUIRE(b.granted(sc));
+  CHECK(b.reply(sc)->waited == 3 * kSec);
+  CHECK(b.grant(c, 0) == 1 * GiB);
+  CHECK(b.broker.devices().at(0).committed == 40 * GiB);
+}
+
+TEST_CASE("broker: admission releases in priority, then FIFO order") {
+  Bench b;
+  ClientId hog = b.add("hog", 70 * GiB);
+  b.attach(hog, {{1, 80 * GiB, 0}});
+  ClientId n1 = b.add("n1", 30 * GiB);
+  uint32_t s1 = b.attach(n1, {{1, 80 * GiB, 0}});
+  b.advance(1);
+  ClientId n2 = b.add("n2", 30 * GiB);
+  uint32_t s2 = b.attach(n2, {{1, 80 * GiB, 0}});
+  b.advance(1);
+  ClientId hi = b.add("hi", 30 * GiB, Priority::kHigh);
+  uint32_t sh = b.attach(hi, {{1, 80 * GiB, 0}});
+  b.advance(1);
+  ClientId be = b.add("be", 5 * GiB, Priority::kBestEffort);
+  uint32_t sb = b.attach(be, {{1, 80 * GiB, 0}});
+  // 10 GiB are free: the best-effort job would fit, but must not overtake the ones ahead of it.
+  CHECK(b.pending(s1));
+  CHECK(b.pending(s2));
+  CHECK(b.pending(sh));
+  CHECK(b.pending(sb));
+  b.remove(hog);  // 80 GiB free: high (30) first, then n1 (30); n2 (30) does not fit; be waits behind it
+  CHECK(b.granted(sh));
+  CHECK(b.granted(s1));
+  CHECK(b.pending(s2));
+  CHECK(b.pending(sb));
+  size_t ih = 0, i1 = 0;
+  for (size_t i = 0; i < b.replies.size(); ++i) {
+    if (b.replies[i].seq == sh) ih = i;
+    if (b.replies[i].seq == s1) i1 = i;
+  }
+  CHECK(ih < i1);
+  b.remove(hi);
+  CHECK(b.granted(s2));
+  CHECK(b.granted(sb));
+}
+
+TEST_CASE("broker: a job on several devices is admitted on all of them or none") {
+  Bench b;
+  ClientId x = b.add("x", 60 * GiB);
+  b.attach(x, {{2, 80 * GiB, 0}});  // device 2 is busy, device 1 is empty
+  ClientId m = b.add("multi", 40 * GiB);
+  uint32_t s = b.attach(m, {{1, 80 * GiB, 1 * GiB}, {2, 80 * GiB, 1 * GiB}});
+  CHECK(b.pending(s));
+  // Nothing is held on device 1 while it waits for device 2.
+  CHECK(b.broker.devices().at(*b.broker.find_device(gpu(1))).committed == 0);
+  b.remove(x);
+  REQUIRE(b.granted(s));
+  REQUIRE(b.reply(s)->slots.size() == 2);
+  CHECK(b.reply(s)->slots[0].slot == 0);
+  CHECK(b.reply(s)->slots[1].slot == 1);
+  for (uint8_t n : {1, 2}) CHECK(b.broker.devices().at(*b.broker.find_device(gpu(n))).committed == 40 * GiB);
+}
+
+TEST_CASE("broker: growth waits, then succeeds when memory frees") {
+  Bench b;
+  ClientId a = b.add("a");
+  ClientId c = b.add("c");
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 6 * GiB}})));
+  REQUIRE(b.granted(b.attach(c, {{1, 10 * GiB, 3 * GiB}})));
+  b.use(a, 0, 6 * GiB);
+  b.use(c, 0, 3 * GiB);
+  uint32_t g = b.grow(c, 0, 5 * GiB);
+  CHECK(b.pending(g));
+  b.advance(2 * kSec);
+  b.use(a, 0, 2 * GiB);
+  b.broker.shrink(a, 0, 2 * GiB, b.now);
+  b.collect();
+  REQUIRE(b.granted(g));
+  CHECK(b.reply(g)->waited == 2 * kSec);
+  CHECK(b.grant(c, 0) == 5 * GiB);
+  CHECK(b.grant(a, 0) == 2 * GiB);
+  CHECK(b.count(Event::Kind::kWaitEnd) == 1);
+}
+
+TEST_CASE("broker: --on-full fail refuses at once; a request that can never fit is refused even with wait") {
+  Bench b;
+  ClientId a = b.add("a");
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 8 * GiB}})));
+  ClientId f = b.add("f", kNoLimit, Priority::kNormal, OnFull::kFail);
+  REQUIRE(b.granted(b.attach(f, {{1, 10 * GiB, 1 * GiB}})));
+  uint32_t g = b.grow(f, 0, 3 * GiB);
+  CHECK(b.refused(g, Reason::kDeviceFull));
+  ClientId w = b.add("w");
+  uint32_t s = b.attach(w, {{1, 10 * GiB, 0}});
+  REQUIRE(b.granted(s));
+  uint32_t huge = b.grow(w, 0, 11 * GiB);
+  CHECK(b.refused(huge, Reason::kDeviceFull));
+}
+
+TEST_CASE("broker: a wait ends with a timeout, and a cancel ends it at once") {
+  Bench b;
+  ClientId a = b.add("a");
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 9 * GiB}})));
+  ClientId c = b.add("c");
+  REQUIRE(b.granted(b.attach(c, {{1, 10 * GiB, 0}})));
+  ClientId d = b.add("d");
+  REQUIRE(b.granted(b.attach(d, {{1, 10 * GiB, 0}})));
+  uint32_t g1 = b.grow(c, 0, 2 * GiB);
+  CHECK(b.pending(g1));
+  CHECK(b.broker.next_deadline() == b.now + 300 * kSec);  // the default COLOC_WAIT_TIMEOUT
+  b.advance(299 * kSec);
+  CHECK(b.pending(g1));
+  uint32_t g2 = b.grow(d, 0, 2 * GiB);
+  b.advance(1 * kSec);
+  CHECK(b.refused(g1, Reason::kTimeout));
+  CHECK(b.reply(g1)->waited == 300 * kSec);
+  CHECK(b.pending(g2));
+  b.broker.cancel(d, g2, b.now);
+  b.collect();
+  CHECK(b.refused(g2, Reason::kCancelled));
+  b.broker.cancel(d, g2, b.now);  // a second cancel is a no-op
+  b.collect();
+  CHECK(b.broker.waiters().empty());
+}
+
+TEST_CASE("broker: deadlock breaking fails the lowest-priority, youngest job") {
+  SUBCASE("among equal priorities, the youngest") {
+    Bench b;
+    ClientId old_job = b.add("old", kNoLimit, Priority::kNormal, OnFull::kWait, 1000, 100);
+    ClientId young = b.add("young", kNoLimit, Priority::kNormal, OnFull::kWait, 1000, 300);
+    ClientId mid = b.add("mid", kNoLimit, Priority::kNormal, OnFull::kWait, 1000, 200);
+    for (ClientId id : {old_job, young, mid}) REQUIRE(b.granted(b.attach(id, {{1, 9 * GiB, 3 * GiB}})));
+    uint32_t g_old = b.grow(old_job, 0, 4 * GiB);
+    uint32_t g_young = b.grow(young, 0, 4 * GiB);
+    CHECK(b.pending(g_old));
+    CHECK(b.pending(g_young));
+    CHECK(b.count(Event::Kind::kRefused, Reason::kDeadlockBroken) == 0);  // mid can still free memory
+    uint32_t g_mid = b.grow(mid, 0, 4 * GiB);
+    CHECK(b.refused(g_young, Reason::kDeadlockBroken));
+    CHECK(b.pending(g_old));
+    CHECK(b.pending(g_mid));
+    CHECK(b.count(Event::Kind::kRefused, Reason::kDeadlockBroken) == 1);
+    b.remove(young);  // the victim gives up and exits: the others get its memory
+    CHECK(b.granted(g_old));
+    CHECK(b.granted(g_mid));
+  }
+  SUBCASE("lower priority loses before age counts") {
+    Bench b;
+    ClientId be_old = b.add("be", kNoLimit, Priority::kBestEffort, OnFull::kWait, 1000, 100);
+    ClientId hi_young = b.add("hi", kNoLimit, Priority::kHigh, OnFull::kWait, 1000, 900);
+    ClientId n_young = b.add("n", kNoLimit, Priority::kNormal, OnFull::kWait, 1000, 800);
+    for (ClientId id : {be_old, hi_young, n_young}) REQUIRE(b.granted(b.attach(id, {{1, 9 * GiB, 3 * GiB}})));
+    uint32_t g1 = b.grow(hi_young, 0, 4 * GiB);
+    uint32_t g2 = b.grow(n_young, 0, 4 * GiB);
+    uint32_t g3 = b.grow(be_old, 0, 4 * GiB);
+    CHECK(b.refused(g3, Reason::kDeadlockBroken));
+    CHECK(b.pending(g1));
+    CHECK(b.pending(g2));
+  }
+  SUBCASE("a job alone on a device, waiting for memory used outside coloc, is failed") {
+    Bench b;
+    ClientId a = b.add("a");
+    REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 1 * GiB}}, 4 * GiB)));  // 6 GiB used outside coloc
+    uint32_t g = b.grow(a, 0, 5 * GiB);
+    CHECK(b.refused(g, Reason::kDeadlockBroken));
+  }
+}
+
+TEST_CASE("broker: memory used outside coloc counts against the device (physical free is the truth)") {
+  Bench b;
+  ClientId a = b.add("a");
+  // 10 GiB device, 3 GiB free: 7 GiB used by someone else.
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 1 * GiB}}, 3 * GiB)));
+  CHECK(b.broker.devices().at(0).outside == 7 * GiB);
+  b.use(a, 0, 1 * GiB);
+  ClientId c = b.add("c");
+  REQUIRE(b.granted(b.attach(c, {{1, 10 * GiB, 1 * GiB}}, 2 * GiB)));
+  uint32_t g = b.grow(c, 0, 2 * GiB + 1, 2 * GiB);  // 1 + 1 coloc + 7 outside; asks past the device
+  CHECK(b.pending(g));
+  // The outside process exits: the next report shows it, and the waiter is served.
+  b.use(c, 0, 1 * GiB);
+  b.grow(a, 0, 512 * MiB, 8 * GiB);  // a report with 8 GiB free: outside is 0 now
+  CHECK(b.broker.devices().at(0).outside == 0);
+  CHECK(b.granted(g));
+}
+
+TEST_CASE("broker: a driver OOM inside a grant is counted and re-reads the device") {
+  Bench b;
+  ClientId a = b.add("a");
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 4 * GiB}})));
+  b.use(a, 0, 3 * GiB);
+  b.broker.driver_oom(a, 0, 1 * GiB, 3 * GiB, 512 * MiB, b.now);
+  b.collect();
+  CHECK(b.broker.devices().at(0).driver_ooms == 1);
+  CHECK(b.count(Event::Kind::kDriverOom) == 1);
+  CHECK(b.broker.devices().at(0).outside == 10 * GiB - 512 * MiB - 3 * GiB);
+}
+
+TEST_CASE("broker: shrink never goes below what is in use (the fast-path race is closed)") {
+  Bench b;
+  ClientId a = b.add("a");
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 4 * GiB}})));
+  b.use(a, 0, 1 * GiB + 1);  // an allocation raced with the shrink
+  b.broker.shrink(a, 0, 0, b.now);
+  b.collect();
+  CHECK(b.grant(a, 0) == 1 * GiB + 64 * MiB);
+  b.use(a, 0, 0);
+  b.broker.shrink(a, 0, 0, b.now);
+  b.collect();
+  CHECK(b.grant(a, 0) == 0);
+  b.broker.shrink(a, 7, 0, b.now);  // not attached: ignored
+  b.collect();
+}
+
+TEST_CASE("broker: lowering a limit refuses growth and kills nothing; it frees the reservation") {
+  Bench b;
+  ClientId a = b.add("a", 8 * GiB);
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 4 * GiB}})));
+  b.use(a, 0, 3 * GiB);
+  ClientId c = b.add("c", 5 * GiB);
+  uint32_t sc = b.attach(c, {{1, 10 * GiB, 0}});
+  CHECK(b.pending(sc));
+  JobSerial ja = b.broker.find_job({1000, "a"})->serial;
+  REQUIRE(b.broker.set_limit(ja, 2 * GiB, b.now));
+  b.collect();
+  CHECK(b.limit_word(a, 0) == 2 * GiB);
+  CHECK(b.grant(a, 0) == 3 * GiB);  // trimmed to its use, not below: nothing is taken away
+  CHECK(b.granted(sc));             // a now commits 3 GiB (its use) instead of 8: c's 5 GiB fit
+  CHECK(b.refused(b.grow(a, 0, 3 * GiB + 1), Reason::kOwnLimit));
+  CHECK_FALSE(b.broker.set_limit(999, GiB, b.now));
+}
+
+TEST_CASE("broker: raising a limit does not raise the reservation") {
+  Bench b;
+  ClientId a = b.add("a", 4 * GiB);
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 1 * GiB}})));
+  REQUIRE(b.broker.set_limit(b.broker.find_job({1000, "a"})->serial, 9 * GiB, b.now));
+  b.collect();
+  CHECK(b.limit_word(a, 0) == 9 * GiB);
+  CHECK(b.broker.devices().at(0).committed == 4 * GiB);
+  ClientId c = b.add("c", 5 * GiB);
+  CHECK(b.granted(b.attach(c, {{1, 10 * GiB, 0}})));
+  CHECK(b.pending(b.grow(a, 0, 6 * GiB)));  // beyond its reservation it competes like anyone else
+}
+
+TEST_CASE("broker: a priority change reorders the queue and shows on the control page") {
+  Bench b;
+  ClientId hog = b.add("hog", 10 * GiB);
+  b.attach(hog, {{1, 10 * GiB, 0}});
+  ClientId x = b.add("x", 6 * GiB);
+  uint32_t sx = b.attach(x, {{1, 10 * GiB, 0}});
+  ClientId y = b.add("y", 6 * GiB);
+  uint32_t sy = b.attach(y, {{1, 10 * GiB, 0}});
+  REQUIRE(b.broker.set_priority(b.broker.find_job({1000, "y"})->serial, Priority::kHigh, b.now));
+  b.collect();
+  CHECK(b.pages.at(y).control->priority.load() == uint32_t(Priority::kHigh));
+  b.remove(hog);
+  CHECK(b.granted(sy));
+  CHECK(b.pending(sx));
+}
+
+TEST_CASE("broker: the per-user cap") {
+  BrokerConfig cfg = Bench::no_headroom();
+  cfg.max_per_user = 6 * GiB;
+  Bench b(cfg);
+  ClientId a = b.add("a", 4 * GiB, Priority::kNormal, OnFull::kWait, 1000);
+  REQUIRE(b.granted(b.attach(a, {{1, 80 * GiB, 0}})));
+  ClientId c = b.add("c", 4 * GiB, Priority::kNormal, OnFull::kWait, 1000);
+  uint32_t sc = b.attach(c, {{2, 80 * GiB, 0}});
+  CHECK(b.pending(sc));  // the same user would hold 8 GiB
+  ClientId other = b.add("o", 4 * GiB, Priority::kNormal, OnFull::kWait, 2000);
+  CHECK(b.granted(b.attach(other, {{2, 80 * GiB, 0}})));  // another user is not held up by it
+  ClientId f = b.add("f", 7 * GiB, Priority::kNormal, OnFull::kWait, 1000);
+  CHECK(b.refused(b.attach(f, {{3, 80 * GiB, 0}}), Reason::kUserCap));  // can never fit the cap
+  b.remove(a);
+  CHECK(b.granted(sc));
+}
+
+TEST_CASE("broker: processes of one job share its reservation and limit") {
+  Bench b;
+  ClientId p1 = b.add("ddp", 4 * GiB);
+  REQUIRE(b.granted(b.attach(p1, {{1, 10 * GiB, 1 * GiB}})));
+  ClientId p2 = b.add("ddp", 4 * GiB);
+  REQUIRE(b.granted(b.attach(p2, {{1, 10 * GiB, 1 * GiB}})));
+  CHECK(b.broker.jobs().size() == 1);
+  CHECK(b.broker.devices().at(0).committed == 4 * GiB);  // one reservation, not two
+  b.use(p1, 0, 512 * MiB);
+  b.use(p2, 0, 1 * GiB);
+  // p2 wants 3 GiB: p1 holds 1 GiB of grant but uses 512 MiB; its surplus is taken back.
+  uint32_t g = b.grow(p2, 0, 3 * GiB + 512 * MiB);
+  REQUIRE(b.granted(g));
+  CHECK(b.grant(p1, 0) == 512 * MiB);
+  b.use(p2, 0, 3 * GiB + 512 * MiB);  // p2's allocation lands
+  CHECK(b.refused(b.grow(p1, 0, 1 * GiB), Reason::kOwnLimit));
+  b.remove(p1);
+  CHECK(b.broker.jobs().size() == 1);
+  b.remove(p2);
+  CHECK(b.broker.jobs().empty());
+  CHECK(b.count(Event::Kind::kJobEnded) == 1);
+  CHECK(b.broker.devices().at(0).committed == 0);
+}
+
+TEST_CASE("broker: bad requests are refused without harm") {
+  Bench b;
+  ClientId a = b.add("a");
+  CHECK(b.refused(b.grow(a, 0, GiB), Reason::kBadRequest));  // not attached
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 0}})));
+  CHECK(b.refused(b.attach(a, {{1, 10 * GiB, 0}}), Reason::kBadRequest));  // attached twice
+  CHECK(b.refused(b.grow(a, 15, GiB), Reason::kBadRequest));
+}
+
+TEST_CASE("broker: re-registration rebuilds the books, and the restart hold keeps new jobs out") {
+  Bench b;
+  b.broker.hold_until(b.now + 5 * kSec);
+  // A new job that arrives first must not take memory the resuming jobs hold.
+  ClientId fresh = b.add("fresh", 6 * GiB);
+  uint32_t sf = b.attach(fresh, {{1, 10 * GiB, 0}});
+  CHECK(b.pending(sf));
+  ClientId old_job = b.add("old", 6 * GiB);
+  ResumeEntry e{gpu(1), 10 * GiB, 5 * GiB, 3 * GiB, 3 * GiB + 64 * MiB, 6 * GiB};
+  b.broker.resume(old_job, std::span(&e, 1), b.now);
+  b.collect();
+  CHECK(b.grant(old_job, 0) == 3 * GiB + 64 * MiB);
+  CHECK(b.broker.devices().at(0).committed == 6 * GiB);
+  // Before the client copied its counters, a shrink cannot go below the ledger's in-use.
+  CHECK(b.pages.at(old_job).control->slots[0].attached.load() == 1);
+  b.broker.end_hold(b.now);
+  b.collect();
+  CHECK(b.pending(sf));  // 6 + 6 > 10: it waits for the old job, as it should
+  b.remove(old_job);
+  CHECK(b.granted(sf));
+}
+
+TEST_CASE("broker: a resumed ledger cannot claim more than the device shows") {
+  Bench b;
+  ClientId liar = b.add("liar");
+  ResumeEntry e{gpu(1), 10 * GiB, 8 * GiB, 9 * GiB, 9 * GiB, kNoLimit};  // only 2 GiB are used at all
+  b.broker.resume(liar, std::span(&e, 1), b.now);
+  b.collect();
+  CHECK(b.grant(liar, 0) == 9 * GiB);  // its grant is kept (it had it) ...
+  CHECK(b.broker.devices().at(0).ledger_mismatches == 1);  // ... but the claim is logged
+  CHECK(b.pages.at(liar).control->slots[0].grant.load() == 9 * GiB);
+}
+
+TEST_CASE("broker: the grant invariant holds under random operation sequences") {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    CAPTURE(seed);
+    BrokerConfig cfg;
+    cfg.headroom_fraction = 0.05;
+    if (seed % 3 == 0) cfg.max_per_user = 20 * GiB;
+    Bench b(cfg);
+    std::mt19937_64 rng(seed);
+    auto pick = [&](uint64_t n) { return rng() % n; };
+    std::vector<ClientId> live;
+    for (int step = 0; step < 400; ++step) {
+      std::vector<Bytes> before;
+      for (size_t d = 0; d < b.broker.devices().size(); ++d) before.push_back(b.broker.devices()[d].committed);
+      switch (pick(9)) {
+        case 0: {  // a new process
+          Bytes limit = pick(3) == 0 ? kNoLimit : (1 + pick(30)) * GiB;
+          std::string job = "j" + std::to_string(pick(12));
+          live.push_back(b.add(job, limit, Priority(pick(3)), OnFull(pick(2)), uint32_t(1000 + pick(3)), 1 + pick(1000)));
+          break;
+        }
+        case 1:
+        case 2:
+          if (!live.empty()) {
+            ClientId id = live[pick(live.size())];
+            b.attach(id, {{uint8_t(1 + pick(3)), 40 * GiB, pick(4) * GiB}}, pick(2) ? kUnknown : (30 + pick(10)) * GiB);
+          }
+          break;
+        case 3:
+        case 4:
+          if (!live.empty()) {
+            ClientId id = live[pick(live.size())];
+            uint32_t slot = uint32_t(pick(2));
+            if (b.broker.find_client(id)->slots[slot].attached) {
+              b.use(id, slot, std::min(b.grant(id, slot), pick(8) * GiB));
+              b.grow(id, slot, b.grant(id, slot) + 1 + pick(8) * GiB);
+            }
+          }
+          break;
+        case 5:
+          if (!live.empty()) {
+            ClientId id = live[pick(live.size())];
+            uint32_t slot = uint32_t(pick(2));
+            if (b.broker.find_client(id)->slots[slot].attached) {
+              b.use(id, slot, pick(2) * GiB);
+              b.broker.shrink(id, slot, pick(3) * GiB, b.now);
+              b.collect();
+            }
+          }
+          break;
+        case 6:
+          if (!live.empty()) {
+            size_t i = pick(live.size());
+            b.remove(live[i]);
+            live.erase(live.begin() + ptrdiff_t(i));
+          }
+          break;
+        case 7:
+          b.advance(pick(200) * kSec);
+          break;
+        case 8:
+          if (!b.broker.jobs().empty()) {
+            auto it = b.broker.jobs().begin();
+            std::advance(it, ptrdiff_t(pick(b.broker.jobs().size())));
+            if (pick(2)) b.broker.set_limit(it->first, (1 + pick(30)) * GiB, b.now);
+            else b.broker.set_priority(it->first, Priority(pick(3)), b.now);
+            b.collect();
+          }
+          break;
+      }
+      // The invariant: nothing is ever granted into over-commitment. (A device can only be over
+      // committed when memory outside coloc grew, and then its commitments never grow.)
+      for (size_t d = 0; d < b.broker.devices().size(); ++d) {
+        Bytes committed = b.broker.devices()[d].committed;
+        Bytes before_d = d < before.size() ? before[d] : 0;
+        INFO("device " << d << " step " << step);
+        CHECK((committed <= b.broker.usable(uint32_t(d)) || committed <= before_d));
+      }
+      if (cfg.max_per_user)
+        for (auto& [serial, job] : b.broker.jobs()) CHECK(b.broker.user_committed(job.key.uid) <= *cfg.max_per_user);
+      // Every grant stays within its job's limit.
+      for (auto& [serial, job] : b.broker.jobs())
+        for (auto& [dev, jd] : job.devices)
+          if (job.limit != kNoLimit) CHECK((jd.granted <= job.limit || jd.granted <= b.broker.in_use(dev) + 64 * MiB * 4));
+    }
+    // Everyone leaves: the books are empty.
+    for (ClientId id : live) b.remove(id);
+    for (auto& d : b.broker.devices()) CHECK(d.committed == 0);
+    CHECK(b.broker.jobs().empty());
+    CHECK(b.broker.waiters().empty());
+    // Every request got exactly one reply.
+    std::set<uint32_t> seqs;
+    for (auto& r : b.replies) CHECK(seqs.insert(r.seq).second);
+  }
+}
+
+}  // TEST_SUITE
