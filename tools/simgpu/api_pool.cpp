@@ -1,0 +1,156 @@
+// Driver API: stream-ordered allocation and memory pools.
+#include "driver.h"
+#include "entry.h"
+
+using namespace simgpu;
+
+namespace {
+
+CUresult alloc_from(MemPool* pool, CUdeviceptr* dptr, size_t bytesize, CUstream hStream, bool per_thread) {
+  if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  if (CUresult rc = resolve_stream(hStream, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  if (s->capture.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (!pool) pool = s->ctx->device.current_pool.load();
+  uintptr_t p;
+  if (CUresult rc = pool->allocate(bytesize, &p); rc != CUDA_SUCCESS) return rc;
+  *dptr = CUdeviceptr(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult alloc_async(CUdeviceptr* dptr, size_t bytesize, CUstream hStream, bool per_thread) {
+  return alloc_from(nullptr, dptr, bytesize, hStream, per_thread);
+}
+
+CUresult alloc_from_pool_async(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream,
+                               bool per_thread) {
+  MemPool* p = g_mem_pools.get(pool);
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  return alloc_from(p, dptr, bytesize, hStream, per_thread);
+}
+
+// Frees in stream order: at once when the stream's context has nothing queued, else when the
+// context's queue reaches it.
+CUresult free_async(CUdeviceptr dptr, CUstream hStream, bool per_thread) {
+  if (dptr == 0) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  if (CUresult rc = resolve_stream(hStream, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  Driver& drv = Driver::get();
+  if (!drv.device_range_live(uintptr_t(dptr), 1)) return CUDA_ERROR_INVALID_VALUE;
+  if (s->ctx->idle() && !s->capture.load(std::memory_order_relaxed)) return drv.free_device_memory(uintptr_t(dptr));
+  return s->ctx->submit(*s, FreeWork{uintptr_t(dptr)});
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return alloc_async(dptr, bytesize, hStream, false); });
+}
+
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return alloc_async(dptr, bytesize, hStream, true); });
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return alloc_from_pool_async(dptr, bytesize, pool, hStream, false); });
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                              CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return alloc_from_pool_async(dptr, bytesize, pool, hStream, true); });
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return free_async(dptr, hStream, false); });
+}
+
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return free_async(dptr, hStream, true); });
+}
+
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    if (!pool || !poolProps) return CUDA_ERROR_INVALID_VALUE;
+    if (poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
+    if (poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED;  // host pools
+    DeviceState* d = Driver::get().device(poolProps->location.id);
+    if (!d) return CUDA_ERROR_INVALID_DEVICE;
+    MemPool* p = g_mem_pools.create(*d, false);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    *pool = reinterpret_cast<CUmemoryPool>(p);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    MemPool* p = g_mem_pools.get(pool);
+    if (!p || p->default_pool) return CUDA_ERROR_INVALID_VALUE;
+    MemPool* expected = p;
+    p->device.current_pool.compare_exchange_strong(expected, p->device.default_pool);
+    g_mem_pools.destroy(p);  // gives every chunk back
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    MemPool* p = g_mem_pools.get(pool);
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    p->trim(minBytesToKeep);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    MemPool* p = g_mem_pools.get(pool);
+    if (!p || !value) return CUDA_ERROR_INVALID_VALUE;
+    return p->get_attribute(attr, value);
+  });
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    MemPool* p = g_mem_pools.get(pool);
+    if (!p || !value) return CUDA_ERROR_INVALID_VALUE;
+    return p->set_attribute(attr, value);
+  });
+}
+
+CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool_out, CUdevice dev) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    if (!pool_out) return CUDA_ERROR_INVALID_VALUE;
+    DeviceState* d = Driver::get().device(dev);
+    if (!d) return CUDA_ERROR_INVALID_DEVICE;
+    *pool_out = reinterpret_cast<CUmemoryPool>(d->default_pool);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    DeviceState* d = Driver::get().device(dev);
+    if (!d) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = reinterpret_cast<CUmemoryPool>(d->current_pool.load());
+    return CUDA_SUCCESS;
+  });
+}
+
+}  // extern "C"

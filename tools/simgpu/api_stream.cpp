@@ -1,0 +1,346 @@
+// Driver API: streams, events, stream capture and graphs.
+#include "driver.h"
+#include "entry.h"
+
+using namespace simgpu;
+
+namespace {
+
+CUresult stream_synchronize(CUstream h, bool per_thread) {
+  Stream* s;
+  if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  CUresult rc = s->ctx->synchronize(*s);
+  Driver::get().trim_pools(s->ctx->device);
+  return rc;
+}
+
+CUresult stream_query(CUstream h, bool per_thread) {
+  Stream* s;
+  if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  return s->ctx->query(*s);
+}
+
+CUresult stream_get_ctx(CUstream h, CUcontext* pctx, bool per_thread) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  *pctx = reinterpret_cast<CUcontext>(s->ctx);
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_get_ctx_v2(CUstream h, CUcontext* pctx, CUgreenCtx* pgreen, bool per_thread) {
+  if (!pctx && !pgreen) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  if (pctx) *pctx = reinterpret_cast<CUcontext>(s->ctx);
+  if (pgreen) *pgreen = nullptr;  // simgpu has no green contexts
+  return CUDA_SUCCESS;
+}
+
+// Same context: the context's single queue already orders the wait. Another context: the calling
+// thread waits for the event (stronger than the GPU needs, never weaker).
+CUresult stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool per_thread) {
+  if (flags & ~unsigned(CU_EVENT_WAIT_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  Event* e = g_events.get(ev);
+  if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  return e->ctx == s->ctx ? CUDA_SUCCESS : e->ctx->synchronize(*e);
+}
+
+CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, bool per_thread) {
+  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+    return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  if (s == &s->ctx->null_stream) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream
+  Graph* g = g_graphs.create();
+  if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult rc = s->ctx->begin_capture(*s, g);
+  if (rc != CUDA_SUCCESS) g_graphs.destroy(g);
+  return rc;
+}
+
+CUresult end_capture(CUstream h, CUgraph* graph, bool per_thread) {
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  Graph* g;
+  if (CUresult rc = s->ctx->end_capture(*s, &g); rc != CUDA_SUCCESS) return rc;
+  *graph = reinterpret_cast<CUgraph>(g);
+  return CUDA_SUCCESS;
+}
+
+CUresult is_capturing(CUstream h, CUstreamCaptureStatus* status, bool per_thread) {
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  *status = s->ctx->capturing(*s) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+CUresult event_record(CUevent ev, CUstream h, bool per_thread) {
+  Event* e = g_events.get(ev);
+  if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  Stream* s;
+  if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  if (s->ctx != e->ctx) return CUDA_ERROR_INVALID_HANDLE;
+  return e->ctx->record(*e, *s);
+}
+
+CUresult event_elapsed(float* ms, CUevent start, CUevent end) {
+  if (!ms) return CUDA_ERROR_INVALID_VALUE;
+  Event* a = g_events.get(start);
+  Event* b = g_events.get(end);
+  if (!a || !b || a->ctx != b->ctx) return CUDA_ERROR_INVALID_HANDLE;
+  return a->ctx->elapsed(*a, *b, ms);
+}
+
+CUresult graph_launch(CUgraphExec h, CUstream stream, bool per_thread) {
+  GraphExec* g = g_graph_execs.get(h);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  if (CUresult rc = resolve_stream(stream, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  if (!g->has_effects && g_fast.load(std::memory_order_relaxed) && !s->capture.load(std::memory_order_relaxed))
+    return CUDA_SUCCESS;
+  return s->ctx->launch_graph(*s, *g);
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult CUDAAPI cuStreamCreate(CUstream* phStream, unsigned int Flags) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    if (!phStream || (Flags & ~unsigned(CU_STREAM_NON_BLOCKING))) return CUDA_ERROR_INVALID_VALUE;
+    Context* ctx = current_context();
+    if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    Stream* s = g_streams.create(ctx, Driver::get().next_stream_id.fetch_add(1), Flags);
+    if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
+    *phStream = reinterpret_cast<CUstream>(s);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    Stream* s = g_streams.get(hStream);
+    if (!s) return CUDA_ERROR_INVALID_HANDLE;
+    // Queued work refers to the stream by number only and still runs, as on a GPU.
+    Graph* g;
+    if (s->ctx->end_capture(*s, &g) == CUDA_SUCCESS) g_graphs.destroy(g);
+    g_streams.destroy(s);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return stream_synchronize(hStream, false); });
+}
+
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return stream_synchronize(hStream, true); });
+}
+
+CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return stream_query(hStream, false); });
+}
+
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return stream_query(hStream, true); });
+}
+
+CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext* pctx) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return stream_get_ctx(hStream, pctx, false); });
+}
+
+CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext* pctx) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return stream_get_ctx(hStream, pctx, true); });
+}
+
+CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return stream_get_ctx_v2(hStream, pCtx, pGreenCtx, false); });
+}
+
+CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return stream_get_ctx_v2(hStream, pCtx, pGreenCtx, true); });
+}
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return stream_wait_event(hStream, hEvent, Flags, false); });
+}
+
+CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return stream_wait_event(hStream, hEvent, Flags, true); });
+}
+
+CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, false); });
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, true); });
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return begin_capture(hStream, mode, false); });
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return begin_capture(hStream, mode, true); });
+}
+
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return end_capture(hStream, phGraph, false); });
+}
+
+CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return end_capture(hStream, phGraph, true); });
+}
+
+CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return is_capturing(hStream, captureStatus, false); });
+}
+
+CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return is_capturing(hStream, captureStatus, true); });
+}
+
+CUresult CUDAAPI cuEventCreate(CUevent* phEvent, unsigned int Flags) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    constexpr unsigned kFlags = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+    if (!phEvent || (Flags & ~kFlags)) return CUDA_ERROR_INVALID_VALUE;
+    if ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)) return CUDA_ERROR_INVALID_VALUE;
+    Context* ctx = current_context();
+    if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    Event* e = g_events.create(ctx, Flags);
+    if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
+    *phEvent = reinterpret_cast<CUevent>(e);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return event_record(hEvent, hStream, false); });
+}
+
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return event_record(hEvent, hStream, true); });
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    Event* e = g_events.get(hEvent);
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult rc = e->ctx->synchronize(*e);
+    Driver::get().trim_pools(e->ctx->device);
+    return rc;
+  });
+}
+
+CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    Event* e = g_events.get(hEvent);
+    return e ? e->ctx->query(*e) : CUDA_ERROR_INVALID_HANDLE;
+  });
+}
+
+CUresult CUDAAPI cuEventElapsedTime(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return event_elapsed(pMilliseconds, hStart, hEnd); });
+}
+
+CUresult CUDAAPI cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return event_elapsed(pMilliseconds, hStart, hEnd); });
+}
+
+CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    Event* e = g_events.get(hEvent);
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    e->ctx->synchronize(*e);  // a queued record still points at it
+    g_events.destroy(e);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph, unsigned long long flags) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    constexpr unsigned long long kFlags = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
+                                          CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD | CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH |
+                                          CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+    if (!phGraphExec || (flags & ~kFlags)) return CUDA_ERROR_INVALID_VALUE;
+    Graph* g = g_graphs.get(hGraph);
+    if (!g) return CUDA_ERROR_INVALID_VALUE;
+    GraphExec* x = g_graph_execs.create();
+    if (!x) return CUDA_ERROR_OUT_OF_MEMORY;
+    x->nodes = g->nodes;
+    for (const Work& w : x->nodes) {
+      const auto* k = std::get_if<KernelWork>(&w);
+      if (!k || k->kind == KernelKind::fill) x->has_effects = true;
+    }
+    *phGraphExec = reinterpret_cast<CUgraphExec>(x);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return graph_launch(hGraphExec, hStream, false); });
+}
+
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] { return graph_launch(hGraphExec, hStream, true); });
+}
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    GraphExec* x = g_graph_execs.get(hGraphExec);
+    if (!x) return CUDA_ERROR_INVALID_VALUE;
+    g_graph_execs.destroy(x);  // launches already queued hold copies of its nodes
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    Graph* g = g_graphs.get(hGraph);
+    if (!g) return CUDA_ERROR_INVALID_VALUE;
+    g_graphs.destroy(g);
+    return CUDA_SUCCESS;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,232 @@
+#include "context.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "driver.h"
+#include "memory.h"
+#include "os.h"
+
+namespace simgpu {
+
+Context::Context(DeviceState& dev, uint32_t ctx_id, bool is_primary, unsigned ctx_flags, int engine_entry)
+    : device(dev), id(ctx_id), primary(is_primary), flags(ctx_flags), engine_entry_(engine_entry) {}
+
+Context::~Context() {
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    done_cv_.wait(lk, [&] { return completed_ + 1 == next_seq_; });
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  if (executor_.joinable()) executor_.join();
+  if (holding_) Driver::get().shared->release_engine(device.physical, engine_entry_);
+  Driver::get().shared->remove_context(device.physical, engine_entry_);
+}
+
+uint64_t Context::enqueue_locked(Stream& s, Work w) {
+  if (!executor_.joinable()) executor_ = std::thread([this] { run_executor(); });
+  const uint64_t seq = next_seq_++;
+  queue_.push_back(Op{std::move(w), seq, s.id});
+  s.last_seq = seq;
+  return seq;
+}
+
+CUresult Context::submit(Stream& s, Work w) {
+  std::unique_lock<std::mutex> lk(mu);
+  if (Graph* g = s.capture.load(std::memory_order_relaxed)) {
+    if (!std::holds_alternative<KernelWork>(w) && !std::holds_alternative<CopyWork>(w) &&
+        !std::holds_alternative<MemsetWork>(w))
+      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    g->nodes.push_back(std::move(w));
+    return CUDA_SUCCESS;
+  }
+  if (auto* k = std::get_if<KernelWork>(&w)) k->launch_id = Driver::get().next_launch_id.fetch_add(1);
+  enqueue_locked(s, std::move(w));
+  lk.unlock();
+  work_cv_.notify_one();
+  return CUDA_SUCCESS;
+}
+
+CUresult Context::launch_graph(Stream& s, const GraphExec& g) {
+  std::unique_lock<std::mutex> lk(mu);
+  if (Graph* cap = s.capture.load(std::memory_order_relaxed)) {
+    cap->nodes.insert(cap->nodes.end(), g.nodes.begin(), g.nodes.end());
+    return CUDA_SUCCESS;
+  }
+  for (const Work& node : g.nodes) {
+    Work w = node;
+    if (auto* k = std::get_if<KernelWork>(&w)) k->launch_id = Driver::get().next_launch_id.fetch_add(1);
+    enqueue_locked(s, std::move(w));
+  }
+  lk.unlock();
+  work_cv_.notify_one();
+  return CUDA_SUCCESS;
+}
+
+bool Context::idle() {
+  std::lock_guard<std::mutex> lk(mu);
+  return completed_ + 1 == next_seq_;
+}
+
+CUresult Context::synchronize() {
+  std::unique_lock<std::mutex> lk(mu);
+  const uint64_t target = next_seq_ - 1;
+  done_cv_.wait(lk, [&] { return completed_ >= target; });
+  return sticky_;
+}
+
+CUresult Context::synchronize(Stream& s) {
+  std::unique_lock<std::mutex> lk(mu);
+  if (s.capture.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  const uint64_t target = s.last_seq;
+  done_cv_.wait(lk, [&] { return completed_ >= target; });
+  return sticky_;
+}
+
+CUresult Context::query(Stream& s) {
+  std::lock_guard<std::mutex> lk(mu);
+  if (s.capture.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (sticky_ != CUDA_SUCCESS) return sticky_;
+  return completed_ >= s.last_seq ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult Context::record(Event& e, Stream& s) {
+  std::unique_lock<std::mutex> lk(mu);
+  if (s.capture.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  e.seq = enqueue_locked(s, EventWork{&e});
+  lk.unlock();
+  work_cv_.notify_one();
+  return CUDA_SUCCESS;
+}
+
+CUresult Context::synchronize(Event& e) {
+  std::unique_lock<std::mutex> lk(mu);
+  const uint64_t target = e.seq;
+  done_cv_.wait(lk, [&] { return completed_ >= target; });
+  return sticky_;
+}
+
+CUresult Context::query(Event& e) {
+  std::lock_guard<std::mutex> lk(mu);
+  if (sticky_ != CUDA_SUCCESS) return sticky_;
+  return completed_ >= e.seq ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult Context::elapsed(Event& start, Event& end, float* ms) {
+  std::lock_guard<std::mutex> lk(mu);
+  if ((start.flags | end.flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+  if (start.seq == 0 || end.seq == 0) return CUDA_ERROR_INVALID_HANDLE;  // never recorded
+  if (completed_ < start.seq || completed_ < end.seq) return CUDA_ERROR_NOT_READY;
+  *ms = float((double(end.time_ns) - double(start.time_ns)) / 1e6);
+  return CUDA_SUCCESS;
+}
+
+CUresult Context::begin_capture(Stream& s, Graph* g) {
+  std::lock_guard<std::mutex> lk(mu);
+  if (s.capture.load(std::memory_order_relaxed)) return CUDA_ERROR_ILLEGAL_STATE;
+  s.capture = g;
+  return CUDA_SUCCESS;
+}
+
+CUresult Context::end_capture(Stream& s, Graph** g) {
+  std::lock_guard<std::mutex> lk(mu);
+  Graph* cap = s.capture.load(std::memory_order_relaxed);
+  if (!cap) return CUDA_ERROR_ILLEGAL_STATE;
+  *g = cap;
+  s.capture.store(nullptr, std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
+
+bool Context::capturing(Stream& s) {
+  std::lock_guard<std::mutex> lk(mu);
+  return s.capture.load(std::memory_order_relaxed) != nullptr;
+}
+
+void Context::run_executor() {
+  SharedState& shared = *Driver::get().shared;
+  std::unique_lock<std::mutex> lk(mu);
+  for (;;) {
+    if (queue_.empty() && holding_) {
+      // Nothing queued: give the engine up at once.
+      shared.release_engine(device.physical, engine_entry_);
+      holding_ = false;
+    }
+    work_cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything ran
+    Op op = std::move(queue_.front());
+    queue_.pop_front();
+    lk.unlock();
+    execute(op);
+    lk.lock();
+    if (auto* ev = std::get_if<EventWork>(&op.work); ev && ev->event->seq == op.seq) ev->event->time_ns = now_ns();
+    completed_ = op.seq;
+    done_cv_.notify_all();
+  }
+}
+
+void Context::execute(Op& op) {
+  Driver& drv = Driver::get();
+  auto fault = [&] {
+    std::lock_guard<std::mutex> lk(mu);
+    if (sticky_ == CUDA_SUCCESS) sticky_ = CUDA_ERROR_ILLEGAL_ADDRESS;
+  };
+  if (auto* k = std::get_if<KernelWork>(&op.work)) {
+    if (k->kind == KernelKind::fill && !drv.device_range_live(k->fill_ptr, k->fill_count * sizeof(float))) {
+      fault();  // the buffer was freed after the launch: an illegal address on a GPU
+      return;
+    }
+    run_kernel(*k, op.stream);
+  } else if (auto* c = std::get_if<CopyWork>(&op.work)) {
+    if ((c->dst_device && !drv.device_range_live(c->dst, c->bytes)) ||
+        (c->src_device && !drv.device_range_live(c->src, c->bytes))) {
+      fault();
+      return;
+    }
+    std::memmove(reinterpret_cast<void*>(c->dst), reinterpret_cast<const void*>(c->src), c->bytes);
+  } else if (auto* m = std::get_if<MemsetWork>(&op.work)) {
+    if (!drv.device_range_live(m->dst, m->count * m->element)) {
+      fault();
+      return;
+    }
+    fill_memory(m->dst, m->value, m->element, m->count);
+  } else if (auto* f = std::get_if<FreeWork>(&op.work)) {
+    drv.free_device_memory(f->ptr);
+  }
+  // EventWork: its time is taken when the operation completes (run_executor).
+}
+
+void Context::run_kernel(const KernelWork& k, uint32_t stream) {
+  Driver& drv = Driver::get();
+  SharedState& shared = *drv.shared;
+  uint64_t remaining = k.duration_ns;
+  bool started = false;
+  for (;;) {
+    uint64_t now = now_ns();
+    if (!holding_) {
+      shared.acquire_engine(device.physical, engine_entry_);
+      holding_ = true;
+      now = now_ns();
+      slice_end_ns_ = now + drv.config.timeslice_ns;
+    } else if (now >= slice_end_ns_) {
+      if (shared.yield_engine(device.physical, engine_entry_)) {
+        holding_ = false;  // preempted: continue in the next slice we get
+        continue;
+      }
+      slice_end_ns_ = now + drv.config.timeslice_ns;
+    }
+    const uint64_t start = now;
+    if (!started && k.kind == KernelKind::fill) fill_memory(k.fill_ptr, std::bit_cast<uint32_t>(k.fill_value), 4, k.fill_count);
+    started = true;
+    // slice_end_ns_ > start here; saturate instead of overflowing on huge durations.
+    sleep_until_ns(remaining >= slice_end_ns_ - start ? slice_end_ns_ : start + remaining);
+    const uint64_t end = now_ns();
+    remaining -= std::min(remaining, end - start);
+    if (drv.trace.enabled())
+      drv.trace.write({drv.pid, device.physical, id, stream, k.launch_id, k.name, start, end});
+    if (remaining == 0) return;
+  }
+}
+
+}  // namespace simgpu

@@ -1,0 +1,168 @@
+// simgpu/context.h — a context and the work it runs: streams, events, captured graphs, and the
+// executor thread that drains the context's queue.
+//
+// Each context has one FIFO of operations, stamped with increasing sequence numbers. Every stream
+// of the context enqueues into it, so each stream runs in order (and, more strictly than a GPU
+// needs, streams of one context never overlap). The executor thread pops operations one by one:
+// a kernel first takes the device's engine (shared with every other context on the machine, see
+// shared_state.h), then sleeps until its end, slice by slice: at the end of each
+// SIMGPU_TIMESLICE_US slice it hands the engine over if another context is waiting. With nothing
+// queued it gives the engine up. Copies and memsets run on the host and do not take the engine.
+// Synchronize calls wait on a condition variable for the sequence number they need.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "cuda_api.h"
+
+namespace simgpu {
+
+struct DeviceState;
+struct Event;
+struct Graph;
+
+enum class KernelKind : uint8_t {
+  generic,  ///< runs SIMGPU_KERNEL_NS
+  spin,     ///< coloc_spin(unsigned long long ns): runs `ns`
+  fill,     ///< coloc_fill(float* p, unsigned long long n, float v): sets p[0..n) = v
+};
+
+struct KernelWork {
+  const char* name = nullptr;  ///< interned for the life of the process
+  KernelKind kind = KernelKind::generic;
+  uint64_t duration_ns = 0;
+  uintptr_t fill_ptr = 0;
+  uint64_t fill_count = 0;  ///< floats
+  float fill_value = 0;
+  uint64_t launch_id = 0;  ///< assigned when submitted (graph nodes get a new one per launch)
+};
+struct CopyWork {
+  uintptr_t dst = 0, src = 0;
+  size_t bytes = 0;
+  bool dst_device = false, src_device = false;  ///< which sides are device memory (checked again when run)
+};
+struct MemsetWork {
+  uintptr_t dst = 0;
+  uint32_t value = 0;
+  uint8_t element = 1;  ///< bytes per element: 1 (D8) or 4 (D32)
+  size_t count = 0;     ///< elements
+};
+struct EventWork {
+  Event* event = nullptr;
+};
+struct FreeWork {
+  uintptr_t ptr = 0;  ///< cuMemFreeAsync: freed when the stream reaches it
+};
+using Work = std::variant<KernelWork, CopyWork, MemsetWork, EventWork, FreeWork>;
+
+class Context;
+
+struct Stream {
+  Stream(Context* c, uint32_t i, unsigned f) : ctx(c), id(i), flags(f) {}
+  Context* const ctx;
+  const uint32_t id;  ///< 0 legacy default stream, 1 per-thread default stream, then per process
+  const unsigned flags;
+  uint64_t last_seq = 0;  ///< sequence number of the last operation enqueued here (ctx->mu)
+  /// Graph being captured into, or null. Written under ctx->mu; read without it by the launch
+  /// fast path.
+  std::atomic<Graph*> capture{nullptr};
+};
+
+struct Event {
+  Event(Context* c, unsigned f) : ctx(c), flags(f) {}
+  Context* const ctx;
+  const unsigned flags;  ///< CU_EVENT_* flags
+  // Guarded by ctx->mu:
+  uint64_t seq = 0;      ///< operation that records it (0: never recorded)
+  uint64_t time_ns = 0;  ///< when that operation ran
+};
+
+/// A captured graph: the captured kernels, copies and memsets, in stream order.
+struct Graph {
+  std::vector<Work> nodes;
+};
+struct GraphExec {
+  std::vector<Work> nodes;
+  bool has_effects = false;  ///< holds copies, memsets or fills (SIMGPU_FAST still runs those)
+};
+
+class Context {
+ public:
+  /// `engine_entry`: this context's entry in the shared engine table of its device.
+  Context(DeviceState& device, uint32_t id, bool primary, unsigned flags, int engine_entry);
+  /// Waits for queued work, stops the executor thread, frees the engine entry.
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  DeviceState& device;
+  const uint32_t id;  ///< per-process number, 1, 2, ... (the trace's `context`)
+  const bool primary;
+  const unsigned flags;
+  Stream null_stream{this, 0, 0};        ///< NULL / CU_STREAM_LEGACY
+  Stream per_thread_stream{this, 1, 0};  ///< CU_STREAM_PER_THREAD, and NULL for _ptsz calls
+
+  /// Enqueues `w` on `s`, or appends it to the graph `s` is capturing. Capture accepts kernels,
+  /// copies and memsets; other work gets CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
+  CUresult submit(Stream& s, Work w);
+  /// Enqueues every node of `g` on `s` in order (or appends them to `s`'s capture).
+  CUresult launch_graph(Stream& s, const GraphExec& g);
+  /// True when nothing is queued or running.
+  bool idle();
+
+  /// Waits until all work submitted so far ran. Returns the context's sticky error, if any.
+  CUresult synchronize();
+  /// Waits until the work submitted to `s` so far ran.
+  CUresult synchronize(Stream& s);
+  /// CUDA_SUCCESS when the work submitted to `s` ran, else CUDA_ERROR_NOT_READY.
+  CUresult query(Stream& s);
+
+  /// Records `e` (an event of this context) on `s`.
+  CUresult record(Event& e, Stream& s);
+  /// Waits until `e`'s last record ran (at once if never recorded).
+  CUresult synchronize(Event& e);
+  CUresult query(Event& e);
+  /// Milliseconds between two completed events of this context; see cuEventElapsedTime for errors.
+  CUresult elapsed(Event& start, Event& end, float* ms);
+
+  /// Stream capture (cuStreamBeginCapture / EndCapture / IsCapturing).
+  CUresult begin_capture(Stream& s, Graph* g);
+  CUresult end_capture(Stream& s, Graph** g);
+  bool capturing(Stream& s);
+
+  std::mutex mu;  ///< guards the queue, and the fields of this context's streams and events
+
+ private:
+  struct Op {
+    Work work;
+    uint64_t seq;
+    uint32_t stream;
+  };
+  uint64_t enqueue_locked(Stream& s, Work w);
+  void run_executor();
+  void execute(Op& op);
+  void run_kernel(const KernelWork& k, uint32_t stream);
+  CUresult sticky_locked() const { return sticky_; }
+
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<Op> queue_;
+  uint64_t next_seq_ = 1;
+  uint64_t completed_ = 0;  ///< every operation with seq <= completed_ ran
+  CUresult sticky_ = CUDA_SUCCESS;
+  bool stopping_ = false;
+  std::thread executor_;
+
+  // Engine ownership; touched only by the executor thread.
+  const int engine_entry_;
+  bool holding_ = false;
+  uint64_t slice_end_ns_ = 0;
+};
+
+}  // namespace simgpu

@@ -1,0 +1,267 @@
+#include "driver.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "entry.h"
+
+namespace simgpu {
+
+constinit HandlePool<Context, 256> g_contexts;
+constinit HandlePool<Stream, 8192> g_streams;
+constinit HandlePool<Event, 65536> g_events;
+constinit HandlePool<Module, 4096> g_modules;
+constinit HandlePool<Function, 16384> g_functions;
+constinit HandlePool<Graph, 4096> g_graphs;
+constinit HandlePool<GraphExec, 4096> g_graph_execs;
+constinit HandlePool<MemPool, 1024> g_mem_pools;
+constinit HandlePool<PhysicalMemory, 65536> g_physical_memory;
+constinit HandlePool<ArrayObject, 65536> g_arrays;
+
+namespace {
+
+// Set in a fork child: it must not give back (or report on) its parent's process slot.
+constinit std::atomic<bool> g_forked_child{false};
+// SIMGPU_CALLS, read once when the library loads.
+constinit const char* g_calls_path = nullptr;
+
+void after_fork_in_child() {
+  g_forked_child.store(true, std::memory_order_relaxed);
+  if (g_phase.load(std::memory_order_relaxed) != Phase::uninitialized)
+    g_phase.store(Phase::forked, std::memory_order_relaxed);
+}
+
+void write_calls_at_exit() {
+  if (!g_forked_child.load(std::memory_order_relaxed) && g_calls_path) write_call_counts(g_calls_path);
+}
+
+void release_at_exit() {
+  if (g_forked_child.load(std::memory_order_relaxed)) return;
+  Phase expected = Phase::ready;
+  if (!g_phase.compare_exchange_strong(expected, Phase::deinitialized)) return;
+  // Give the machine's devices back now; executor threads may still run, and find nothing to own.
+  Driver::get().shared->release_process();
+}
+
+__attribute__((constructor)) void on_load() {
+  pthread_atfork(nullptr, nullptr, after_fork_in_child);
+  const char* calls = std::getenv("SIMGPU_CALLS");
+  if (calls && *calls) {
+    g_calls_path = strdup(calls);
+    g_count_calls.store(true, std::memory_order_relaxed);
+    std::atexit(write_calls_at_exit);
+  }
+}
+
+}  // namespace
+
+Driver& Driver::get() {
+  static Driver* driver = new Driver;
+  return *driver;
+}
+
+CUresult Driver::init(unsigned flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(init_mu_);
+  Phase p = g_phase.load(std::memory_order_acquire);
+  if (p == Phase::ready || p == Phase::failed) return init_result_;
+  init_result_ = init_once();
+  g_phase.store(init_result_ == CUDA_SUCCESS ? Phase::ready : Phase::failed, std::memory_order_release);
+  return init_result_;
+}
+
+CUresult Driver::init_once() {
+  auto fail = [](CUresult rc, const std::string& why) {
+    std::fprintf(stderr, "%s\n", why.c_str());
+    return rc;
+  };
+  std::string error;
+  EnvLookup env = [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  };
+  if (!load_config(env, getuid(), &config, &error)) return fail(CUDA_ERROR_INVALID_VALUE, "simgpu: " + error);
+
+  OpenFailure why;
+  shared = SharedState::open(config.state_dir, config.devices, &error, &why);
+  if (!shared)
+    return fail(why == OpenFailure::mismatch ? CUDA_ERROR_INVALID_VALUE
+                : why == OpenFailure::full ? CUDA_ERROR_OUT_OF_MEMORY
+                                           : CUDA_ERROR_OPERATING_SYSTEM,
+                error);
+
+  char* real = realpath(config.state_dir.c_str(), nullptr);
+  std::string dir = real ? real : config.state_dir;
+  std::free(real);
+  std::vector<Uuid> uuids;
+  for (size_t i = 0; i < config.devices.size(); ++i) uuids.push_back(device_uuid(dir, int(i)));
+  std::vector<int> visible;
+  if (config.visible) {
+    visible = apply_visible_devices(*config.visible, uuids);
+  } else {
+    for (size_t i = 0; i < uuids.size(); ++i) visible.push_back(int(i));
+  }
+  if (visible.empty()) {
+    shared.reset();
+    return fail(CUDA_ERROR_NO_DEVICE, "simgpu: CUDA_VISIBLE_DEVICES=\"" + config.visible.value_or("") +
+                                          "\" leaves no visible device");
+  }
+
+  uint64_t total = 0;
+  for (size_t ord = 0; ord < visible.size(); ++ord) {
+    const int phys = visible[ord];
+    const DeviceSpec& spec = config.devices[size_t(phys)];
+    total += spec.bytes;
+    auto dev = std::make_unique<DeviceState>(int(ord), phys, spec, uuids[size_t(phys)]);
+    MemPool* pool = g_mem_pools.create(*dev, true);
+    if (!pool) return fail(CUDA_ERROR_OUT_OF_MEMORY, "simgpu: no room for a default memory pool");
+    dev->default_pool = pool;
+    dev->current_pool.store(pool);
+    devices.push_back(std::move(dev));
+  }
+  managed = std::make_unique<Arena>(64ull << 30);
+  vmm = std::make_unique<Vmm>(arena_span(std::max<uint64_t>(total, 32ull << 30)));
+
+  if (!config.trace_path.empty() && !trace.open(config.trace_path, &error)) {
+    shared.reset();
+    return fail(CUDA_ERROR_OPERATING_SYSTEM, error);
+  }
+  pid = getpid();
+  g_fast.store(config.fast, std::memory_order_relaxed);
+  std::atexit(release_at_exit);
+  return CUDA_SUCCESS;
+}
+
+bool Driver::device_range_live(uintptr_t p, uint64_t n) const {
+  if (n == 0 || n > UINTPTR_MAX - p) return false;
+  for (const auto& dev : devices)
+    if (dev->memory.contains(p)) return dev->memory.live_range(p, n);
+  if (managed->contains(p)) return managed->live_range(p, n);
+  if (vmm->contains(p)) return vmm->live_range(p, n);
+  return false;
+}
+
+CUresult Driver::free_device_memory(uintptr_t p) {
+  for (const auto& dev : devices) {
+    if (!dev->memory.contains(p)) continue;
+    auto hit = dev->memory.find(p);
+    if (!hit || hit->first != p) return CUDA_ERROR_INVALID_VALUE;
+    if (hit->second.kind == AllocKind::pool_chunk)
+      return hit->second.pool->free_block(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    auto a = dev->memory.release(p);
+    if (!a) return CUDA_ERROR_INVALID_VALUE;  // freed by another thread meanwhile
+    shared->uncharge(dev->physical, a->charged);
+    return CUDA_SUCCESS;
+  }
+  if (managed->contains(p)) return managed->release(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult Driver::create_context(DeviceState& dev, bool primary, unsigned flags, Context** out) {
+  if (!shared->charge(dev.physical, config.context_bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const int entry = shared->add_context(dev.physical);
+  Context* ctx = entry < 0 ? nullptr : g_contexts.create(dev, next_context_id.fetch_add(1), primary, flags, entry);
+  if (!ctx) {
+    if (entry >= 0) shared->remove_context(dev.physical, entry);
+    shared->uncharge(dev.physical, config.context_bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *out = ctx;
+  return CUDA_SUCCESS;
+}
+
+void Driver::destroy_context(Context* ctx) {
+  DeviceState& dev = ctx->device;
+  const uint32_t id = ctx->id;
+  ctx->synchronize();  // nothing queued may point at what is freed below
+  g_events.for_each([&](Event* e) {
+    if (e->ctx == ctx) g_events.destroy(e);
+  });
+  g_streams.for_each([&](Stream* s) {
+    if (s->ctx == ctx) g_streams.destroy(s);
+  });
+  g_functions.for_each([&](Function* f) {
+    if (f->ctx == ctx) g_functions.destroy(f);
+  });
+  g_modules.for_each([&](Module* m) {
+    if (m->ctx == ctx) g_modules.destroy(m);
+  });
+  g_contexts.destroy(ctx);  // joins the executor, frees the engine entry
+
+  for (const Allocation& a : dev.memory.release_if([&](const Allocation& x) { return x.kind == AllocKind::plain && x.context == id; }))
+    shared->uncharge(dev.physical, a.charged);
+  managed->release_if([&](const Allocation& x) { return x.context == id; });
+  g_arrays.for_each([&](ArrayObject* a) {
+    if (a->context != id) return;
+    shared->uncharge(a->device->physical, a->bytes);
+    g_arrays.destroy(a);
+  });
+  shared->uncharge(dev.physical, config.context_bytes);
+}
+
+void Driver::trim_pools(DeviceState& dev) {
+  g_mem_pools.for_each([&](MemPool* p) {
+    if (&p->device == &dev) p->trim_to_threshold();
+  });
+}
+
+const char* Driver::intern(std::string_view name) {
+  std::lock_guard<std::mutex> lk(names_mu_);
+  auto it = names_.find(name);
+  if (it == names_.end()) it = names_.emplace(name).first;
+  return it->c_str();
+}
+
+// ---- context stack ------------------------------------------------------------------------
+
+namespace {
+thread_local CUcontext tls_stack[kMaxContextStack];
+thread_local int tls_depth = 0;
+}  // namespace
+
+CUcontext current_handle() { return tls_depth > 0 ? tls_stack[tls_depth - 1] : nullptr; }
+
+Context* current_context() { return tls_depth > 0 ? g_contexts.get(tls_stack[tls_depth - 1]) : nullptr; }
+
+CUresult push_context(CUcontext ctx) {
+  if (tls_depth == kMaxContextStack) return CUDA_ERROR_INVALID_VALUE;
+  tls_stack[tls_depth++] = ctx;
+  return CUDA_SUCCESS;
+}
+
+CUcontext pop_context() { return tls_depth > 0 ? tls_stack[--tls_depth] : nullptr; }
+
+void set_current_context(CUcontext ctx) {
+  if (!ctx) {
+    pop_context();
+  } else if (tls_depth == 0) {
+    tls_stack[tls_depth++] = ctx;
+  } else {
+    tls_stack[tls_depth - 1] = ctx;
+  }
+}
+
+void forget_context(CUcontext ctx) {
+  if (tls_depth > 0 && tls_stack[tls_depth - 1] == ctx) --tls_depth;
+}
+
+CUresult resolve_stream(CUstream h, bool per_thread, Stream** out) {
+  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+    Context* ctx = current_context();
+    if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    const bool pt = h == CU_STREAM_PER_THREAD || (h == nullptr && per_thread);
+    *out = pt ? &ctx->per_thread_stream : &ctx->null_stream;
+    return CUDA_SUCCESS;
+  }
+  Stream* s = g_streams.get(h);
+  if (!s) return CUDA_ERROR_INVALID_HANDLE;
+  *out = s;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace simgpu

@@ -1,0 +1,412 @@
+#include "shared_state.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "os.h"
+
+namespace simgpu {
+
+using shm::kNone;
+
+namespace {
+
+constexpr uint64_t kOwnerCheckNs = 20'000'000;    // a waiter checks the owner is alive this often
+constexpr uint64_t kMeminfoReclaimNs = 100'000'000;  // meminfo() reclaims at most this often
+
+std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+std::string describe(const shm::Layout& l) {
+  std::string s;
+  for (uint32_t i = 0; i < l.device_count && i < uint32_t(kMaxDevices); ++i) {
+    if (i) s += ',';
+    s += std::string(l.devices[i].name, strnlen(l.devices[i].name, sizeof l.devices[i].name)) + ':' +
+         std::to_string(l.devices[i].capacity) + 'B';
+  }
+  return s;
+}
+
+std::string describe(const std::vector<DeviceSpec>& devices) {
+  std::string s;
+  for (size_t i = 0; i < devices.size(); ++i) s += (i ? "," : "") + devices[i].name + ':' + std::to_string(devices[i].bytes) + 'B';
+  return s;
+}
+
+bool same_devices(const shm::Layout& l, const std::vector<DeviceSpec>& devices) {
+  if (l.device_count != devices.size()) return false;
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (l.devices[i].capacity != devices[i].bytes ||
+        devices[i].name != std::string(l.devices[i].name, strnlen(l.devices[i].name, sizeof l.devices[i].name)))
+      return false;
+  return true;
+}
+
+bool header_ok(const shm::Layout& l) {
+  return l.magic == shm::kMagic && l.version == shm::kLayoutVersion && l.size == sizeof(shm::Layout);
+}
+
+void init_layout(shm::Layout* l, const std::vector<DeviceSpec>& devices) {
+  // The file is fresh (all zero). Fill it in, publish the magic last.
+  l->version = shm::kLayoutVersion;
+  l->size = sizeof(shm::Layout);
+  l->device_count = uint32_t(devices.size());
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(&l->mutex, &attr);
+  pthread_mutexattr_destroy(&attr);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    shm::Device& d = l->devices[i];
+    d.capacity = devices[i].bytes;
+    std::snprintf(d.name, sizeof d.name, "%s", devices[i].name.c_str());
+    d.owner = kNone;
+    for (auto& c : d.contexts) c = {kNone, 0};
+  }
+  std::atomic_thread_fence(std::memory_order_release);
+  l->magic = shm::kMagic;
+}
+
+}  // namespace
+
+// Holds the robust mutex; repairs the books when the previous holder died holding it.
+class SharedState::Lock {
+ public:
+  explicit Lock(SharedState& s) : s_(s) { lock(); }
+  ~Lock() {
+    if (held_) unlock();
+  }
+  void lock() {
+    int rc = pthread_mutex_lock(&s_.layout_->mutex);
+    if (rc == EOWNERDEAD) {
+      s_.repair_locked();
+      pthread_mutex_consistent(&s_.layout_->mutex);
+    } else if (rc != 0) {
+      // Only reachable if a holder died and its successor failed to mark the mutex consistent,
+      // which this code never does; the shared books can no longer be trusted.
+      std::fprintf(stderr, "simgpu: the state mutex in %s is unusable (%s)\n", s_.path_.c_str(), std::strerror(rc));
+      std::abort();
+    }
+    held_ = true;
+  }
+  void unlock() {
+    pthread_mutex_unlock(&s_.layout_->mutex);
+    held_ = false;
+  }
+
+ private:
+  SharedState& s_;
+  bool held_ = false;
+};
+
+std::unique_ptr<SharedState> SharedState::open(const std::string& dir, const std::vector<DeviceSpec>& devices,
+                                               std::string* error, OpenFailure* why) {
+  *why = OpenFailure::system;
+  std::unique_ptr<SharedState> s(new SharedState);
+  s->path_ = dir + "/state";
+  s->pid_ = getpid();
+  s->start_time_ = process_start_time(s->pid_);
+  if (devices.empty() || devices.size() > size_t(kMaxDevices)) {
+    *error = "simgpu: need 1 to " + std::to_string(kMaxDevices) + " devices";
+    return nullptr;
+  }
+
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    *error = errno_text("simgpu: cannot create SIMGPU_STATE_DIR " + dir);
+    return nullptr;
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *error = "simgpu: SIMGPU_STATE_DIR " + dir + " is not a directory";
+    return nullptr;
+  }
+  // The lock file serializes creation and re-creation of the state file.
+  std::string lock_path = dir + "/lock";
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) {
+    *error = errno_text("simgpu: cannot open " + lock_path);
+    return nullptr;
+  }
+  while (flock(lock_fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } close_lock{lock_fd};
+
+  s->fd_ = ::open(s->path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (s->fd_ < 0 || fstat(s->fd_, &st) != 0) {
+    *error = errno_text("simgpu: cannot open " + s->path_);
+    return nullptr;
+  }
+  const size_t size = sizeof(shm::Layout);
+  std::string theirs;
+  bool usable = false;
+  if (size_t(st.st_size) == size) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
+    if (p == MAP_FAILED) {
+      *error = errno_text("simgpu: cannot map " + s->path_);
+      return nullptr;
+    }
+    s->layout_ = static_cast<shm::Layout*>(p);
+    if (header_ok(*s->layout_)) {
+      usable = same_devices(*s->layout_, devices);
+      theirs = "devices " + describe(*s->layout_);
+    } else {
+      theirs = "another simgpu layout";
+    }
+  } else if (st.st_size != 0) {
+    theirs = "another simgpu layout (" + std::to_string(st.st_size) + " bytes)";
+  }
+
+  if (!usable) {
+    // Re-create only when no live process holds the file (each user keeps a shared flock).
+    if (st.st_size != 0 && flock(s->fd_, LOCK_EX | LOCK_NB) != 0) {
+      *why = OpenFailure::mismatch;
+      *error = "simgpu: state file " + s->path_ + " is in use by live processes and was made for " + theirs +
+               ", but this process has SIMGPU_DEVICES=" + describe(devices) +
+               "; use another SIMGPU_STATE_DIR or stop those processes";
+      return nullptr;
+    }
+    if (s->layout_) munmap(s->layout_, size);
+    s->layout_ = nullptr;
+    if (ftruncate(s->fd_, 0) != 0 || ftruncate(s->fd_, off_t(size)) != 0) {
+      *error = errno_text("simgpu: cannot size " + s->path_);
+      return nullptr;
+    }
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
+    if (p == MAP_FAILED) {
+      *error = errno_text("simgpu: cannot map " + s->path_);
+      return nullptr;
+    }
+    s->layout_ = static_cast<shm::Layout*>(p);
+    init_layout(s->layout_, devices);
+  }
+  // Held (shared) for the life of the process: marks the file as in use.
+  while (flock(s->fd_, LOCK_SH) != 0 && errno == EINTR) {
+  }
+  if (!s->claim_slot(error)) {
+    *why = OpenFailure::full;
+    return nullptr;
+  }
+  return s;
+}
+
+SharedState::~SharedState() {
+  release_process();
+  if (layout_) munmap(layout_, sizeof(shm::Layout));
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool SharedState::claim_slot(std::string* error) {
+  Lock l(*this);
+  reclaim_dead_locked();
+  for (int i = 0; i < shm::kMaxProcesses; ++i) {
+    // A slot with our own pid and start time belongs to the image this process exec'd from.
+    shm::Process& p = layout_->processes[i];
+    if (p.pid == pid_ && p.start_time == start_time_) reclaim_process_locked(i);
+  }
+  for (int i = 0; i < shm::kMaxProcesses; ++i) {
+    shm::Process& p = layout_->processes[i];
+    if (p.pid != 0) continue;
+    p.pid = pid_;
+    p.start_time = start_time_;
+    for (auto& b : p.bytes) b = 0;
+    slot_ = i;
+    last_reclaim_ns_.store(now_ns(), std::memory_order_relaxed);
+    return true;
+  }
+  *error = "simgpu: all " + std::to_string(shm::kMaxProcesses) + " process slots in " + path_ + " are in use";
+  return false;
+}
+
+void SharedState::repair_locked() {
+  // The previous holder died mid-update. Process slots are the truth for memory; rebuild the
+  // per-device sums from them, drop ownership by free entries, then reclaim the dead.
+  for (uint32_t d = 0; d < layout_->device_count; ++d) {
+    shm::Device& dev = layout_->devices[d];
+    uint64_t sum = 0;
+    for (auto& p : layout_->processes)
+      if (p.pid != 0) sum += p.bytes[d];
+    dev.used = sum;
+    if (dev.owner != kNone && (dev.owner < 0 || dev.owner >= shm::kMaxContexts || dev.contexts[dev.owner].process == kNone))
+      dev.owner = kNone;
+  }
+  reclaim_dead_locked();
+}
+
+bool SharedState::reclaim_dead_locked() {
+  bool any = false;
+  for (int i = 0; i < shm::kMaxProcesses; ++i) {
+    shm::Process& p = layout_->processes[i];
+    if (p.pid == 0 || i == slot_ || process_alive(p.pid, p.start_time)) continue;
+    reclaim_process_locked(i);
+    any = true;
+  }
+  return any;
+}
+
+void SharedState::reclaim_process_locked(int slot) {
+  shm::Process& p = layout_->processes[slot];
+  for (uint32_t d = 0; d < layout_->device_count; ++d) {
+    shm::Device& dev = layout_->devices[d];
+    dev.used -= std::min(dev.used, p.bytes[d]);
+    p.bytes[d] = 0;
+    bool changed = false;
+    for (int e = 0; e < shm::kMaxContexts; ++e) {
+      if (dev.contexts[e].process != slot) continue;
+      dev.contexts[e] = {kNone, 0};
+      changed = true;
+    }
+    if (dev.owner != kNone && dev.contexts[dev.owner].process == kNone) {
+      dev.owner = next_runnable_locked(dev, dev.owner);
+      changed = true;
+    }
+    if (changed) wake(dev);
+  }
+  p.pid = 0;
+  p.start_time = 0;
+}
+
+int SharedState::next_runnable_locked(shm::Device& d, int after) {
+  for (int k = 1; k <= shm::kMaxContexts; ++k) {
+    int j = (after + k) % shm::kMaxContexts;
+    if (d.contexts[j].process != kNone && d.contexts[j].runnable) return j;
+  }
+  return kNone;
+}
+
+void SharedState::wake(shm::Device& d) {
+  d.wake.fetch_add(1, std::memory_order_release);
+  futex_wake_all(&d.wake);
+}
+
+bool SharedState::charge(int device, uint64_t bytes) {
+  Lock l(*this);
+  if (slot_ < 0) return false;
+  shm::Device& d = layout_->devices[device];
+  if (bytes > d.capacity - d.used) {
+    if (!reclaim_dead_locked() || bytes > d.capacity - d.used) return false;
+  }
+  d.used += bytes;
+  layout_->processes[slot_].bytes[device] += bytes;
+  return true;
+}
+
+void SharedState::uncharge(int device, uint64_t bytes) {
+  Lock l(*this);
+  if (slot_ < 0) return;
+  uint64_t& mine = layout_->processes[slot_].bytes[device];
+  uint64_t b = std::min(bytes, mine);
+  mine -= b;
+  layout_->devices[device].used -= std::min(b, layout_->devices[device].used);
+}
+
+MemInfo SharedState::meminfo(int device) {
+  Lock l(*this);
+  uint64_t now = now_ns();
+  if (now - last_reclaim_ns_.load(std::memory_order_relaxed) >= kMeminfoReclaimNs) {
+    reclaim_dead_locked();
+    last_reclaim_ns_.store(now, std::memory_order_relaxed);
+  }
+  const shm::Device& d = layout_->devices[device];
+  return {d.capacity, d.used};
+}
+
+uint64_t SharedState::charged_by_me(int device) {
+  Lock l(*this);
+  return slot_ < 0 ? 0 : layout_->processes[slot_].bytes[device];
+}
+
+int SharedState::add_context(int device) {
+  Lock l(*this);
+  if (slot_ < 0) return -1;
+  shm::Device& d = layout_->devices[device];
+  for (int e = 0; e < shm::kMaxContexts; ++e) {
+    if (d.contexts[e].process != kNone) continue;
+    d.contexts[e] = {slot_, 0};
+    return e;
+  }
+  return -1;
+}
+
+void SharedState::remove_context(int device, int entry) {
+  Lock l(*this);
+  shm::Device& d = layout_->devices[device];
+  if (slot_ < 0 || d.contexts[entry].process != slot_) return;
+  d.contexts[entry] = {kNone, 0};
+  if (d.owner == entry) {
+    d.owner = next_runnable_locked(d, entry);
+    wake(d);
+  }
+}
+
+void SharedState::acquire_engine(int device, int entry) {
+  Lock l(*this);
+  shm::Device& d = layout_->devices[device];
+  if (slot_ < 0 || d.contexts[entry].process != slot_) return;  // released at exit: run unowned
+  d.contexts[entry].runnable = 1;
+  uint64_t last_check = now_ns();
+  for (;;) {
+    if (d.owner == kNone) d.owner = entry;
+    if (d.owner == entry) return;
+    uint32_t seen = d.wake.load(std::memory_order_acquire);
+    l.unlock();
+    futex_wait(&d.wake, seen, kOwnerCheckNs);
+    l.lock();
+    if (slot_ < 0 || d.contexts[entry].process != slot_) return;
+    uint64_t now = now_ns();
+    if (now - last_check >= kOwnerCheckNs && d.owner != kNone) {
+      last_check = now;
+      int owner_slot = d.contexts[d.owner].process;
+      if (owner_slot == kNone) {
+        d.owner = kNone;  // an owner entry nobody holds: take over on the next turn
+        continue;
+      }
+      const shm::Process& p = layout_->processes[owner_slot];
+      if (owner_slot != slot_ && !process_alive(p.pid, p.start_time)) reclaim_process_locked(owner_slot);
+    }
+  }
+}
+
+bool SharedState::yield_engine(int device, int entry) {
+  Lock l(*this);
+  shm::Device& d = layout_->devices[device];
+  if (slot_ < 0 || d.contexts[entry].process != slot_) return false;
+  if (d.owner != entry) return true;  // lost it (e.g. reclaimed as dead by mistake): acquire again
+  int next = next_runnable_locked(d, entry);
+  if (next == kNone || next == entry) return false;
+  d.owner = next;
+  wake(d);
+  return true;
+}
+
+void SharedState::release_engine(int device, int entry) {
+  Lock l(*this);
+  shm::Device& d = layout_->devices[device];
+  if (slot_ < 0 || d.contexts[entry].process != slot_) return;
+  d.contexts[entry].runnable = 0;
+  if (d.owner == entry) {
+    d.owner = next_runnable_locked(d, entry);
+    wake(d);
+  }
+}
+
+void SharedState::release_process() {
+  if (!layout_) return;
+  Lock l(*this);
+  if (slot_ < 0) return;
+  reclaim_process_locked(slot_);
+  slot_ = -1;
+}
+
+}  // namespace simgpu

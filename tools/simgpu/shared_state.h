@@ -1,0 +1,157 @@
+// simgpu/shared_state.h — the state every process on the machine shares: each simulated device's
+// capacity and use, which process uses how much, and which context owns each device's engine.
+//
+// It lives in one file, <SIMGPU_STATE_DIR>/state (mode 0600, directory 0700), mapped MAP_SHARED
+// by every process. One process-shared robust mutex guards all of it; a process that dies holding
+// it leaves it EOWNERDEAD, and the next locker repairs the books and carries on.
+//
+// Invariants (checked under the mutex):
+//   - device.used == Σ over process slots of slot.bytes[device] <= device.capacity;
+//   - a process slot is free (pid 0) or names a process by pid and start time; a slot whose
+//     process is gone (or a zombie, or a different process with a reused pid) is dead, and its
+//     bytes, context entries and engine ownership are reclaimed: when an allocation would not
+//     fit, in meminfo() (at most every 100 ms per process), and when a process claims its slot;
+//   - a device's engine owner is -1 or a context entry of that device.
+//
+// Engine time-sharing: a context with work calls acquire_engine(), which marks its entry runnable
+// and blocks (futex on the device's `wake` word, bounded waits that check the owner is alive)
+// until it owns the engine. After a slice it calls yield_engine(), which passes ownership to the
+// next runnable entry in cyclic order, if any. With nothing queued it calls release_engine().
+//
+// The file carries a magic and layout version; a file made for another SIMGPU_DEVICES
+// configuration is re-created when no live process holds it (every user keeps a shared flock on
+// it), and is an error otherwise.
+#pragma once
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.h"
+
+namespace simgpu {
+
+namespace shm {
+
+inline constexpr uint64_t kMagic = 0x31305550474d4953ull;  // "SIMGPU01"
+/// Bump whenever the layout below changes.
+inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr int kMaxProcesses = 1024;
+inline constexpr int kMaxContexts = 256;  ///< context entries per device, over all processes
+inline constexpr int32_t kNone = -1;
+
+struct ContextEntry {
+  int32_t process;    ///< process slot index, kNone when the entry is free
+  uint32_t runnable;  ///< 1 while the context has work and wants (or holds) the engine
+};
+
+struct Device {
+  uint64_t capacity;  ///< bytes
+  uint64_t used;      ///< bytes charged by all processes
+  char name[kMaxDeviceName + 1];
+  int32_t owner;                ///< context entry owning the engine, or kNone
+  std::atomic<uint32_t> wake;   ///< futex word, bumped on every ownership change
+  ContextEntry contexts[kMaxContexts];
+};
+
+struct Process {
+  int32_t pid;          ///< 0 when free
+  uint32_t reserved;
+  uint64_t start_time;  ///< process_start_time(pid) when the slot was claimed
+  uint64_t bytes[kMaxDevices];
+};
+
+struct Layout {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t size;          ///< sizeof(Layout)
+  uint32_t device_count;
+  uint32_t reserved;
+  pthread_mutex_t mutex;  ///< process-shared, robust
+  Device devices[kMaxDevices];
+  Process processes[kMaxProcesses];
+};
+
+}  // namespace shm
+
+/// Capacity and use of one device, as cuMemGetInfo reports them.
+struct MemInfo {
+  uint64_t capacity = 0;
+  uint64_t used = 0;
+};
+
+/// Why SharedState::open failed.
+enum class OpenFailure {
+  system,    ///< a system call failed (directory, file, mapping)
+  mismatch,  ///< the file is in use with another device configuration
+  full,      ///< every process slot is taken
+};
+
+class SharedState {
+ public:
+  /// Opens (creating if needed) the state in `dir` for `devices`, then claims a process slot for
+  /// the calling process. Returns null with a one-line *error on failure (cannot create the
+  /// directory or file, the file is in use with another device configuration, every slot taken).
+  static std::unique_ptr<SharedState> open(const std::string& dir, const std::vector<DeviceSpec>& devices,
+                                           std::string* error, OpenFailure* why);
+  ~SharedState();
+  SharedState(const SharedState&) = delete;
+  SharedState& operator=(const SharedState&) = delete;
+
+  // ---- memory (device = physical index) ----
+  /// Charges `bytes` to this process on `device` if they fit (reclaiming dead processes first
+  /// when they do not). False: out of memory.
+  bool charge(int device, uint64_t bytes);
+  /// Returns bytes charged earlier.
+  void uncharge(int device, uint64_t bytes);
+  /// Capacity and use of `device`, after reclaiming dead processes (at most every 100 ms).
+  MemInfo meminfo(int device);
+  /// Bytes this process has charged on `device`.
+  uint64_t charged_by_me(int device);
+
+  // ---- engine time-sharing ----
+  /// Takes a context entry on `device` for one of this process's contexts; -1 when all taken.
+  int add_context(int device);
+  /// Frees the entry (giving up the engine if it owned it).
+  void remove_context(int device, int entry);
+  /// Marks the entry runnable and blocks until it owns the engine.
+  void acquire_engine(int device, int entry);
+  /// Called by the owner at the end of a slice: if another entry is runnable, hands the engine to
+  /// the next one in cyclic order and returns true (the caller stays runnable and must acquire
+  /// again); returns false when nobody else wants it.
+  bool yield_engine(int device, int entry);
+  /// The entry has nothing queued: not runnable, and the engine goes to the next runnable entry.
+  void release_engine(int device, int entry);
+
+  /// Gives everything of this process back (bytes, context entries, engines) and frees its slot.
+  /// Later calls do nothing. Called at exit.
+  void release_process();
+
+  int process_slot() const { return slot_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  SharedState() = default;
+  class Lock;
+  bool claim_slot(std::string* error);  // false: every slot taken
+  void repair_locked();
+  bool reclaim_dead_locked();
+  void reclaim_process_locked(int slot);
+  int next_runnable_locked(shm::Device& d, int after);
+  void wake(shm::Device& d);
+
+  shm::Layout* layout_ = nullptr;
+  int fd_ = -1;
+  int slot_ = -1;  // this process's slot; -1 once released
+  pid_t pid_ = 0;
+  uint64_t start_time_ = 0;
+  std::atomic<uint64_t> last_reclaim_ns_{0};
+  std::string path_;
+};
+
+}  // namespace simgpu
