@@ -1,0 +1,125 @@
+// daemon/report/job_recorder.h — everything a job's report holds, gathered while the job runs:
+// broker events (admission, waits, refusals, driver OOMs), samples of its stats pages, and the
+// counters of processes that already left. Pure: the engine feeds it; to_json() renders it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "broker/types.h"
+#include "report/timeline.h"
+
+namespace coloc::report {
+
+using broker::Bytes;
+using broker::Nanos;
+
+/// Counters a client keeps on its stats page, summed over a job's processes on one device.
+struct Counters {
+  uint64_t allocs = 0;
+  uint64_t frees = 0;
+  uint64_t failures = 0;
+  uint64_t launches = 0;
+  uint64_t wait_memory_ns = 0;     ///< as the clients measured it
+  uint64_t wait_admission_ns = 0;  ///< as the clients measured it
+  Counters& operator+=(const Counters& o);
+};
+
+/// One sample of a job on one device.
+struct DeviceSample {
+  Bytes capacity = 0;
+  Bytes limit = broker::kNoLimit;
+  Bytes reservation = 0;
+  Bytes in_use = 0;       ///< sum over the job's live processes
+  Bytes peak_hint = 0;    ///< the largest per-process peak (a lower bound of the job's peak)
+  Counters live;          ///< sum over the job's live processes
+};
+
+/// How a process ended.
+struct ProcessExit {
+  pid_t pid = 0;
+  std::optional<int> exit_code;    ///< exit(n) / return from main
+  std::optional<int> signal;       ///< killed by this signal
+  std::string source;              ///< "goodbye", "bpf", "pidfd", "hangup"
+};
+
+class JobRecorder {
+ public:
+  /// `mono_start`: the daemon's monotonic clock at the job's start; `wall_start_ms`: Unix ms.
+  JobRecorder(broker::JobSerial serial, broker::JobKey key, std::string user, std::string command,
+              uint64_t cmdline_hash, std::string priority, Nanos mono_start, int64_t wall_start_ms);
+
+  /// A broker event of this job (kAdmitted, kWaitBegin/End, kRefused, kDriverOom).
+  void on_event(const broker::Event& e);
+  /// A sample of the job on `device` at `now`.
+  void sample(const broker::Uuid& device, Nanos now, const DeviceSample& s);
+  /// Counters of a process that left, so they survive it.
+  void fold(const broker::Uuid& device, const Counters& c, Bytes peak);
+  void add_process(pid_t pid);
+  void process_exited(const ProcessExit& e);
+  void set_priority(std::string p) { priority_ = std::move(p); }
+  /// The job ended at `now` (monotonic) / `wall_ms` (Unix ms).
+  void finish(Nanos now, int64_t wall_ms);
+
+  /// The report. `now` closes open waits of a live job. Shape: see docs/ARCHITECTURE.md.
+  nlohmann::json to_json(Nanos now) const;
+
+  const broker::JobKey& key() const { return key_; }
+  broker::JobSerial serial() const { return serial_; }
+  bool finished() const { return end_mono_.has_value(); }
+
+ private:
+  struct Wait {
+    bool admission = false;
+    Nanos start = 0;
+    std::optional<Nanos> end;
+    broker::Reason outcome = broker::Reason::kNone;
+  };
+  struct Oom {
+    Nanos at = 0;
+    broker::Reason reason = broker::Reason::kNone;
+    bool admission = false;
+    Bytes request = 0;
+    Bytes in_use = 0;
+  };
+  struct Device {
+    Bytes capacity = 0;
+    Bytes limit = broker::kNoLimit;
+    Bytes reservation = 0;
+    Bytes peak = 0;
+    Timeline timeline;
+    Counters folded;  ///< processes that left
+    Counters live;    ///< the latest sample of live processes
+    std::vector<Wait> waits;
+    std::vector<Oom> ooms;
+    uint64_t driver_ooms = 0;
+    std::optional<Nanos> admitted_at;
+  };
+  Device& device(const broker::Uuid& u);
+  Nanos rel(Nanos t) const { return t > mono_start_ ? t - mono_start_ : 0; }
+
+  broker::JobSerial serial_;
+  broker::JobKey key_;
+  std::string user_;
+  std::string command_;
+  uint64_t cmdline_hash_;
+  std::string priority_;
+  Nanos mono_start_;
+  int64_t wall_start_ms_;
+  std::optional<Nanos> end_mono_;
+  int64_t wall_end_ms_ = 0;
+  std::map<broker::Uuid, Device> devices_;
+  std::vector<ProcessExit> processes_;  ///< in registration order; exit fields filled when known
+};
+
+/// "2026-03-01T12:00:00.123Z" for Unix ms.
+std::string iso8601_utc(int64_t unix_ms);
+
+}  // namespace coloc::report

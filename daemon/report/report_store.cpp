@@ -1,0 +1,89 @@
+#include "report/report_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace coloc::report {
+
+ReportStore::ReportStore(std::string dir) : dir_(std::move(dir)) {}
+
+Result<void> ReportStore::prepare(int gid) const {
+  if (::mkdir(dir_.c_str(), 0750) != 0 && errno != EEXIST) return Error::from_errno("mkdir " + dir_);
+  struct stat st;
+  if (::stat(dir_.c_str(), &st) != 0) return Error::from_errno("stat " + dir_);
+  if (!S_ISDIR(st.st_mode)) return Error{ENOTDIR, dir_ + " is not a directory"};
+  if (gid >= 0 && ::chown(dir_.c_str(), uid_t(-1), gid_t(gid)) != 0) return Error::from_errno("chown " + dir_);
+  if (::chmod(dir_.c_str(), 0750) != 0) return Error::from_errno("chmod " + dir_);
+  return {};
+}
+
+std::string ReportStore::sanitize(const std::string& job_id) {
+  std::string out;
+  for (char c : job_id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == '-';
+    out += ok ? c : '_';
+    if (out.size() == 100) break;
+  }
+  if (out.empty()) out = "job";
+  if (out[0] == '.') out[0] = '_';
+  return out;
+}
+
+static Result<void> write_all(int fd, const std::string& text, const std::string& path) {
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Error::from_errno("write " + path);
+    off += size_t(n);
+  }
+  if (::fsync(fd) != 0) return Error::from_errno("fsync " + path);
+  return {};
+}
+
+Result<std::string> ReportStore::write(const std::string& job_id, const std::string& text) const {
+  const std::string stem = dir_ + "/" + sanitize(job_id);
+  std::string tmpl = dir_ + "/.report.XXXXXX";
+  int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
+  if (fd < 0) return Error::from_errno("create a temporary file in " + dir_);
+  Result<void> w = write_all(fd, text, tmpl);
+  if (w.ok() && ::fchmod(fd, 0640) != 0) w = Error::from_errno("chmod " + tmpl);
+  ::close(fd);
+  if (!w.ok()) {
+    ::unlink(tmpl.c_str());
+    return w.error();
+  }
+  for (int n = 1; n < 100000; ++n) {
+    std::string path = n == 1 ? stem + ".json" : stem + "." + std::to_string(n) + ".json";
+    if (::link(tmpl.c_str(), path.c_str()) == 0) {
+      ::unlink(tmpl.c_str());
+      return path;
+    }
+    if (errno != EEXIST) {
+      Error e = Error::from_errno("link " + path);
+      ::unlink(tmpl.c_str());
+      return e;
+    }
+  }
+  ::unlink(tmpl.c_str());
+  return Error{EEXIST, "too many reports named " + stem};
+}
+
+std::vector<std::string> ReportStore::find(const std::string& job_id) const {
+  const std::string stem = dir_ + "/" + sanitize(job_id);
+  std::vector<std::string> found;
+  struct stat st;
+  for (int n = 1; n < 100000; ++n) {
+    std::string path = n == 1 ? stem + ".json" : stem + "." + std::to_string(n) + ".json";
+    if (::stat(path.c_str(), &st) != 0) break;
+    found.insert(found.begin(), path);
+  }
+  return found;
+}
+
+}  // namespace coloc::report

@@ -1,0 +1,44 @@
+// daemon/report/timeline.h — a job's bytes in use on one device over time, bounded in size.
+//
+// Samples arrive in time order. Only changes are stored. When the store reaches twice the
+// output bound, neighbouring points are merged in pairs, keeping the larger value (so the peak
+// survives every merge), and points closer than the new spacing are merged as they arrive.
+// points() returns at most `max_points` points, merging once more if needed. Memory per
+// timeline is O(max_points) whatever the job's length.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace coloc::report {
+
+struct TimelinePoint {
+  uint64_t t_ns;   ///< since the job started
+  uint64_t bytes;  ///< bytes in use (the maximum over the span the point stands for)
+};
+
+class Timeline {
+ public:
+  /// `max_points` >= 2: the most points points() returns (the report uses 500).
+  explicit Timeline(size_t max_points = 500);
+
+  /// Records `bytes` at `t_ns` (non-decreasing). Repeats of the last value are not stored.
+  void add(uint64_t t_ns, uint64_t bytes);
+  /// At most max_points points in time order, the last one at the latest time seen.
+  std::vector<TimelinePoint> points() const;
+  /// The largest value ever added.
+  uint64_t peak() const { return peak_; }
+  size_t stored() const { return points_.size(); }
+
+ private:
+  static std::vector<TimelinePoint> halve(const std::vector<TimelinePoint>& in);
+  size_t max_points_;
+  uint64_t spacing_ns_ = 0;  ///< points closer than this to the previous one merge into it
+  std::vector<TimelinePoint> points_;
+  TimelinePoint last_seen_{0, 0};
+  bool any_ = false;
+  uint64_t peak_ = 0;
+};
+
+}  // namespace coloc::report

@@ -1,0 +1,158 @@
+// Reports: the bounded timeline, the job recorder's JSON, and the never-overwriting store.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+
+#include <random>
+
+#include "report/job_recorder.h"
+#include "report/report_store.h"
+#include "report/timeline.h"
+#include "../../support/proc.h"
+
+using namespace coloc::report;
+using coloc::broker::Event;
+using coloc::broker::Reason;
+using coloc::broker::Uuid;
+
+namespace {
+Uuid gpu(uint8_t n) {
+  Uuid u;
+  u.bytes.fill(0x11);
+  u.bytes[15] = n;
+  return u;
+}
+constexpr uint64_t kSec = 1'000'000'000;
+}  // namespace
+
+TEST_SUITE("daemon") {
+
+TEST_CASE("timeline: stays within its bound, keeps the peak, and ends at the last sample") {
+  Timeline t(500);
+  std::mt19937_64 rng(7);
+  uint64_t peak = 0, peak_at = 0;
+  for (uint64_t i = 0; i < 100000; ++i) {
+    uint64_t v = rng() % (1ull << 30);
+    if (i == 77777) v = 5ull << 30;
+    if (v > peak) {
+      peak = v;
+      peak_at = i;
+    }
+    t.add(i * 1'000'000, v);
+    CHECK(t.stored() < 1000);
+  }
+  auto pts = t.points();
+  CHECK(pts.size() <= 500);
+  CHECK(pts.size() >= 250);
+  uint64_t max = 0;
+  for (size_t i = 0; i < pts.size(); ++i) {
+    max = std::max(max, pts[i].bytes);
+    if (i) CHECK(pts[i].t_ns >= pts[i - 1].t_ns);
+  }
+  CHECK(max == 5ull << 30);
+  CHECK(t.peak() == 5ull << 30);
+  CHECK(peak_at == 77777);
+  CHECK(pts.back().t_ns == 99999ull * 1'000'000);
+}
+
+TEST_CASE("timeline: only changes are stored") {
+  Timeline t(500);
+  for (uint64_t i = 0; i < 10000; ++i) t.add(i, i < 5000 ? 1 : 2);
+  auto pts = t.points();
+  REQUIRE(pts.size() == 3);
+  CHECK(pts[0].bytes == 1);
+  CHECK(pts[1].t_ns == 5000);
+  CHECK(pts[1].bytes == 2);
+  CHECK(pts[2].t_ns == 9999);
+}
+
+TEST_CASE("job recorder: waits, OOM events, counters of departed processes, and the end") {
+  JobRecorder r(1, {1000, "train-x1"}, "alice", "python train.py", 0xabc, "normal", 100 * kSec, 1700000000000);
+  r.add_process(4242);
+  DeviceSample s;
+  s.capacity = 80ull << 30;
+  s.limit = 20ull << 30;
+  s.reservation = 20ull << 30;
+  s.in_use = 1ull << 30;
+  s.live.allocs = 10;
+  r.sample(gpu(1), 101 * kSec, s);
+  Event e{};
+  e.device = gpu(1);
+  e.kind = Event::Kind::kWaitBegin;
+  e.at = 102 * kSec;
+  r.on_event(e);
+  e.kind = Event::Kind::kWaitEnd;
+  e.at = 105 * kSec;
+  r.on_event(e);
+  e.kind = Event::Kind::kRefused;
+  e.reason = Reason::kOwnLimit;
+  e.bytes = 21ull << 30;
+  e.at = 106 * kSec;
+  r.on_event(e);
+  e.kind = Event::Kind::kWaitBegin;  // still open at report time
+  e.admission = false;
+  e.at = 107 * kSec;
+  r.on_event(e);
+  s.in_use = 3ull << 30;
+  s.peak_hint = 4ull << 30;
+  r.sample(gpu(1), 108 * kSec, s);
+
+  auto live = r.to_json(110 * kSec);
+  CHECK(live["complete"] == false);
+  CHECK(live["end"].is_null());
+  auto d = live["devices"][0];
+  CHECK(d["uuid"] == gpu(1).str());
+  CHECK(d["peak"] == 4ull << 30);  // the per-process peak beats the samples
+  CHECK(d["limit"] == 20ull << 30);
+  CHECK(d["wait_memory_s"].get<double>() == doctest::Approx(6.0));  // 3 s closed + 3 s still open
+  CHECK(d["waits"].size() == 2);
+  CHECK(d["waits"][1]["outcome"] == "waiting");
+  REQUIRE(d["oom_events"].size() == 1);
+  CHECK(d["oom_events"][0]["reason"] == "own-limit");
+  CHECK(d["oom_events"][0]["t_s"].get<double>() == doctest::Approx(6.0));
+
+  Counters gone;
+  gone.allocs = 5;
+  gone.launches = 100;
+  r.fold(gpu(1), gone, 2ull << 30);
+  r.process_exited({4242, 0, std::nullopt, "goodbye"});
+  r.finish(112 * kSec, 1700000012000);
+  auto fin = r.to_json(200 * kSec);
+  CHECK(fin["complete"] == true);
+  CHECK(fin["exit_status"] == 0);
+  CHECK(fin["duration_s"].get<double>() == doctest::Approx(12.0));
+  CHECK(fin["end"] == "2023-11-14T22:13:32.000Z");
+  d = fin["devices"][0];
+  CHECK(d["allocations"] == 5);  // live counters are gone with the processes; folded ones stay
+  CHECK(d["kernel_launches"] == 100);
+  CHECK(d["timeline"]["bytes"].back() == 0);
+  CHECK(d["timeline"]["t_s"].back().get<double>() == doctest::Approx(12.0));
+}
+
+TEST_CASE("report store: sanitized names, never overwritten") {
+  coloc::test::TempDir tmp("coloc-reports");
+  ReportStore store(tmp / "reports");
+  REQUIRE(store.prepare().ok());
+  struct stat st;
+  REQUIRE(::stat((tmp / "reports").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0750);
+  CHECK(ReportStore::sanitize("../etc/passwd") == "_._etc_passwd");
+  CHECK(ReportStore::sanitize(".hidden") == "_hidden");
+  CHECK(ReportStore::sanitize("") == "job");
+  CHECK(ReportStore::sanitize("a:b c") == "a_b_c");
+  auto p1 = store.write("../evil", "{\"n\":1}");
+  REQUIRE(p1.ok());
+  CHECK(p1.value() == tmp / "reports/_._evil.json");
+  auto p2 = store.write("../evil", "{\"n\":2}");
+  REQUIRE(p2.ok());
+  CHECK(p2.value() == tmp / "reports/_._evil.2.json");
+  CHECK(coloc::test::read_file(p1.value()) == "{\"n\":1}");
+  REQUIRE(::stat(p2.value().c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0640);
+  auto found = store.find("../evil");
+  REQUIRE(found.size() == 2);
+  CHECK(found[0] == p2.value());
+  CHECK(store.find("nothing").empty());
+}
+
+}  // TEST_SUITE
