@@ -70,7 +70,7 @@ inline SizeParse parse_size(std::string_view s) {
     }
   }
   if (!digits) { r.error = "no digits in size"; return r; }
-  std::string_view unit = s.substr(i);
+  std::string_view unit(s.data() + i, s.size() - i);  // not substr(): it can throw, and the interposer must not
   if (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
 
   uint64_t mult = 0;

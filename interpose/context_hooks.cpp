@@ -1,0 +1,216 @@
+// interpose/context_hooks.cpp — the handlers of the context policy (hooks.def): a CUDA context
+// costs device memory (options().context_bytes, Kind::context), charged once per live context.
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+//
+// - cuCtxCreate*: admission (first context on the device), charge, create; cuCtxDestroy*: credit,
+//   and drop the records of the allocations that died with the context.
+// - The primary context is charged while retained (retains minus releases > 0) or while a retain
+//   is in flight. Its lock is never held across a driver or broker call: a flag claims the charge,
+//   and reconcile() repairs the books after each call, whatever the interleaving.
+// - cuDevicePrimaryCtxReset frees the context's allocations but leaves it retained ("Resetting the
+//   primary context does not release it", CUDA Driver API); the holder's next use re-creates it, so
+//   its cost stays charged while it is retained.
+#include "mutex.h"
+
+#include "devices.h"
+#include "driver.h"
+#include "handlers.h"
+#include "limits.h"
+#include "log.h"
+#include "runtime.h"
+
+namespace coloc::interpose {
+
+namespace {
+
+constinit std::atomic<bool> g_admitted[kMaxDevices] = {};
+
+uint64_t context_cost() { return options().context_bytes; }
+
+Record context_record(int slot) { return Record{context_cost(), 0, kNoPool, uint16_t(slot), Kind::context}; }
+
+// Admission (once per device), then the charge of one context.
+CUresult charge_context(int slot) {
+  if (!g_admitted[slot].load(std::memory_order_acquire)) {
+    Refusal why = broker().admit(slot, context_cost());
+    if (why != Refusal::none) {
+      ledger().count_failed(slot, true);
+      logf(LogLevel::warn, "job %s not admitted on device %d (%s): returning CUDA_ERROR_OUT_OF_MEMORY",
+           options().job, devices().info(slot).ordinal, refusal_name(why));
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    g_admitted[slot].store(true, std::memory_order_release);
+  }
+  if (CUresult r = charge(slot, context_cost(), "context creation"); r != CUDA_SUCCESS) return r;
+  ledger().commit(Key{0, Space::none}, context_record(slot));
+  return CUDA_SUCCESS;
+}
+
+// With the slot's context lock held: the primary context is charged iff it is retained or being
+// retained. Memory the driver already gave is charged even past the limit: the books follow the
+// device.
+void reconcile_primary_locked(int slot, ContextBooks& b) {
+  bool live = b.primary_refs > 0 || b.primary_inflight > 0;
+  if (live && !b.primary_charged) {
+    ledger().force_charge(slot, context_cost());
+    ledger().commit(Key{0, Space::none}, context_record(slot));
+    b.primary_charged = true;
+  } else if (!live && b.primary_charged) {
+    ledger().release_context_cost(slot, context_cost());
+    b.primary_charged = false;
+  }
+}
+
+template <class Create>
+CUresult create(CUcontext* pctx, CUdevice dev, Create&& driver_create) {
+  int slot = devices().slot_for_ordinal(dev);
+  if (slot < 0) return driver_create();
+  if (CUresult r = charge_context(slot); r != CUDA_SUCCESS) return r;
+  CUresult r = driver_create();
+  if (r != CUDA_SUCCESS) {
+    ledger().release_context_cost(slot, context_cost());
+    ledger().count_failed(slot, false);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) broker().driver_oom(slot, context_cost());
+    return r;
+  }
+  {
+    MutexLock g(devices().context_mutex(slot));
+    ++devices().context_books(slot).created;
+  }
+  devices().remember_context(*pctx, slot);
+  return r;
+}
+
+template <Fn id>
+CUresult destroy(CUcontext ctx) {
+  int slot = ctx ? devices().slot_of_context(ctx) : -1;
+  CUresult r = call<id>(ctx);
+  if (r != CUDA_SUCCESS || slot < 0) return r;
+  bool charged = false;
+  {
+    MutexLock g(devices().context_mutex(slot));
+    ContextBooks& b = devices().context_books(slot);
+    if (ctx != b.primary && b.created > 0) {
+      --b.created;
+      charged = true;
+    }
+  }
+  if (charged) ledger().release_context_cost(slot, context_cost());
+  ledger().release_records_of_context(reinterpret_cast<uint64_t>(ctx));
+  devices().forget_context(ctx);
+  return r;
+}
+
+template <Fn id>
+CUresult primary_release(CUdevice dev) {
+  CUresult r = call<id>(dev);
+  if (r != CUDA_SUCCESS) return r;
+  int slot = devices().slot_for_ordinal(dev);
+  if (slot < 0) return r;
+  CUcontext gone = nullptr;
+  {
+    MutexLock g(devices().context_mutex(slot));
+    ContextBooks& b = devices().context_books(slot);
+    if (b.primary_refs > 0) --b.primary_refs;
+    bool was_charged = b.primary_charged;
+    reconcile_primary_locked(slot, b);
+    if (was_charged && !b.primary_charged) gone = b.primary;  // the driver destroyed it
+  }
+  if (gone) {
+    ledger().release_records_of_context(reinterpret_cast<uint64_t>(gone));
+    devices().forget_context(gone);
+  }
+  return r;
+}
+
+template <Fn id>
+CUresult primary_reset(CUdevice dev) {
+  CUresult r = call<id>(dev);
+  if (r != CUDA_SUCCESS) return r;
+  int slot = devices().slot_for_ordinal(dev);
+  if (slot < 0) return r;
+  CUcontext primary = nullptr;
+  {
+    MutexLock g(devices().context_mutex(slot));
+    primary = devices().context_books(slot).primary;
+  }
+  if (primary) ledger().release_records_of_context(reinterpret_cast<uint64_t>(primary));
+  return r;
+}
+
+}  // namespace
+
+namespace context {
+
+CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return create(pctx, dev, [&] { return call<Fn::cuCtxCreate>(pctx, flags, dev); });
+}
+
+CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return create(pctx, dev, [&] { return call<Fn::cuCtxCreate_v2>(pctx, flags, dev); });
+}
+
+CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams, unsigned int flags,
+                        CUdevice dev) {
+  return create(pctx, dev, [&] { return call<Fn::cuCtxCreate_v3>(pctx, paramsArray, numParams, flags, dev); });
+}
+
+CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams, unsigned int flags, CUdevice dev) {
+  return create(pctx, dev, [&] { return call<Fn::cuCtxCreate_v4>(pctx, ctxCreateParams, flags, dev); });
+}
+
+CUresult cuCtxDestroy(CUcontext ctx) { return destroy<Fn::cuCtxDestroy>(ctx); }
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) { return destroy<Fn::cuCtxDestroy_v2>(ctx); }
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  int slot = devices().slot_for_ordinal(dev);
+  if (slot < 0) return call<Fn::cuDevicePrimaryCtxRetain>(pctx, dev);
+  Mutex& m = devices().context_mutex(slot);
+  ContextBooks& b = devices().context_books(slot);
+  bool claim;
+  {
+    MutexLock g(m);
+    claim = !b.primary_charged;  // this thread charges the context; others see it charged
+    b.primary_charged = true;
+    ++b.primary_inflight;
+  }
+  if (claim) {
+    if (CUresult r = charge_context(slot); r != CUDA_SUCCESS) {
+      MutexLock g(m);
+      --b.primary_inflight;
+      b.primary_charged = false;        // nothing was charged
+      reconcile_primary_locked(slot, b);  // ... unless another retain made it live meanwhile
+      return r;
+    }
+  }
+  CUresult r = call<Fn::cuDevicePrimaryCtxRetain>(pctx, dev);
+  CUcontext ctx = (r == CUDA_SUCCESS && pctx) ? *pctx : nullptr;
+  {
+    MutexLock g(m);
+    --b.primary_inflight;
+    if (r == CUDA_SUCCESS) ++b.primary_refs;
+    if (ctx) b.primary = ctx;
+    reconcile_primary_locked(slot, b);
+  }
+  if (ctx) devices().remember_context(ctx, slot);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) broker().driver_oom(slot, context_cost());
+  return r;
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_release<Fn::cuDevicePrimaryCtxRelease>(dev); }
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  return primary_release<Fn::cuDevicePrimaryCtxRelease_v2>(dev);
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_reset<Fn::cuDevicePrimaryCtxReset>(dev); }
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_reset<Fn::cuDevicePrimaryCtxReset_v2>(dev); }
+
+}  // namespace context
+
+}  // namespace coloc::interpose

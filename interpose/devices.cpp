@@ -1,0 +1,182 @@
+// interpose/devices.cpp — see devices.h.
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+#include "devices.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "driver.h"
+#include "log.h"
+#include "no_destroy.h"
+
+namespace coloc::interpose {
+
+namespace {
+
+constinit NoDestroy<Devices> g_devices;
+
+// This thread's last context lookup.
+struct CtxCache {
+  CUcontext ctx;
+  int slot;
+  uint32_t epoch;  // 0 never matches: Devices::epoch_ starts at 1
+};
+__thread CtxCache tl_ctx __attribute__((tls_model("initial-exec"))) = {nullptr, -1, 0};
+
+constinit std::atomic<bool> g_warned_full{false};
+
+}  // namespace
+
+Devices& devices() { return g_devices.value; }
+
+void format_uuid(const unsigned char u[16], char* buf) {
+  std::snprintf(buf, 41, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+int Devices::slot_for_ordinal(CUdevice ordinal) {
+  bool cacheable = ordinal >= 0 && ordinal < kMaxOrdinals;
+  if (cacheable) {
+    int s = ordinal_slot_[ordinal].load(std::memory_order_acquire);
+    if (s) return s - 1;
+  }
+  CUuuid uuid{};
+  CUresult r = call<Fn::cuDeviceGetUuid_v2>(&uuid, ordinal);
+  if (r == CUDA_ERROR_NOT_SUPPORTED) r = call<Fn::cuDeviceGetUuid>(&uuid, ordinal);
+  if (r != CUDA_SUCCESS) return -1;
+  size_t total = 0;
+  if (call<Fn::cuDeviceTotalMem_v2>(&total, ordinal) != CUDA_SUCCESS) total = 0;
+
+  MutexLock g(slots_mutex_);
+  int slot = -1;
+  for (int i = 0; i < kMaxDevices && slot < 0; ++i)
+    if (used_[i].load(std::memory_order_relaxed) && std::memcmp(info_[i].uuid, uuid.bytes, 16) == 0) slot = i;
+  if (slot < 0) {
+    DeviceInfo d;
+    d.ordinal = ordinal;
+    std::memcpy(d.uuid, uuid.bytes, 16);
+    d.total_bytes = total;
+    slot = broker().attach_device(d);  // sets the limit before anyone can charge the slot
+    if (slot < 0 || slot >= kMaxDevices || used_[slot].load(std::memory_order_relaxed)) {
+      if (!g_warned_full.exchange(true, std::memory_order_relaxed))
+        logf(LogLevel::error, "no device slot left (at most %d devices): memory on device %d is not accounted",
+             kMaxDevices, ordinal);
+      return -1;
+    }
+    d.slot = slot;
+    info_[slot] = d;
+    used_[slot].store(true, std::memory_order_release);
+    if (log_enabled(LogLevel::debug)) {
+      char id[41];
+      format_uuid(d.uuid, id);
+      uint64_t limit = control().slots[slot].limit.load(std::memory_order_relaxed);
+      if (limit == kNoLimit)
+        logf(LogLevel::debug, "device %d is %s (slot %d, %llu bytes, no limit)", ordinal, id, slot,
+             (unsigned long long)total);
+      else
+        logf(LogLevel::debug, "device %d is %s (slot %d, %llu bytes, limit %llu bytes)", ordinal, id, slot,
+             (unsigned long long)total, (unsigned long long)limit);
+    }
+  }
+  if (cacheable) ordinal_slot_[ordinal].store(slot + 1, std::memory_order_release);
+  return slot;
+}
+
+int Devices::lookup_context(CUcontext ctx) {
+  MutexLock g(table_mutex_);
+  for (const CtxEntry& e : table_)
+    if (e.ctx == ctx) return e.slot;
+  return -1;
+}
+
+void Devices::remember_context(CUcontext ctx, int slot) {
+  MutexLock g(table_mutex_);
+  CtxEntry* free_entry = nullptr;
+  for (CtxEntry& e : table_) {
+    if (e.ctx == ctx) {
+      e.slot = slot;
+      return;
+    }
+    if (!e.ctx && !free_entry) free_entry = &e;
+  }
+  if (free_entry) *free_entry = CtxEntry{ctx, slot};
+}
+
+void Devices::forget_context(CUcontext ctx) {
+  {
+    MutexLock g(table_mutex_);
+    for (CtxEntry& e : table_)
+      if (e.ctx == ctx) e = CtxEntry{};
+  }
+  epoch_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+int Devices::describe_current_device() {
+  CUdevice dev = 0;
+  if (call<Fn::cuCtxGetDevice>(&dev) != CUDA_SUCCESS) return -1;
+  return slot_for_ordinal(dev);
+}
+
+Where Devices::current() {
+  CUcontext ctx = nullptr;
+  if (call<Fn::cuCtxGetCurrent>(&ctx) != CUDA_SUCCESS || !ctx) return Where{};
+  uint32_t epoch = epoch_.load(std::memory_order_acquire);
+  if (tl_ctx.ctx == ctx && tl_ctx.epoch == epoch) return Where{tl_ctx.slot, ctx};
+  int slot = lookup_context(ctx);
+  if (slot < 0) {
+    slot = describe_current_device();
+    if (slot >= 0) remember_context(ctx, slot);
+  }
+  if (slot >= 0) tl_ctx = CtxCache{ctx, slot, epoch};
+  return Where{slot, ctx};
+}
+
+int Devices::slot_of_context(CUcontext ctx) {
+  if (!ctx) return -1;
+  uint32_t epoch = epoch_.load(std::memory_order_acquire);
+  if (tl_ctx.ctx == ctx && tl_ctx.epoch == epoch) return tl_ctx.slot;
+  int slot = lookup_context(ctx);
+  if (slot >= 0) return slot;
+  if (call<Fn::cuCtxPushCurrent_v2>(ctx) != CUDA_SUCCESS) return -1;
+  slot = describe_current_device();
+  CUcontext popped = nullptr;
+  call<Fn::cuCtxPopCurrent_v2>(&popped);
+  if (slot >= 0) remember_context(ctx, slot);
+  return slot;
+}
+
+Where Devices::of_stream(CUstream stream) {
+  // The NULL stream, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD run on the current context.
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return current();
+  CUcontext ctx = nullptr;
+  if (call<Fn::cuStreamGetCtx>(stream, &ctx) != CUDA_SUCCESS || !ctx) return Where{};
+  return Where{slot_of_context(ctx), ctx};
+}
+
+void Devices::lock_all() {
+  slots_mutex_.lock();
+  table_mutex_.lock();
+  for (Mutex& m : context_mutex_) m.lock();
+}
+
+void Devices::unlock_all() {
+  for (int i = kMaxDevices - 1; i >= 0; --i) context_mutex_[i].unlock();
+  table_mutex_.unlock();
+  slots_mutex_.unlock();
+}
+
+void Devices::reset_in_child() {
+  for (int i = kMaxDevices - 1; i >= 0; --i) {
+    context_books_[i] = ContextBooks{};
+    context_mutex_[i].unlock();
+  }
+  for (CtxEntry& e : table_) e = CtxEntry{};
+  epoch_.fetch_add(1, std::memory_order_relaxed);
+  table_mutex_.unlock();
+  slots_mutex_.unlock();
+}
+
+}  // namespace coloc::interpose

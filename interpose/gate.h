@@ -1,0 +1,54 @@
+// interpose/gate.h — the launch gate and the per-thread call counters.
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+//
+// Fast path of every launch: one relaxed load of the gate word on the control page, and one
+// increment of a counter in this thread's own block. Nothing is written to a cache line another
+// thread writes. Each thread's block is allocated at its first hook call and registered in a
+// lock-free list; at thread exit the block is handed to the next new thread (its counts stay:
+// only sums are ever read). total_calls() sums every block.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "broker.h"
+#include "hook_table.h"
+
+namespace coloc::interpose {
+
+/// One thread's call counters (one writer: the owning thread).
+struct ThreadCalls {
+  std::atomic<uint64_t> calls[kHookCount];
+  std::atomic<ThreadCalls*> next;   ///< registry link (push-only)
+  std::atomic<bool> owned;          ///< a live thread uses it
+};
+
+extern __thread ThreadCalls* tl_calls __attribute__((tls_model("initial-exec")));
+
+/// This thread's block, allocating or adopting one on first use. Never null.
+ThreadCalls* thread_calls_slow();
+
+/// Counts one call of hook `id` on this thread.
+inline void count_call(Fn id) {
+  ThreadCalls* t = tl_calls;
+  if (!t) [[unlikely]] t = thread_calls_slow();
+  std::atomic<uint64_t>& c = t->calls[index(id)];
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+/// Waits at the launch gate when the control page says so (never in state RUN).
+inline void gate_pass() {
+  uint32_t state = control().gate.load(std::memory_order_relaxed);
+  if (state != uint32_t(pages::GateState::kRun)) [[unlikely]] broker().gate_wait(state);
+}
+
+/// Calls of hook `id` so far in this process, summed over all threads (live and exited).
+uint64_t total_calls(Fn id);
+
+/// After fork, in the child: zeroes every block and keeps only the calling thread's.
+void reset_calls_in_child();
+
+}  // namespace coloc::interpose

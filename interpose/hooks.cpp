@@ -1,0 +1,55 @@
+// interpose/hooks.cpp — the exported hooks, generated from hooks.def. All interposition lives in
+// this one translation unit; each hook forwards to ordinary functions.
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+//
+// cuda_api.h makes cuda.h declare every real export name; each definition below must match that
+// declaration exactly (extern "C" functions cannot be overloaded), so the compiler checks every
+// signature in hooks.def. Policies:
+//   launch   count on this thread, pass the launch gate, call the driver (no other work);
+//   others   HookScope (count, lazy init, nesting), then coloc::interpose::<policy>::<name> (handlers.h).
+#include "driver.h"
+#include "gate.h"
+#include "handlers.h"
+#include "hook_scope.h"
+
+#define COLOC_EXPORT __attribute__((visibility("default")))
+
+namespace ci = coloc::interpose;
+
+#define COLOC_DEFINE_launch(name, params, args)         \
+  extern "C" COLOC_EXPORT CUresult CUDAAPI name params { \
+    ci::count_call(ci::Fn::name);                        \
+    ci::gate_pass();                                     \
+    return ci::call<ci::Fn::name> args;                  \
+  }
+
+#define COLOC_DEFINE_HANDLED(policy, name, params, args)   \
+  extern "C" COLOC_EXPORT CUresult CUDAAPI name params {    \
+    ci::HookScope scope(ci::Fn::name);                      \
+    if (scope.nested()) return ci::call<ci::Fn::name> args; \
+    return ci::policy::name args;                           \
+  }
+#define COLOC_DEFINE_alloc(name, params, args) COLOC_DEFINE_HANDLED(alloc, name, params, args)
+#define COLOC_DEFINE_release(name, params, args) COLOC_DEFINE_HANDLED(release, name, params, args)
+#define COLOC_DEFINE_pool(name, params, args) COLOC_DEFINE_HANDLED(pool, name, params, args)
+#define COLOC_DEFINE_context(name, params, args) COLOC_DEFINE_HANDLED(context, name, params, args)
+#define COLOC_DEFINE_query(name, params, args) COLOC_DEFINE_HANDLED(query, name, params, args)
+#define COLOC_DEFINE_resolve(name, params, args) COLOC_DEFINE_HANDLED(resolve, name, params, args)
+#define COLOC_DEFINE_init(name, params, args) COLOC_DEFINE_HANDLED(init, name, params, args)
+
+#define COLOC_HOOK(policy, name, params, args) COLOC_DEFINE_##policy(name, params, args)
+#include "hooks.def"
+
+namespace coloc::interpose {
+
+__thread int tl_hook_depth = 0;
+
+void* const g_hook_addr[kHookCount] = {
+#define COLOC_HOOK(policy, name, params, args) reinterpret_cast<void*>(&::name),
+#include "hooks.def"
+};
+
+}  // namespace coloc::interpose

@@ -1,0 +1,408 @@
+// interpose/ledger.cpp — see ledger.h.
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+#include "ledger.h"
+
+#include <cstdlib>
+#include <new>
+
+namespace coloc::interpose {
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::allocation: return "allocation";
+    case Kind::pool: return "pool";
+    case Kind::vmm: return "vmm";
+    case Kind::array: return "array";
+    case Kind::context: return "context";
+  }
+  return "?";
+}
+
+Ledger::~Ledger() {
+  for (Shard& s : shards_) std::free(s.table);
+}
+
+// ---- charging ---------------------------------------------------------------------------------
+
+bool Ledger::try_charge(int slot, uint64_t bytes, uint64_t ceiling, uint64_t* seen) {
+  std::atomic<uint64_t>& in_use = shared(slot).in_use;
+  uint64_t cur = in_use.load(std::memory_order_relaxed);
+  for (;;) {
+    if (seen) *seen = cur;
+    if (bytes > ceiling || cur > ceiling - bytes) return false;
+    if (in_use.compare_exchange_weak(cur, cur + bytes, std::memory_order_seq_cst, std::memory_order_relaxed))
+      return true;
+  }
+}
+
+void Ledger::force_charge(int slot, uint64_t bytes) {
+  std::atomic<uint64_t>& in_use = shared(slot).in_use;
+  uint64_t cur = in_use.load(std::memory_order_relaxed);
+  for (;;) {
+    uint64_t next = cur > UINT64_MAX - bytes ? UINT64_MAX : cur + bytes;
+    if (in_use.compare_exchange_weak(cur, next, std::memory_order_seq_cst, std::memory_order_relaxed)) return;
+  }
+}
+
+void Ledger::uncharge(int slot, uint64_t bytes) {
+  shared(slot).in_use.fetch_sub(bytes, std::memory_order_seq_cst);
+}
+
+void Ledger::note_kind(int slot, Kind k, uint64_t bytes) {
+  Books& b = books_[slot];
+  uint64_t now = b.kind_in_use[int(k)].fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (now > b.kind_peak[int(k)].load(std::memory_order_relaxed)) atomic_max(b.kind_peak[int(k)], now);
+  pages::StatsSlot& st = shared(slot);
+  uint64_t total = st.in_use.load(std::memory_order_relaxed);
+  if (total > st.peak.load(std::memory_order_relaxed)) atomic_max(st.peak, total);
+}
+
+bool Ledger::commit(const Key& key, const Record& rec) {
+  if (key.space != Space::none && !insert(key, rec)) return false;
+  if (rec.slot == kNoSlot) return true;
+  note_kind(rec.slot, rec.kind, rec.bytes);
+  if (rec.kind != Kind::context) shared(rec.slot).allocs.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void Ledger::count_failed(int slot, bool refused) {
+  shared(slot).failures.fetch_add(1, std::memory_order_relaxed);
+  if (refused) books_[slot].refused.fetch_add(1, std::memory_order_relaxed);
+}
+
+// ---- freeing ----------------------------------------------------------------------------------
+
+void Ledger::release(const Record& rec) {
+  if (rec.slot == kNoSlot) return;
+  books_[rec.slot].kind_in_use[int(rec.kind)].fetch_sub(rec.bytes, std::memory_order_relaxed);
+  pages::StatsSlot& st = shared(rec.slot);
+  st.in_use.fetch_sub(rec.bytes, std::memory_order_seq_cst);
+  st.frees.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Ledger::count_untracked_free(int slot) {
+  if (slot < 0 || slot >= kMaxDevices) {
+    unattributed_untracked_frees_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  books_[slot].untracked_frees.fetch_add(1, std::memory_order_relaxed);
+  shared(slot).frees.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Ledger::release_context_cost(int slot, uint64_t bytes) {
+  books_[slot].kind_in_use[int(Kind::context)].fetch_sub(bytes, std::memory_order_relaxed);
+  shared(slot).in_use.fetch_sub(bytes, std::memory_order_seq_cst);
+}
+
+size_t Ledger::release_records_of_context(uint64_t ctx) {
+  if (ctx == 0) return 0;
+  size_t removed = 0;
+  for (Shard& s : shards_) {
+    MutexLock g(s.mutex);
+    for (uint32_t i = 0; i < s.capacity;) {
+      Entry& e = s.table[i];
+      // Pool memory belongs to its pool, not to a context (Record::ctx is 0 for it).
+      if (e.space == Space::none || e.ctx != ctx || e.pool != kNoPool) {
+        ++i;
+        continue;
+      }
+      Record r{e.bytes, e.ctx, e.pool, e.slot, e.kind};
+      erase_at_locked(s, i);  // another entry may move into i: look at i again
+      ++removed;
+      if (r.slot != kNoSlot) {
+        Books& b = books_[r.slot];
+        b.kind_in_use[int(r.kind)].fetch_sub(r.bytes, std::memory_order_relaxed);
+        b.released_with_context.fetch_add(1, std::memory_order_relaxed);
+        shared(r.slot).in_use.fetch_sub(r.bytes, std::memory_order_seq_cst);
+      }
+    }
+  }
+  return removed;
+}
+
+// ---- the record map ---------------------------------------------------------------------------
+
+uint64_t Ledger::hash(const Key& k) {
+  // splitmix64's finalizer over the value mixed with its space (Steele, Lea, Flood, "Fast
+  // splittable pseudorandom number generators", OOPSLA 2014).
+  uint64_t z = k.value ^ (uint64_t(k.space) * 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+bool Ledger::grow_locked(Shard& s) {
+  uint32_t cap = s.capacity ? s.capacity * 2 : 64;
+  auto* table = static_cast<Entry*>(std::calloc(cap, sizeof(Entry)));  // zero = Space::none
+  if (!table) return false;
+  Entry* old = s.table;
+  uint32_t old_cap = s.capacity;
+  s.table = table;
+  s.capacity = cap;
+  for (uint32_t i = 0; i < old_cap; ++i) {
+    const Entry& e = old[i];
+    if (e.space == Space::none) continue;
+    uint32_t j = uint32_t(hash(Key{e.key, e.space})) & (cap - 1);
+    while (table[j].space != Space::none) j = (j + 1) & (cap - 1);
+    table[j] = e;
+  }
+  std::free(old);
+  return true;
+}
+
+bool Ledger::insert_locked(Shard& s, uint64_t h, const Key& k, const Record& r) {
+  if ((s.count + 1) * 2 > s.capacity && !grow_locked(s)) return false;  // load factor <= 1/2
+  uint32_t mask = s.capacity - 1;
+  uint32_t i = uint32_t(h) & mask;
+  while (s.table[i].space != Space::none) {
+    if (s.table[i].key == k.value && s.table[i].space == k.space) break;  // replace a stale entry
+    i = (i + 1) & mask;
+  }
+  if (s.table[i].space == Space::none) ++s.count;
+  s.table[i] = Entry{k.value, r.bytes, r.ctx, r.pool, r.slot, r.kind, k.space};
+  return true;
+}
+
+void Ledger::erase_at_locked(Shard& s, uint32_t i) {
+  // Linear probing with backward-shift deletion: no tombstones, probe chains stay short.
+  uint32_t mask = s.capacity - 1;
+  uint32_t hole = i;
+  for (uint32_t j = (i + 1) & mask; s.table[j].space != Space::none; j = (j + 1) & mask) {
+    uint32_t home = uint32_t(hash(Key{s.table[j].key, s.table[j].space})) & mask;
+    // Move j into the hole unless its home lies cyclically in (hole, j].
+    bool home_after_hole = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (!home_after_hole) {
+      s.table[hole] = s.table[j];
+      hole = j;
+    }
+  }
+  s.table[hole] = Entry{};
+  --s.count;
+}
+
+bool Ledger::insert(const Key& k, const Record& r) {
+  uint64_t h = hash(k);
+  Shard& s = shard_of(h);
+  MutexLock g(s.mutex);
+  return insert_locked(s, h, k, r);
+}
+
+std::optional<Record> Ledger::take(const Key& k) {
+  uint64_t h = hash(k);
+  Shard& s = shard_of(h);
+  MutexLock g(s.mutex);
+  if (s.count == 0) return std::nullopt;
+  uint32_t mask = s.capacity - 1;
+  for (uint32_t i = uint32_t(h) & mask; s.table[i].space != Space::none; i = (i + 1) & mask) {
+    const Entry& e = s.table[i];
+    if (e.key == k.value && e.space == k.space) {
+      Record r{e.bytes, e.ctx, e.pool, e.slot, e.kind};
+      erase_at_locked(s, i);
+      return r;
+    }
+  }
+  return std::nullopt;
+}
+
+void Ledger::restore(const Key& k, const Record& r) {
+  // Cannot fail for want of memory in practice: the entry's room was freed a moment ago and the
+  // table never shrinks. If it ever did, the allocation would be forgotten, not double-counted.
+  insert(k, r);
+}
+
+size_t Ledger::live_records() const {
+  size_t n = 0;
+  for (const Shard& s : shards_) {
+    MutexLock g(s.mutex);
+    n += s.count;
+  }
+  return n;
+}
+
+// ---- pools ------------------------------------------------------------------------------------
+
+void Ledger::settle_pool_locked(Pool& p) {
+  uint64_t live = p.live + p.pending;
+  uint64_t cost = p.destroyed ? live : (p.reserved > live ? p.reserved : live);
+  if (cost > p.charge) {
+    uint64_t d = cost - p.charge;
+    force_charge(p.slot, d);
+    note_kind(p.slot, Kind::pool, d);
+  } else if (cost < p.charge) {
+    uint64_t d = p.charge - cost;
+    books_[p.slot].kind_in_use[int(Kind::pool)].fetch_sub(d, std::memory_order_relaxed);
+    shared(p.slot).in_use.fetch_sub(d, std::memory_order_seq_cst);
+  }
+  p.charge = cost;
+  if (p.destroyed && live == 0) p = Pool{};  // forgotten
+}
+
+int Ledger::pool_find(uint64_t handle) {
+  MutexLock g(pool_mutex_);
+  for (int i = 0; i < kMaxPools; ++i)
+    if (pools_[i].used && !pools_[i].destroyed && pools_[i].handle == handle) return i;
+  return -1;
+}
+
+int Ledger::pool_slot(int pool) {
+  MutexLock g(pool_mutex_);
+  return pools_[pool].slot;
+}
+
+int Ledger::pool_track(uint64_t handle, int slot, uint64_t reserved) {
+  MutexLock g(pool_mutex_);
+  int free_index = -1;
+  for (int i = 0; i < kMaxPools; ++i) {
+    if (pools_[i].used && !pools_[i].destroyed && pools_[i].handle == handle) return i;
+    if (!pools_[i].used && free_index < 0) free_index = i;
+  }
+  if (free_index < 0) return -1;
+  Pool& p = pools_[free_index];
+  p = Pool{};
+  p.handle = handle;
+  p.slot = uint16_t(slot);
+  p.used = true;
+  p.reserved = reserved;
+  settle_pool_locked(p);
+  return free_index;
+}
+
+bool Ledger::pool_try_begin(int pool, uint64_t bytes, uint64_t ceiling, uint64_t* seen, uint64_t* growth_out) {
+  MutexLock g(pool_mutex_);
+  Pool& p = pools_[pool];
+  uint64_t live = p.live + p.pending;
+  uint64_t after = live > UINT64_MAX - bytes ? UINT64_MAX : live + bytes;
+  uint64_t cost = p.reserved > after ? p.reserved : after;
+  uint64_t growth = cost > p.charge ? cost - p.charge : 0;
+  if (growth_out) *growth_out = growth;
+  if (!try_charge(p.slot, growth, ceiling, seen)) return false;
+  if (growth) note_kind(p.slot, Kind::pool, growth);
+  p.charge += growth;
+  p.pending += bytes;
+  return true;
+}
+
+bool Ledger::pool_end(int pool, uint64_t bytes, bool ok, std::optional<uint64_t> reserved, const Key& key,
+                      const Record& rec) {
+  bool stored = true;
+  if (ok) stored = insert(key, rec);
+  MutexLock g(pool_mutex_);
+  Pool& p = pools_[pool];
+  p.pending -= bytes;
+  if (ok && stored) p.live += bytes;
+  if (reserved) p.reserved = *reserved;
+  int slot = p.slot;
+  settle_pool_locked(p);
+  if (ok && stored) shared(slot).allocs.fetch_add(1, std::memory_order_relaxed);
+  return stored;
+}
+
+void Ledger::pool_release(const Record& rec) {
+  {
+    MutexLock g(pool_mutex_);
+    Pool& p = pools_[rec.pool];
+    p.live -= rec.bytes;
+    settle_pool_locked(p);
+  }
+  shared(rec.slot).frees.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Ledger::pool_set_reserved(int pool, uint64_t reserved) {
+  MutexLock g(pool_mutex_);
+  Pool& p = pools_[pool];
+  if (!p.used) return;
+  p.reserved = reserved;
+  settle_pool_locked(p);
+}
+
+void Ledger::pool_destroyed(int pool) {
+  MutexLock g(pool_mutex_);
+  Pool& p = pools_[pool];
+  if (!p.used) return;
+  p.destroyed = true;
+  p.reserved = 0;
+  settle_pool_locked(p);
+}
+
+int Ledger::pools_of_slot(int slot, int* indices, uint64_t* handles, int cap) {
+  MutexLock g(pool_mutex_);
+  int n = 0;
+  for (int i = 0; i < kMaxPools && n < cap; ++i)
+    if (pools_[i].used && !pools_[i].destroyed && pools_[i].slot == slot) {
+      indices[n] = i;
+      handles[n] = pools_[i].handle;
+      ++n;
+    }
+  return n;
+}
+
+// ---- reading ----------------------------------------------------------------------------------
+
+uint64_t Ledger::in_use(int slot) const { return shared(slot).in_use.load(std::memory_order_relaxed); }
+
+DeviceCounts Ledger::counts(int slot) const {
+  const Books& b = books_[slot];
+  const pages::StatsSlot& st = shared(slot);
+  DeviceCounts c;
+  c.in_use = st.in_use.load(std::memory_order_relaxed);
+  c.peak = st.peak.load(std::memory_order_relaxed);
+  for (int k = 0; k < kKinds; ++k) {
+    c.kind_in_use[k] = b.kind_in_use[k].load(std::memory_order_relaxed);
+    c.kind_peak[k] = b.kind_peak[k].load(std::memory_order_relaxed);
+  }
+  c.allocs = st.allocs.load(std::memory_order_relaxed);
+  c.frees = st.frees.load(std::memory_order_relaxed);
+  c.failed = st.failures.load(std::memory_order_relaxed);
+  c.refused = b.refused.load(std::memory_order_relaxed);
+  c.untracked_frees = b.untracked_frees.load(std::memory_order_relaxed);
+  c.released_with_context = b.released_with_context.load(std::memory_order_relaxed);
+  return c;
+}
+
+uint64_t Ledger::unattributed_untracked_frees() const {
+  return unattributed_untracked_frees_.load(std::memory_order_relaxed);
+}
+
+// ---- fork -------------------------------------------------------------------------------------
+
+void Ledger::lock_all() {
+  pool_mutex_.lock();
+  for (Shard& s : shards_) s.mutex.lock();
+}
+
+void Ledger::unlock_all() {
+  for (int i = kShards - 1; i >= 0; --i) shards_[i].mutex.unlock();
+  pool_mutex_.unlock();
+}
+
+void Ledger::reset_in_child() {
+  for (int i = kShards - 1; i >= 0; --i) {
+    Shard& s = shards_[i];
+    s.table = nullptr;  // the parent's table stays in the child's copy-on-write image, untouched
+    s.capacity = 0;
+    s.count = 0;
+    s.mutex.unlock();
+  }
+  for (Pool& p : pools_) p = Pool{};
+  pool_mutex_.unlock();
+  for (int slot = 0; slot < kMaxDevices; ++slot) {
+    Books& b = books_[slot];
+    for (int k = 0; k < kKinds; ++k) {
+      b.kind_in_use[k].store(0, std::memory_order_relaxed);
+      b.kind_peak[k].store(0, std::memory_order_relaxed);
+    }
+    b.refused.store(0, std::memory_order_relaxed);
+    b.untracked_frees.store(0, std::memory_order_relaxed);
+    b.released_with_context.store(0, std::memory_order_relaxed);
+    pages::StatsSlot& st = shared(slot);
+    for (std::atomic<uint64_t>* a : {&st.in_use, &st.peak, &st.allocs, &st.frees, &st.failures,
+                                     &st.wait_memory_ns, &st.wait_admission_ns, &st.launches})
+      a->store(0, std::memory_order_relaxed);
+  }
+  unattributed_untracked_frees_.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace coloc::interpose

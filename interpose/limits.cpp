@@ -1,0 +1,122 @@
+// interpose/limits.cpp — see limits.h.
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+#include "limits.h"
+
+#include <cstdio>
+
+#include "broker.h"
+#include "coloc/size.h"
+#include "devices.h"
+#include "driver.h"
+#include "log.h"
+#include "options.h"
+#include "runtime.h"
+
+namespace coloc::interpose {
+
+namespace {
+
+// One warning per second per device, at most.
+constinit RateLimit g_oom_warnings[kMaxDevices];
+
+// Bound on broker round trips for one request (each may raise the grant while others use it).
+constexpr int kMaxGrowRounds = 64;
+
+void warn_refused(int slot, uint64_t request, uint64_t in_use, uint64_t limit, Refusal why, const char* what) {
+  uint64_t suppressed = 0;
+  if (!log_enabled(LogLevel::warn) || !g_oom_warnings[slot].allow(monotonic_ns(), &suppressed)) return;
+  char id[41], req[32], use[32], lim[32];
+  format_uuid(devices().info(slot).uuid, id);
+  format_size(request, req, sizeof req);
+  format_size(in_use, use, sizeof use);
+  if (limit == kNoLimit) std::snprintf(lim, sizeof lim, "none");
+  else format_size(limit, lim, sizeof lim);
+  logf(LogLevel::warn,
+       "out of memory (%s): job %s, device %d (%s): %s requests %s, in use %s, limit %s; "
+       "returning CUDA_ERROR_OUT_OF_MEMORY%s",
+       refusal_name(why), options().job, devices().info(slot).ordinal, id, what, req, use, lim,
+       suppressed ? " (more refusals since the last warning)" : "");
+}
+
+class PlainCharge final : public ChargeAttempt {
+ public:
+  PlainCharge(int slot, uint64_t bytes) : slot_(slot), bytes_(bytes) {}
+  bool attempt(uint64_t ceiling, uint64_t* seen, uint64_t* wanted) override {
+    *wanted = bytes_;
+    return ledger().try_charge(slot_, bytes_, ceiling, seen);
+  }
+  void undo() override { ledger().uncharge(slot_, bytes_); }
+
+ private:
+  int slot_;
+  uint64_t bytes_;
+};
+
+}  // namespace
+
+bool refresh_pools(int slot) {
+  int idx[16];
+  uint64_t handles[16];
+  int n = ledger().pools_of_slot(slot, idx, handles, 16);
+  bool changed = false;
+  for (int i = 0; i < n; ++i) {
+    cuuint64_t reserved = 0;
+    auto pool = reinterpret_cast<CUmemoryPool>(handles[i]);
+    if (call<Fn::cuMemPoolGetAttribute>(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS)
+      continue;
+    uint64_t before = ledger().in_use(slot);
+    ledger().pool_set_reserved(idx[i], reserved);
+    if (ledger().in_use(slot) != before) changed = true;
+  }
+  return changed;
+}
+
+CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt& attempt) {
+  pages::ControlSlot& c = control().slots[slot];
+  bool refreshed = false;
+  for (int round = 0;; ++round) {
+    uint64_t limit = c.limit.load(std::memory_order_relaxed);
+    uint64_t grant = c.grant.load(std::memory_order_seq_cst);
+    uint64_t seen = 0, wanted = 0;
+    if (attempt.attempt(grant < limit ? grant : limit, &seen, &wanted)) {
+      // pages.h: after adding, re-read the grant; a lowered one sends us to the slow path.
+      if (seen + wanted <= c.grant.load(std::memory_order_seq_cst)) return CUDA_SUCCESS;
+      attempt.undo();
+    }
+    bool over_limit = wanted > limit || seen > limit - wanted;
+    if (over_limit && !refreshed) {
+      refreshed = true;
+      if (refresh_pools(slot)) continue;
+    }
+    Refusal why = Refusal::own_limit;
+    if (!over_limit) why = round < kMaxGrowRounds ? broker().grow(slot, seen + wanted) : Refusal::device_full;
+    if (why == Refusal::none) continue;
+    ledger().count_failed(slot, true);
+    warn_refused(slot, request, seen, limit, why, what);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+}
+
+CUresult charge(int slot, uint64_t bytes, const char* what) {
+  PlainCharge attempt(slot, bytes);
+  return charge_with(slot, bytes, what, attempt);
+}
+
+void charge_failed(int slot, uint64_t bytes, CUresult driver_result) {
+  ledger().uncharge(slot, bytes);
+  if (driver_result != CUDA_ERROR_OUT_OF_MEMORY) return;  // a bad argument is not a failed allocation
+  ledger().count_failed(slot, false);
+  broker().driver_oom(slot, bytes);
+}
+
+void after_free(int slot) {
+  uint64_t floor = surplus_floor(slot).load(std::memory_order_relaxed);
+  if (floor == 0) return;
+  uint64_t in_use = ledger().in_use(slot);
+  if (in_use < floor) broker().surplus(slot, in_use);
+}
+
+}  // namespace coloc::interpose

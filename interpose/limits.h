@@ -1,0 +1,57 @@
+// interpose/limits.h — the memory policy every allocating hook shares: charge within the limit and
+// the grant, ask the broker for more grant, refuse with a clean CUDA_ERROR_OUT_OF_MEMORY.
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+//
+// Order of checks for a charge of n bytes on a device (in-use u, grant g, limit L):
+//   u + n <= min(g, L)   charged at once (the fast path: one compare-and-swap, no broker), then the
+//                        grant is read again (pages.h's fast-path rule: a grant the daemon lowered
+//                        meanwhile sends the request to the slow path);
+//   u + n >  L           refused at once: a job's own limit never waits. Before refusing, pool
+//                        readings on the device are refreshed (they can only be too high), and the
+//                        check repeats;
+//   g < u + n <= L       Broker::grow (may wait); then the check repeats.
+// A refusal counts a failed and refused allocation and logs one rate-limited warning naming the
+// job, device, request, use and limit.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda_api.h"
+
+namespace coloc::interpose {
+
+/// One way of charging a request (Ledger::try_charge or Ledger::pool_try_begin).
+class ChargeAttempt {
+ public:
+  /// Charges if in-use stays <= `ceiling`. Always stores in *wanted the bytes it adds (or would
+  /// add) and in *seen the in-use value it compared (before adding).
+  virtual bool attempt(uint64_t ceiling, uint64_t* seen, uint64_t* wanted) = 0;
+  /// Takes back a successful attempt (the grant was lowered under it).
+  virtual void undo() = 0;
+
+ protected:
+  ~ChargeAttempt() = default;
+};
+
+/// Charges per the order above. CUDA_SUCCESS when charged, else CUDA_ERROR_OUT_OF_MEMORY. `what`
+/// names the request in the warning (an entry point name); `request` is the bytes the caller asked
+/// for (for the warning).
+CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt& attempt);
+
+/// charge_with for a plain charge of `bytes` on `slot`.
+CUresult charge(int slot, uint64_t bytes, const char* what);
+
+/// The driver failed an allocation that was charged `bytes`: uncharges; when the driver was out of
+/// memory (within the grant), counts a failed allocation and tells the broker.
+void charge_failed(int slot, uint64_t bytes, CUresult driver_result);
+
+/// After a free on `slot`: tells the broker when in-use fell below its surplus floor.
+void after_free(int slot);
+
+/// Re-reads the reserved memory of every tracked pool on `slot`. True when some reading changed.
+bool refresh_pools(int slot);
+
+}  // namespace coloc::interpose

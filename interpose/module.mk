@@ -1,0 +1,42 @@
+# libcoloc.so, the CUDA driver interposer (see interpose/hooks.def and docs/ARCHITECTURE.md), its
+# test programs and its benchmark.
+
+INTERPOSE_SRCS := $(wildcard interpose/*.cpp)
+INTERPOSE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(INTERPOSE_SRCS)) $(OBJ)/interpose/dlsym_entry.o
+INTERPOSE_LIB  := $(BUILD)/lib/libcoloc.so
+INTERPOSE_MAP  := $(BUILD)/gen/interpose/exports.map
+
+# Code that runs in someone else's process: hidden by default, no exceptions or RTTI, static TLS
+# (it is preloaded: every thread-local is one %fs-relative load), and (in sanitizer builds) the
+# default glibc symbol versions, which the sanitizer runtimes intercept.
+$(INTERPOSE_OBJS): CXXFLAGS += -fvisibility=hidden -fvisibility-inlines-hidden -fno-exceptions -fno-rtti \
+  -ftls-model=initial-exec
+$(INTERPOSE_OBJS): CPPFLAGS += $(if $(SAN),-DCOLOC_SANITIZED)
+# The dlsym filter runs inside every dlsym of the process, even during the sanitizer runtime's own
+# start-up: never instrumented.
+$(OBJ)/interpose/dlsym_filter.o: CXXFLAGS += -fno-sanitize=all
+
+$(INTERPOSE_MAP): interpose/exports.map.in interpose/hooks.def | $(DEPS_STAMP)
+	$(call say,GEN,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) -E -P -x c -Iinterpose $< -o $@
+
+# Release builds link the C++ runtime statically (libcoloc.so needs nothing but glibc at run
+# time); sanitizer builds link it dynamically, as the sanitizer runtimes require. libdl.so.2 and
+# libpthread.so.0 stay NEEDED: on glibc < 2.34 they hold dlopen, pthread_once and friends (on newer
+# glibc they are empty and cost nothing).
+INTERPOSE_LDFLAGS := -shared -Wl,-soname,libcoloc.so -Wl,--version-script=$(INTERPOSE_MAP) \
+  -Wl,-z,defs -Wl,-z,now -Wl,-z,relro -Wl,-Bsymbolic $(if $(SAN),,-static-libstdc++ -static-libgcc)
+
+$(INTERPOSE_LIB): $(INTERPOSE_OBJS) $(INTERPOSE_MAP)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) $(INTERPOSE_LDFLAGS) -o $@ $(INTERPOSE_OBJS) -Wl,--no-as-needed -l:libdl.so.2 -l:libpthread.so.0
+
+PRODUCTS += $(INTERPOSE_LIB)
+
+# The parts of the interposer that unit tests link directly (plain C++, no driver).
+TEST_EXTRA_OBJS += $(OBJ)/interpose/ledger.o $(OBJ)/interpose/options.o $(OBJ)/interpose/log.o
+
+.PHONY: interpose
+interpose: $(INTERPOSE_LIB)

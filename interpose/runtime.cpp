@@ -1,0 +1,82 @@
+// interpose/runtime.cpp — see runtime.h. Also our constructor and destructor.
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+#include "runtime.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "broker.h"
+#include "dlsym_entry.h"
+#include "log.h"
+#include "no_destroy.h"
+#include "options.h"
+#include "report.h"
+
+extern char** environ;
+
+namespace coloc::interpose {
+
+void install_fork_handlers();  // fork.cpp
+
+namespace {
+
+constinit NoDestroy<Ledger> g_ledger(g_stats_area.page);
+
+enum : int { kNotStarted = 0, kRunning = 1, kReady = 2 };
+constinit std::atomic<int> g_state{kNotStarted};
+__thread bool tl_initialising __attribute__((tls_model("initial-exec"))) = false;
+
+void exit_hook() { report_at_exit(); }
+
+void bring_up(const char* why) {
+  Options o;
+  read_options(environ, int(getpid()), &o);
+  set_options(o);
+  log_start(o.log_level, o.job);
+  for (int i = 0; i < o.n_errors; ++i) logf(LogLevel::error, "%s", o.errors[i]);
+  install_fork_handlers();
+  atexit(exit_hook);
+  logf(LogLevel::debug, "initialised from %s", why);
+}
+
+}  // namespace
+
+Ledger& ledger() { return g_ledger.value; }
+
+namespace runtime {
+
+bool ready() { return g_state.load(std::memory_order_acquire) == kReady; }
+
+void ensure(const char* why) {
+  if (ready() || tl_initialising) return;
+  int expected = kNotStarted;
+  if (g_state.compare_exchange_strong(expected, kRunning, std::memory_order_acq_rel)) {
+    tl_initialising = true;
+    bring_up(why);
+    tl_initialising = false;
+    g_state.store(kReady, std::memory_order_release);
+    return;
+  }
+  // Another thread is bringing the runtime up: it reads the environment and registers handlers,
+  // nothing that can wait on us. Wait for it.
+  while (!ready()) sched_yield();
+}
+
+}  // namespace runtime
+
+}  // namespace coloc::interpose
+
+// Our constructor: the earliest moment we are sure to run. Hooks may have run already.
+__attribute__((constructor)) static void coloc_constructor() {
+  coloc::interpose::resolve_real_dlsym();
+  coloc::interpose::runtime::ensure("constructor");
+}
+
+// At unload (process exit): the report, if atexit has not written it yet.
+__attribute__((destructor)) static void coloc_destructor() { coloc::interpose::report_at_exit(); }
