@@ -81,7 +81,7 @@ void only_for(const CLI::App& app, const char* mode, std::initializer_list<const
 void validate(const Options& o, const CLI::App& app) {
   const int modes = !o.model.empty() + !o.model_file.empty() + !o.trace.empty();
   if (modes != 1) throw InputError("give exactly one of --model, --model-file and --trace (see --help)");
-  if (o.device < 0) throw InputError("--device must not be negative");
+  if (o.device < 0 || o.device > INT32_MAX) throw InputError("--device must be a device ordinal (0, 1, ...)");
   if (o.trace.empty()) {
     only_for(app, "--trace", {"--time-scale", "--loops", "--size-scale"});
     if (o.batch < 1) throw InputError("--batch must be at least 1 (got " + std::to_string(o.batch) + ")");
@@ -134,6 +134,7 @@ void run_model(const Options& o, const Model& model, const std::string& job, Out
     gpu.emplace(int(o.device));
     out.extra["device"] = gpu->ordinal();
     out.extra["device_name"] = gpu->name();
+    out.extra["device_total_bytes"] = gpu->total_bytes();
     alloc.emplace(*gpu);
     trainer.emplace(model, topts, *alloc, *gpu);
     trainer->setup();
@@ -169,6 +170,7 @@ void run_trace(const Options& o, const Trace& trace, const std::string& job, Out
     gpu.emplace(int(o.device));
     out.extra["device"] = gpu->ordinal();
     out.extra["device_name"] = gpu->name();
+    out.extra["device_total_bytes"] = gpu->total_bytes();
     replay.emplace(trace, *gpu, o.size_scale, o.time_scale);
     SteadyPacer pacer;
     replay->restore_preexisting();
@@ -232,7 +234,8 @@ OUTPUT
   peak_bytes: the peak of bytes held from the driver through cuMemAlloc (allocator segments, or
   live trace segments) -- what the driver sees, not counting the CUDA context.
   Extra fields: model, params, batch, dtype, optimizer, static_bytes, peak_allocated_bytes,
-  kernels, trace, time_scale, size_scale, device, device_name, segments_allocated, cache_flushes.
+  kernels, trace, time_scale, size_scale, device, device_name, device_total_bytes,
+  segments_allocated, cache_flushes, wall_ms.
   --progress prints one line per iteration on stderr. The job name is --job, else $COLOC_JOB,
   else coloc-train-<pid>.
 
