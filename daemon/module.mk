@@ -1,5 +1,12 @@
-# colocd: the node daemon (daemon/). (Being built up; see the full version as it lands.)
+# colocd: the node daemon (daemon/), its BPF exit watcher, and the pieces the CLI and tests share.
+#
+#   build/bin/colocd                 the daemon
+#   build/gen/exit_watch.skel.h      libbpf skeleton generated from daemon/watch/exit_watch.bpf.c
+#   DAEMON_CORE_OBJS                 pure logic (broker, reports, config), also linked into tests
+
 DAEMON_CPPFLAGS := -Idaemon $(SPDLOG_CPPFLAGS)
+
+# Pure logic: no sockets, no BPF. Linked into colocd, the CLI (reports) and the test binaries.
 DAEMON_CORE_SRCS := \
   daemon/util/log.cpp \
   daemon/broker/broker.cpp \
@@ -9,8 +16,56 @@ DAEMON_CORE_SRCS := \
   daemon/report/report_store.cpp \
   daemon/config/config.cpp
 DAEMON_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_CORE_SRCS))
-$(DAEMON_CORE_OBJS): CPPFLAGS += $(DAEMON_CPPFLAGS)
-# toml++ header-only in the one file that parses TOML: the test binaries link it without extra libraries.
+
+# The rest of the daemon: sockets, pages, the loop, the process watcher.
+DAEMON_SRCS := \
+  daemon/engine/client_pages.cpp \
+  daemon/engine/connection.cpp \
+  daemon/engine/event_loop.cpp \
+  daemon/engine/admin.cpp \
+  daemon/engine/resume_state.cpp \
+  daemon/engine/server.cpp \
+  daemon/watch/pidfd_watch.cpp \
+  daemon/watch/bpf_exit_watch.cpp \
+  daemon/watch/process_watcher.cpp \
+  daemon/main.cpp
+DAEMON_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_SRCS))
+
+$(DAEMON_CORE_OBJS) $(DAEMON_OBJS): CPPFLAGS += $(DAEMON_CPPFLAGS)
+# toml++ header-only in the one file that parses TOML: no run-time library, and the test
+# binaries link the config parser without extra libraries.
 $(OBJ)/daemon/config/config.o: CPPFLAGS += -DTOML_HEADER_ONLY=1
+
+# ---- BPF: exit_watch.bpf.c -> exit_watch.bpf.o -> exit_watch.skel.h (libbpf-bootstrap style) ----
+BPF_CLANG ?= clang
+BPF_GEN   := $(BUILD)/gen/bpf
+EXIT_WATCH_BPF_OBJ  := $(BPF_GEN)/exit_watch.bpf.o
+EXIT_WATCH_SKEL     := $(BPF_GEN)/exit_watch.skel.h
+BPF_ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
+
+$(BPF_GEN)/%.bpf.o: daemon/watch/%.bpf.c daemon/watch/exit_event.h | $(DEPS_STAMP)
+	$(call say,BPF,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(BPF_CLANG) -g -O2 -target bpf -D__TARGET_ARCH_$(BPF_ARCH) -I/usr/include/$(shell uname -m)-linux-gnu -Idaemon -c $< -o $@
+
+$(BPF_GEN)/%.skel.h: $(BPF_GEN)/%.bpf.o | $(DEPS_STAMP)
+	$(call say,GEN-SKEL,$@)
+	$(Q)bpftool gen skeleton $< name $* > $@
+
+$(OBJ)/daemon/watch/bpf_exit_watch.o: $(EXIT_WATCH_SKEL)
+$(OBJ)/daemon/watch/bpf_exit_watch.o: CPPFLAGS += -I$(BPF_GEN)
+
+# ---- colocd ---------------------------------------------------------------------------------
+COLOCD := $(BUILD)/bin/colocd
+$(COLOCD): $(DAEMON_OBJS) $(DAEMON_CORE_OBJS)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(SPDLOG_LIBS) -lbpf -lxxhash -lpthread
+
+PRODUCTS += $(COLOCD)
 TEST_EXTRA_OBJS += $(DAEMON_CORE_OBJS)
+
+# The daemon's and CLI's tests include daemon headers.
 $(OBJ)/tests/unit/daemon/%.o $(OBJ)/tests/integration/daemon/%.o: CPPFLAGS += -Idaemon
+$(OBJ)/tests/unit/cli/%.o $(OBJ)/tests/integration/cli/%.o: CPPFLAGS += -Idaemon -Itools/coloc
+

@@ -93,6 +93,11 @@ void JobRecorder::fold(const broker::Uuid& u, const Counters& c, Bytes peak) {
   d.peak = std::max(d.peak, peak);
 }
 
+Bytes JobRecorder::peak(const broker::Uuid& u) const {
+  auto it = devices_.find(u);
+  return it == devices_.end() ? 0 : it->second.peak;
+}
+
 void JobRecorder::add_process(pid_t pid) {
   for (const ProcessExit& p : processes_)
     if (p.pid == pid && !p.exit_code && !p.signal && p.source.empty()) return;
@@ -105,6 +110,19 @@ void JobRecorder::process_exited(const ProcessExit& e) {
     p = e;
     return;
   }
+}
+
+std::vector<pid_t> JobRecorder::pending_exits() const {
+  std::vector<pid_t> out;
+  for (const ProcessExit& p : processes_)
+    if (p.source.empty()) out.push_back(p.pid);
+  return out;
+}
+
+bool JobRecorder::has_process(pid_t pid) const {
+  for (const ProcessExit& p : processes_)
+    if (p.pid == pid) return true;
+  return false;
 }
 
 void JobRecorder::finish(Nanos now, int64_t wall_ms) {

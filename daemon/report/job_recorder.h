@@ -64,6 +64,9 @@ class JobRecorder {
   void fold(const broker::Uuid& device, const Counters& c, Bytes peak);
   void add_process(pid_t pid);
   void process_exited(const ProcessExit& e);
+  /// Processes whose end is not known yet.
+  std::vector<pid_t> pending_exits() const;
+  bool has_process(pid_t pid) const;
   void set_priority(std::string p) { priority_ = std::move(p); }
   /// The job ended at `now` (monotonic) / `wall_ms` (Unix ms).
   void finish(Nanos now, int64_t wall_ms);
@@ -71,6 +74,8 @@ class JobRecorder {
   /// The report. `now` closes open waits of a live job. Shape: see docs/ARCHITECTURE.md.
   nlohmann::json to_json(Nanos now) const;
 
+  /// The job's peak on `device` so far (0 when never seen there).
+  Bytes peak(const broker::Uuid& device) const;
   const broker::JobKey& key() const { return key_; }
   broker::JobSerial serial() const { return serial_; }
   bool finished() const { return end_mono_.has_value(); }

@@ -1,0 +1,284 @@
+#include "engine/admin.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "util/log.h"
+
+namespace coloc::engine {
+
+using nlohmann::json;
+using proto::AdminStatus;
+
+namespace {
+
+json bytes_or_null(broker::Bytes b) { return b == broker::kNoLimit ? json(nullptr) : json(b); }
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string user_name(uid_t uid) {
+  struct passwd pw, *out = nullptr;
+  char buf[4096];
+  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &out) == 0 && out) return out->pw_name;
+  return std::to_string(uid);
+}
+
+bool Admin::is_admin(const Caller& c) const {
+  if (c.uid == 0) return true;
+  if (!info_.admin_gid) return false;
+  if (c.gid == *info_.admin_gid) return true;
+  return std::find(c.groups.begin(), c.groups.end(), *info_.admin_gid) != c.groups.end();
+}
+
+json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices) const {
+  const report::JobRecorder* rec = nullptr;
+  if (auto it = recorders_.find(job.serial); it != recorders_.end()) rec = &it->second;
+  bool any_growth_wait = false, any_admission_wait = false;
+  std::optional<broker::Nanos> waiting_since;
+  for (const broker::Waiter& w : broker_.waiters()) {
+    if (w.job != job.serial) continue;
+    (w.admission ? any_admission_wait : any_growth_wait) = true;
+    waiting_since = waiting_since ? std::min(*waiting_since, w.since) : w.since;
+  }
+  json devs = json::array();
+  broker::Bytes in_use = 0, peak = 0, granted = 0, reserved = 0;
+  // Per device the job is admitted on, or waiting for admission on.
+  std::map<uint32_t, std::string> states;
+  for (auto& [dev, jd] : job.devices) states[dev] = "running";
+  for (const broker::Waiter& w : broker_.waiters()) {
+    if (w.job != job.serial) continue;
+    if (w.admission) {
+      for (auto& [dev, req] : w.devices)
+        if (!states.count(dev) || !job.devices.at(dev).admitted) states[dev] = "admission-pending";
+    } else {
+      states[broker_.find_client(w.client)->slots[w.slot].device] = "waiting";
+    }
+  }
+  for (auto& [dev, state] : states) {
+    const broker::Device& d = broker_.devices()[dev];
+    broker::Bytes dev_in_use = 0;
+    for (broker::ClientId id : job.clients) {
+      const broker::Client* c = broker_.find_client(id);
+      for (uint32_t s = 0; s < pages::kSlots; ++s)
+        if (c->slots[s].attached && c->slots[s].device == dev) dev_in_use += broker_.client_in_use(*c, s);
+    }
+    auto jd_it = job.devices.find(dev);
+    broker::Bytes g = jd_it != job.devices.end() ? jd_it->second.granted : 0;
+    broker::Bytes r = jd_it != job.devices.end() ? jd_it->second.reserved : 0;
+    broker::Bytes p = std::max(rec ? rec->peak(d.uuid) : 0, dev_in_use);
+    devs.push_back({{"uuid", d.uuid.str()},
+                    {"state", state},
+                    {"limit", bytes_or_null(job.limit)},
+                    {"reserved", r},
+                    {"granted", g},
+                    {"in_use", dev_in_use},
+                    {"peak", p}});
+    if (dev_indices) dev_indices->push_back(dev);
+    in_use += dev_in_use;
+    peak += p;
+    granted += g;
+    reserved += r;
+  }
+  json pids = json::array();
+  for (broker::ClientId id : job.clients) pids.push_back(broker_.find_client(id)->pid);
+  json j{{"job", job.key.id},
+         {"uid", job.key.uid},
+         {"user", user_name(job.key.uid)},
+         {"priority", proto::priority_name(job.priority)},
+         {"state", any_growth_wait ? "waiting" : any_admission_wait ? "admission-pending" : "running"},
+         {"limit", bytes_or_null(job.limit)},
+         {"on_full", job.on_full == proto::OnFull::kWait ? "wait" : "fail"},
+         {"pids", pids},
+         {"in_use", in_use},
+         {"peak", peak},
+         {"granted", granted},
+         {"reserved", reserved},
+         {"devices", devs}};
+  return j;
+}
+
+json Admin::status(broker::Nanos now) const {
+  json devices = json::array();
+  std::vector<json> jobs_by_device(broker_.devices().size(), json::array());
+  json jobs = json::array();
+  for (auto& [serial, job] : broker_.jobs()) {
+    std::vector<uint32_t> dev_of;
+    json jj = job_json(job, &dev_of);
+    for (size_t k = 0; k < dev_of.size(); ++k) {
+      json entry = jj["devices"][k];
+      entry["job"] = jj["job"];
+      entry["uid"] = jj["uid"];
+      entry["user"] = jj["user"];
+      entry["priority"] = jj["priority"];
+      jobs_by_device[dev_of[k]].push_back(std::move(entry));
+    }
+    jobs.push_back(std::move(jj));
+  }
+  for (uint32_t i = 0; i < broker_.devices().size(); ++i) {
+    const broker::Device& d = broker_.devices()[i];
+    broker::Bytes granted = 0;
+    for (auto& [serial, job] : broker_.jobs())
+      if (auto it = job.devices.find(i); it != job.devices.end()) granted += it->second.granted;
+    devices.push_back({{"uuid", d.uuid.str()},
+                       {"capacity", d.capacity},
+                       {"headroom", d.headroom},
+                       {"outside", d.outside},
+                       {"usable", broker_.usable(i)},
+                       {"committed", d.committed},
+                       {"granted", granted},
+                       {"in_use", broker_.in_use(i)},
+                       {"available", broker_.available(i)},
+                       {"driver_ooms", d.driver_ooms},
+                       {"ledger_mismatches", d.ledger_mismatches},
+                       {"jobs", jobs_by_device[i]}});
+  }
+  json daemon{{"protocol", proto::kVersion},
+              {"min_protocol", proto::kMinVersion},
+              {"pid", info_.pid},
+              {"epoch", info_.epoch},
+              {"socket", info_.socket},
+              {"state_dir", info_.state_dir},
+              {"watcher", info_.watcher},
+              {"policy", broker_.policy().name()},
+              {"grant_step", broker_.config().grant_step},
+              {"uptime_s", double(now - info_.started) / 1e9},
+              {"holding_for_restart", broker_.holding()},
+              {"clients", broker_.clients().size()},
+              {"waiting_requests", broker_.waiters().size()}};
+  return json{{"daemon", daemon}, {"devices", devices}, {"jobs", jobs}};
+}
+
+Admin::Found Admin::find_job(const std::string& name, const Caller& caller) const {
+  Found f;
+  std::string id = name;
+  std::optional<uid_t> uid;
+  if (auto colon = name.find(':'); colon != std::string::npos && colon > 0) {
+    std::string u = name.substr(0, colon);
+    if (std::all_of(u.begin(), u.end(), [](char c) { return c >= '0' && c <= '9'; }) && u.size() < 10) {
+      uid = uid_t(std::stoul(u));
+      id = name.substr(colon + 1);
+    }
+  }
+  if (uid) {
+    f.job = broker_.find_job({*uid, id});
+  } else {
+    f.job = broker_.find_job({caller.uid, id});
+    if (!f.job) {
+      int matches = 0;
+      for (auto& [serial, job] : broker_.jobs())
+        if (job.key.id == id) {
+          ++matches;
+          f.job = &job;
+        }
+      if (matches > 1) {
+        f.job = nullptr;
+        f.status = AdminStatus::kAmbiguous;
+        f.why = "job '" + id + "' exists for several users: name it as UID:" + id;
+        return f;
+      }
+    }
+  }
+  if (!f.job) {
+    f.status = AdminStatus::kNotFound;
+    f.why = "no running job '" + name + "'";
+  }
+  return f;
+}
+
+AdminAnswer Admin::set(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now) {
+  Found f = find_job(msg.job, caller);
+  if (!f.job) return {f.status, f.why};
+  const broker::Job& job = *f.job;
+  const bool admin = is_admin(caller);
+  if (!admin && job.key.uid != caller.uid)
+    return {AdminStatus::kNotAllowed, "job '" + job.key.id + "' belongs to " + user_name(job.key.uid) +
+                                          "; only root or the admin group may change other users' jobs"};
+  if ((msg.set_fields & proto::kSetMem) && !admin && msg.mem > job.limit)
+    return {AdminStatus::kNotAllowed, "only root or the admin group may raise a job's limit"};
+  if ((msg.set_fields & proto::kSetPriority) && !admin && msg.priority > uint8_t(job.priority))
+    return {AdminStatus::kNotAllowed, "only root or the admin group may raise a job's priority"};
+  const broker::JobSerial serial = job.serial;
+  auto lg = log::get("engine");
+  if (msg.set_fields & proto::kSetMem) {
+    broker_.set_limit(serial, msg.mem, now);
+    lg->info("uid {} set the limit of job {} to {} bytes", caller.uid, msg.job, msg.mem);
+  }
+  if (msg.set_fields & proto::kSetPriority) {
+    broker_.set_priority(serial, proto::Priority(msg.priority), now);
+    if (auto it = recorders_.find(serial); it != recorders_.end())
+      it->second.set_priority(proto::priority_name(proto::Priority(msg.priority)));
+    lg->info("uid {} set the priority of job {} to {}", caller.uid, msg.job,
+             proto::priority_name(proto::Priority(msg.priority)));
+  }
+  return {AdminStatus::kOk, job_json(broker_.jobs().at(serial)).dump()};
+}
+
+AdminAnswer Admin::report(const std::string& name, const Caller& caller, broker::Nanos now) {
+  const bool admin = is_admin(caller);
+  Found f = find_job(name, caller);
+  if (f.status == AdminStatus::kAmbiguous) return {f.status, f.why};
+  if (f.job) {
+    if (!admin && f.job->key.uid != caller.uid)
+      return {AdminStatus::kNotAllowed, "the report of job '" + f.job->key.id + "' belongs to " +
+                                            user_name(f.job->key.uid)};
+    if (auto it = recorders_.find(f.job->serial); it != recorders_.end()) return {AdminStatus::kOk, it->second.to_json(now).dump()};
+  }
+  // An ended job: its report file(s).
+  std::string id = name;
+  std::optional<uid_t> uid;
+  if (auto colon = name.find(':'); colon != std::string::npos && colon > 0 &&
+                                   std::all_of(name.begin(), name.begin() + ptrdiff_t(colon), [](char c) { return c >= '0' && c <= '9'; })) {
+    uid = uid_t(std::stoul(name.substr(0, colon)));
+    id = name.substr(colon + 1);
+  }
+  bool others = false;
+  std::string fallback;
+  for (const std::string& path : store_.find(id)) {
+    std::string text = read_text(path);
+    json j = json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || j.value("job", std::string()) != id) continue;
+    uid_t owner = j.value("uid", uid_t(-1));
+    if (uid && owner != *uid) continue;
+    if (owner == caller.uid) return {AdminStatus::kOk, text};
+    if (admin) {
+      if (uid) return {AdminStatus::kOk, text};
+      if (fallback.empty()) fallback = text;
+      else return {AdminStatus::kAmbiguous, "reports of job '" + id + "' exist for several users: name it as UID:" + id};
+      continue;
+    }
+    others = true;
+  }
+  if (!fallback.empty()) return {AdminStatus::kOk, fallback};
+  if (others) return {AdminStatus::kNotAllowed, "the report of job '" + id + "' belongs to another user"};
+  return {AdminStatus::kNotFound, "no job or report named '" + name + "'"};
+}
+
+AdminAnswer Admin::handle(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now) {
+  switch (proto::AdminOp(msg.op)) {
+    case proto::AdminOp::kStatus:
+      return {AdminStatus::kOk, status(now).dump()};
+    case proto::AdminOp::kJobs: {
+      json jobs = json::array();
+      for (auto& [serial, job] : broker_.jobs()) jobs.push_back(job_json(job));
+      return {AdminStatus::kOk, json{{"jobs", jobs}}.dump()};
+    }
+    case proto::AdminOp::kSet:
+      return set(msg, caller, now);
+    case proto::AdminOp::kReport:
+      return report(msg.job, caller, now);
+  }
+  return {AdminStatus::kInvalid, "unknown admin operation"};
+}
+
+}  // namespace coloc::engine

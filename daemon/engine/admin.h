@@ -1,0 +1,82 @@
+// daemon/engine/admin.h — the CLI's requests: status, jobs, set, report. Answers are JSON text
+// (shapes in docs/ARCHITECTURE.md). Reading status is open to every user; changing a job and
+// reading its report is for its owner (who may only lower its limit or priority) and for root or
+// members of --admin-group, checked against SO_PEERCRED / SO_PEERGROUPS.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "broker/broker.h"
+#include "coloc/protocol.h"
+#include "report/job_recorder.h"
+#include "report/report_store.h"
+
+namespace coloc::engine {
+
+/// Who is asking (from the socket, never from the message).
+struct Caller {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
+};
+
+/// Facts about the daemon for `coloc status`.
+struct DaemonInfo {
+  uint64_t epoch = 0;
+  pid_t pid = 0;
+  std::string socket;
+  std::string state_dir;
+  std::string watcher;
+  broker::Nanos started = 0;
+  std::optional<gid_t> admin_gid;
+};
+
+struct AdminAnswer {
+  proto::AdminStatus status = proto::AdminStatus::kOk;
+  std::string text;  ///< JSON on success, a sentence otherwise
+};
+
+class Admin {
+ public:
+  Admin(broker::Broker& broker, std::map<broker::JobSerial, report::JobRecorder>& recorders,
+        const report::ReportStore& store, const DaemonInfo& info)
+      : broker_(broker), recorders_(recorders), store_(store), info_(info) {}
+
+  /// Answers one request at monotonic time `now`.
+  AdminAnswer handle(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
+
+  /// The status document (also used by tests through the CLI).
+  nlohmann::json status(broker::Nanos now) const;
+  /// One job as status shows it; `devices` (if given) receives the device index of each entry
+  /// of its "devices" array.
+  nlohmann::json job_json(const broker::Job& job, std::vector<uint32_t>* devices = nullptr) const;
+  bool is_admin(const Caller& c) const;
+
+ private:
+  struct Found {
+    const broker::Job* job = nullptr;
+    proto::AdminStatus status = proto::AdminStatus::kOk;
+    std::string why;
+  };
+  /// Resolves "job" or "uid:job" for `caller`.
+  Found find_job(const std::string& name, const Caller& caller) const;
+  AdminAnswer set(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
+  AdminAnswer report(const std::string& name, const Caller& caller, broker::Nanos now);
+
+  broker::Broker& broker_;
+  std::map<broker::JobSerial, report::JobRecorder>& recorders_;
+  const report::ReportStore& store_;
+  const DaemonInfo& info_;
+};
+
+/// The user name of `uid`, or the number as text.
+std::string user_name(uid_t uid);
+
+}  // namespace coloc::engine

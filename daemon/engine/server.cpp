@@ -1,0 +1,737 @@
+#include "engine/server.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+
+#include "coloc/wire.h"
+#include "util/log.h"
+
+namespace coloc::engine {
+
+namespace {
+
+constexpr size_t kMaxClientsPerUser = 4096;     // registered processes of one non-root uid
+constexpr broker::Nanos kExitStatusWait = 500'000'000;  // how long an ended job waits for exit statuses
+constexpr int kMessagesPerWakeup = 64;          // fairness between busy connections
+
+broker::BrokerConfig broker_config(const config::Config& c) {
+  broker::BrokerConfig b;
+  b.grant_step = c.grant_step;
+  b.default_wait_timeout = c.wait_timeout;
+  b.headroom_fraction = c.headroom.fraction;
+  b.headroom_bytes = c.headroom.bytes;
+  b.max_per_user = c.max_per_user;
+  return b;
+}
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Result<void> mkdir_p(const std::string& dir, mode_t mode) {
+  if (dir.empty()) return {};
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) return Error{ENOTDIR, dir + " is not a directory"};
+    return {};
+  }
+  auto slash = dir.rfind('/');
+  if (slash != std::string::npos && slash > 0)
+    if (auto r = mkdir_p(dir.substr(0, slash), mode); !r) return r;
+  if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) return Error::from_errno("mkdir " + dir);
+  if (::chmod(dir.c_str(), mode) != 0) return Error::from_errno("chmod " + dir);
+  return {};
+}
+
+/// "python3-4242": a job id for a process that did not name one.
+std::string derived_job_id(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string comm;
+  std::getline(in, comm);
+  std::string id;
+  for (char c : comm) id += (c > 0x20 && c < 0x7f && c != '/' && c != '\\') ? c : '_';
+  if (id.empty()) id = "process";
+  id = id.substr(0, 40) + "-" + std::to_string(pid);
+  return id;
+}
+
+report::ProcessExit exit_from_status(pid_t pid, std::optional<int> status, const char* source) {
+  report::ProcessExit e;
+  e.pid = pid;
+  e.source = source;
+  if (status) {
+    if (WIFEXITED(*status)) e.exit_code = WEXITSTATUS(*status);
+    else if (WIFSIGNALED(*status)) e.signal = WTERMSIG(*status);
+  }
+  return e;
+}
+
+template <class T>
+T zeroed() {
+  T t;
+  std::memset(&t, 0, sizeof t);
+  return t;
+}
+
+}  // namespace
+
+Server::Server(config::Config cfg)
+    : cfg_(std::move(cfg)),
+      broker_(broker_config(cfg_), policy_),
+      store_(cfg_.state_dir + "/reports"),
+      resume_(cfg_.state_dir + "/clients"),
+      rx_(proto::kMaxMessage) {}
+
+Server::~Server() {
+  // Connections before the loop their callbacks live in.
+  by_client_.clear();
+  by_pid_.clear();
+  conns_.clear();
+  watcher_.reset();
+}
+
+broker::Nanos Server::now() const { return wire::now_ns(); }
+
+// ---- start-up -----------------------------------------------------------------------------------
+
+Result<void> Server::open_state_dir() {
+  if (auto r = mkdir_p(cfg_.state_dir, 0755); !r) return r;
+  std::string lock = cfg_.state_dir + "/colocd.lock";
+  int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return Error::from_errno("open " + lock);
+  lock_fd_.reset(fd);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0)
+    return Error{errno, "another colocd is using the state directory " + cfg_.state_dir + " (" + lock + " is locked)"};
+  std::optional<gid_t> admin_gid;
+  if (!cfg_.admin_group.empty()) {
+    struct group gr, *out = nullptr;
+    char buf[4096];
+    if (::getgrnam_r(cfg_.admin_group.c_str(), &gr, buf, sizeof buf, &out) != 0 || !out)
+      return Error{ENOENT, "--admin-group " + cfg_.admin_group + ": no such group"};
+    admin_gid = out->gr_gid;
+  }
+  info_.admin_gid = admin_gid;
+  if (auto r = store_.prepare(admin_gid ? int(*admin_gid) : -1); !r) return r;
+  return resume_.load();
+}
+
+Result<void> Server::open_socket() {
+  const std::string& path = cfg_.socket;
+  sockaddr_un addr{};
+  if (path.size() >= sizeof addr.sun_path) return Error{ENAMETOOLONG, "--socket " + path + ": path too long"};
+  auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0)
+    if (auto r = mkdir_p(path.substr(0, slash), 0755); !r) return r;
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) return Error{EEXIST, path + " exists and is not a socket"};
+    int probe = -1;
+    if (wire::connect_socket(path.c_str(), &probe) == 0) {
+      ::close(probe);
+      return Error{EADDRINUSE, "another colocd is listening on " + path};
+    }
+    ::unlink(path.c_str());  // stale, from a daemon that was killed
+  }
+  int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Error::from_errno("socket");
+  listen_fd_.reset(fd);
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return Error::from_errno("bind " + path);
+  // Any user may connect (and register their own processes); who may do what is decided per
+  // request from SO_PEERCRED.
+  if (::chmod(path.c_str(), 0666) != 0) return Error::from_errno("chmod " + path);
+  if (::listen(fd, 4096) != 0) return Error::from_errno("listen " + path);
+  if (::stat(path.c_str(), &st) == 0) socket_inode_ = st.st_ino;
+  return loop_->add(fd, EPOLLIN, [this](uint32_t) { on_accept(); });
+}
+
+Result<void> Server::open_signals_and_timers() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  if (::sigprocmask(SIG_BLOCK, &set, nullptr) != 0) return Error::from_errno("sigprocmask");
+  ::signal(SIGPIPE, SIG_IGN);
+  int sfd = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (sfd < 0) return Error::from_errno("signalfd");
+  signal_fd_.reset(sfd);
+  auto r = loop_->add(sfd, EPOLLIN, [this](uint32_t) {
+    signalfd_siginfo si;
+    while (::read(signal_fd_.get(), &si, sizeof si) == ssize_t(sizeof si)) {
+      if (si.ssi_signo == SIGHUP) {
+        log::get("engine")->info("SIGHUP ignored: restart colocd to change its settings (jobs keep running)");
+        continue;
+      }
+      log::get("engine")->info("signal {}: stopping (jobs keep running on their grants)", si.ssi_signo);
+      stop_ = true;
+    }
+  });
+  if (!r) return r;
+
+  int st = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  int dt = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (st < 0 || dt < 0) return Error::from_errno("timerfd_create");
+  sample_timer_.reset(st);
+  deadline_timer_.reset(dt);
+  itimerspec its{};
+  its.it_interval.tv_sec = time_t(cfg_.sample_interval / 1000000000);
+  its.it_interval.tv_nsec = long(cfg_.sample_interval % 1000000000);
+  its.it_value = its.it_interval;
+  if (::timerfd_settime(st, 0, &its, nullptr) != 0) return Error::from_errno("timerfd_settime");
+  if (auto r2 = loop_->add(st, EPOLLIN, [this](uint32_t) { on_sample(); }); !r2) return r2;
+  return loop_->add(dt, EPOLLIN, [this](uint32_t) { on_deadline(); });
+}
+
+Result<void> Server::start() {
+  auto lg = log::get("engine");
+  rlimit rl;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  auto loop = EventLoop::create();
+  if (!loop) return loop.error();
+  loop_ = std::make_unique<EventLoop>(std::move(loop.value()));
+  if (auto r = open_state_dir(); !r) return r;
+
+  uint64_t epoch = 0;
+  if (::getrandom(&epoch, sizeof epoch, 0) != ssize_t(sizeof epoch)) epoch = uint64_t(wall_ms());
+  info_.epoch = epoch;
+  info_.pid = ::getpid();
+  info_.socket = cfg_.socket;
+  info_.state_dir = cfg_.state_dir;
+  info_.started = now();
+
+  using Mode = watch::ProcessWatcher::Mode;
+  Mode mode = cfg_.watcher == "bpf" ? Mode::kBpf : cfg_.watcher == "pidfd" ? Mode::kPidfd : Mode::kAuto;
+  auto w = watch::ProcessWatcher::start(mode, *loop_, [this](const watch::Exit& e) { on_process_exit(e); });
+  if (!w) return w.error();
+  watcher_ = std::move(w.value());
+  info_.watcher = watcher_->description();
+  admin_ = std::make_unique<Admin>(broker_, recorders_, store_, info_);
+
+  if (auto r = open_signals_and_timers(); !r) return r;
+  if (auto r = open_socket(); !r) return r;
+
+  if (size_t n = resume_.expected(); n > 0) {
+    broker_.hold_until(now() + cfg_.resume_grace);
+    rearm_deadline();
+    lg->info("restart: waiting up to {:.1f} s for {} running process(es) to re-register before serving new requests",
+             double(cfg_.resume_grace) / 1e9, n);
+  }
+  lg->info("colocd listening on {} (protocol {}, accepts {}..{}), state in {}, headroom {}, watcher {}", cfg_.socket,
+           proto::kVersion, proto::kMinVersion, proto::kVersion, cfg_.state_dir,
+           cfg_.headroom.bytes ? fmt::format("{} bytes", *cfg_.headroom.bytes)
+                               : fmt::format("{:g}% of each device", cfg_.headroom.fraction * 100),
+           watcher_->description());
+  return {};
+}
+
+int Server::run() {
+  auto lg = log::get("engine");
+  while (!stop_) {
+    auto r = loop_->run_once(-1);
+    if (!r) {
+      lg->critical("event loop: {}", r.error().message());
+      return 1;
+    }
+  }
+  if (auto r = resume_.save_if_dirty(); !r) lg->warn("{}", r.error().message());
+  struct stat st;
+  if (::stat(cfg_.socket.c_str(), &st) == 0 && st.st_ino == socket_inode_) ::unlink(cfg_.socket.c_str());
+  lg->info("colocd stopped");
+  return 0;
+}
+
+// ---- connections --------------------------------------------------------------------------------
+
+void Server::on_accept() {
+  for (int i = 0; i < 64; ++i) {
+    auto c = Connection::accept_from(listen_fd_.get(), next_conn_id_++);
+    if (!c) {
+      if (c.error().err != EAGAIN && c.error().err != EWOULDBLOCK)
+        log::get("engine")->warn("{}", c.error().message());
+      return;
+    }
+    Connection* conn = c.value().get();
+    int fd = conn->fd();
+    auto r = loop_->add(fd, EPOLLIN | EPOLLRDHUP, [this, fd](uint32_t ev) {
+      auto it = conns_.find(fd);
+      if (it != conns_.end()) on_connection_event(*it->second, ev);
+      settle();
+    });
+    if (!r) {
+      log::get("engine")->warn("{}", r.error().message());
+      continue;
+    }
+    conns_.emplace(fd, std::move(c.value()));
+  }
+}
+
+void Server::send_or_drop(Connection& c, const void* data, size_t len, std::vector<int> fds) {
+  if (std::find(doomed_.begin(), doomed_.end(), c.fd()) != doomed_.end()) return;
+  auto r = c.send(data, len, std::move(fds));
+  if (!r) {
+    drop(c, r.error().message(), std::nullopt, true);
+    return;
+  }
+  if (c.has_queued()) (void)loop_->modify(c.fd(), EPOLLIN | EPOLLRDHUP | EPOLLOUT);
+}
+
+void Server::on_connection_event(Connection& c, uint32_t events) {
+  auto doomed = [&] { return std::find(doomed_.begin(), doomed_.end(), c.fd()) != doomed_.end(); };
+  if (events & EPOLLOUT) {
+    auto f = c.flush();
+    if (!f) {
+      drop(c, f.error().message());
+      return;
+    }
+    if (f.value()) (void)loop_->modify(c.fd(), EPOLLIN | EPOLLRDHUP);
+  }
+  for (int i = 0; i < kMessagesPerWakeup && !doomed(); ++i) {
+    Received r = c.receive(rx_.data(), rx_.size());
+    if (r.unasked_fds > 0)
+      log::get("engine")->warn("{} sent {} file descriptor(s) unasked: closed", c.describe(), r.unasked_fds);
+    switch (r.kind) {
+      case Received::Kind::kNone:
+        if (events & (EPOLLHUP | EPOLLERR)) drop(c, "connection closed");
+        return;
+      case Received::Kind::kHangup:
+        drop(c, "hung up");
+        return;
+      case Received::Kind::kOversized:
+        refuse(c, proto::ErrorCode::kMalformed,
+               "message larger than " + std::to_string(proto::kMaxMessage) + " bytes");
+        return;
+      case Received::Kind::kError:
+        drop(c, std::string("receive failed: ") + std::strerror(r.err), std::nullopt, true);
+        return;
+      case Received::Kind::kMessage:
+        on_message(c, rx_.data(), r.len);
+        break;
+    }
+  }
+}
+
+void Server::refuse(Connection& c, proto::ErrorCode code, const std::string& text) {
+  auto e = zeroed<proto::ErrorMsg>();
+  e.code = uint32_t(code);
+  e.min_version = proto::kMinVersion;
+  e.max_version = proto::kVersion;
+  std::string clean;
+  for (char ch : text) clean += (ch >= 0x20 && ch != 0x7f) ? ch : ' ';
+  proto::set_string(e.text, clean.c_str());
+  unsigned char buf[sizeof e];
+  uint16_t version = c.version ? c.version : proto::kVersion;
+  if (proto::Encoded enc = proto::encode(e, 0, buf, sizeof buf, version); enc.status) (void)c.send(buf, enc.size);
+  drop(c, text, std::nullopt, true);
+}
+
+void Server::drop(Connection& c, const std::string& reason, std::optional<report::ProcessExit> exit, bool warn) {
+  if (std::find(doomed_.begin(), doomed_.end(), c.fd()) != doomed_.end()) return;
+  doomed_.push_back(c.fd());
+  auto lg = log::get("engine");
+  if (warn) lg->warn("closing connection of {}: {}", c.describe(), reason);
+  else lg->debug("closing connection of {}: {}", c.describe(), reason);
+  if (c.role != Connection::Role::kJob || !c.client) return;
+  const broker::ClientId id = *c.client;
+  auto rec = recorders_.find(c.job);
+  fold_stats(c);
+  if (rec != recorders_.end()) {
+    if (exit) rec->second.process_exited(*exit);
+    else if (c.said_goodbye) rec->second.process_exited({c.pid(), c.exit_status, std::nullopt, "goodbye"});
+  }
+  // The books first: the memory is free for others from this moment.
+  broker_.remove_client(id, now());
+  by_client_.erase(id);
+  auto& same_pid = by_pid_[c.pid()];
+  same_pid.erase(std::remove(same_pid.begin(), same_pid.end(), &c), same_pid.end());
+  if (same_pid.empty()) by_pid_.erase(c.pid());
+  resume_.remove(c.pid());
+  if (auto it = clients_per_uid_.find(c.uid()); it != clients_per_uid_.end() && --it->second == 0)
+    clients_per_uid_.erase(it);
+  if (exit || c.said_goodbye) watcher_->unwatch(c.pid());
+  else ++lingering_[c.pid()];  // keep watching briefly: its exit status belongs in the report
+  lg->info("process {} of job {} left ({})", c.pid(), rec != recorders_.end() ? rec->second.key().str() : "?", reason);
+  c.client.reset();
+}
+
+void Server::fold_stats(Connection& c) {
+  auto rec = recorders_.find(c.job);
+  const broker::Client* client = broker_.find_client(*c.client);
+  if (rec == recorders_.end() || !client || !c.pages) return;
+  for (uint32_t s = 0; s < pages::kSlots; ++s) {
+    if (!client->slots[s].attached) continue;
+    const pages::StatsSlot& st = c.pages->stats()->slots[s];
+    report::Counters k;
+    k.allocs = st.allocs.load(std::memory_order_relaxed);
+    k.frees = st.frees.load(std::memory_order_relaxed);
+    k.failures = st.failures.load(std::memory_order_relaxed);
+    k.launches = st.launches.load(std::memory_order_relaxed);
+    k.wait_memory_ns = st.wait_memory_ns.load(std::memory_order_relaxed);
+    k.wait_admission_ns = st.wait_admission_ns.load(std::memory_order_relaxed);
+    const broker::Device& d = broker_.devices()[client->slots[s].device];
+    rec->second.fold(d.uuid, k, std::min(st.peak.load(std::memory_order_relaxed), d.capacity));
+  }
+}
+
+// ---- messages -----------------------------------------------------------------------------------
+
+void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
+  proto::Header h;
+  proto::Status hs = proto::decode_header(data, len, &h);
+  if (!hs) {
+    if (hs.error == proto::Error::kBadVersion) {
+      refuse(c, proto::ErrorCode::kVersion,
+             "protocol version " + std::to_string(h.version) + " is not supported: colocd speaks versions " +
+                 std::to_string(proto::kMinVersion) + " to " + std::to_string(proto::kVersion));
+    } else {
+      refuse(c, proto::ErrorCode::kMalformed, std::string("malformed message: ") + proto::error_name(hs.error) + " (" + hs.field + ")");
+    }
+    return;
+  }
+  proto::Message m;
+  if (proto::Status s = proto::decode(data, len, proto::Receiver::kDaemon, &m); !s) {
+    refuse(c, proto::ErrorCode::kMalformed,
+           std::string("malformed ") + proto::type_name(h.type) + ": " + proto::error_name(s.error) + " (" + s.field + ")");
+    return;
+  }
+  if (c.role != Connection::Role::kNew && h.version != c.version) {
+    refuse(c, proto::ErrorCode::kOrder, "protocol version changed on a connection");
+    return;
+  }
+  const broker::Nanos t = now();
+  switch (m.type()) {
+    case proto::MsgType::kRegister:
+      if (c.role != Connection::Role::kNew) return refuse(c, proto::ErrorCode::kOrder, "Register sent twice or on an admin connection");
+      return on_register(c, m);
+    case proto::MsgType::kAdmin:
+      if (c.role == Connection::Role::kJob) return refuse(c, proto::ErrorCode::kOrder, "Admin on a job's connection");
+      c.role = Connection::Role::kAdmin;
+      c.version = h.version;
+      return on_admin(c, m);
+    default:
+      break;
+  }
+  if (c.role != Connection::Role::kJob || !c.client)
+    return refuse(c, proto::ErrorCode::kOrder, std::string(proto::type_name(h.type)) + " before Register");
+  const broker::ClientId id = *c.client;
+  switch (m.type()) {
+    case proto::MsgType::kAttach: {
+      std::vector<broker::AttachRequest> reqs;
+      for (uint32_t i = 0; i < m.body.attach.n_devices; ++i) {
+        const proto::AttachDevice& d = m.body.attach.devices[i];
+        reqs.push_back({broker::Uuid::from(d.device.uuid), d.device.capacity, d.device.physical_free, d.request});
+      }
+      broker_.attach(id, h.seq, reqs, t);
+      break;
+    }
+    case proto::MsgType::kGrow:
+      broker_.grow(id, h.seq, m.body.grow.slot, m.body.grow.need, m.body.grow.physical_free, t);
+      break;
+    case proto::MsgType::kShrink:
+      broker_.shrink(id, m.body.shrink.slot, m.body.shrink.grant, t);
+      break;
+    case proto::MsgType::kDriverOom:
+      broker_.driver_oom(id, m.body.driver_oom.slot, m.body.driver_oom.request, m.body.driver_oom.in_use,
+                         m.body.driver_oom.physical_free, t);
+      break;
+    case proto::MsgType::kCancel:
+      broker_.cancel(id, m.body.cancel.target_seq, t);
+      break;
+    case proto::MsgType::kGoodbye:
+      c.said_goodbye = true;
+      if (m.body.goodbye.has_status) c.exit_status = m.body.goodbye.exit_status;
+      break;
+    default:
+      break;
+  }
+}
+
+void Server::on_register(Connection& c, const proto::Message& m) {
+  const proto::RegisterMsg& r = m.body.reg;
+  auto lg = log::get("engine");
+  if (c.uid() != 0 && clients_per_uid_[c.uid()] >= kMaxClientsPerUser)
+    return refuse(c, proto::ErrorCode::kRefused,
+                  "too many registered processes for uid " + std::to_string(c.uid()) + " (" +
+                      std::to_string(kMaxClientsPerUser) + ")");
+  auto pages = ClientPages::create(info_.epoch);
+  if (!pages) return refuse(c, proto::ErrorCode::kInternal, pages.error().message());
+  if (!pages.value().future_write_sealed())
+    lg->warn("this kernel cannot seal control pages against writing (F_SEAL_FUTURE_WRITE, Linux 5.1)");
+  if (auto w = watcher_->watch(c.pid()); !w) {
+    drop(c, "process " + std::to_string(c.pid()) + " is already gone");
+    return;
+  }
+  const broker::Nanos t = now();
+  broker::ClientSpec spec;
+  spec.uid = c.uid();
+  spec.pid = c.pid();
+  spec.job_id = r.job[0] ? std::string(r.job) : derived_job_id(c.pid());
+  spec.priority = proto::Priority(r.priority);
+  spec.on_full = proto::OnFull(r.on_full);
+  spec.limit = r.limit;
+  spec.wait_timeout = r.wait_timeout_ns;
+  auto start_time = process_start_time(c.pid());
+  spec.age = start_time ? *start_time : t;
+  c.pages = std::make_unique<ClientPages>(std::move(pages.value()));
+  const broker::ClientId id = broker_.add_client(spec, c.pages->control(), c.pages->stats(), t);
+  const bool resume = (r.flags & proto::kRegResume) != 0;
+  if (resume) {
+    std::vector<broker::ResumeEntry> ledger;
+    for (uint32_t i = 0; i < r.n_ledger; ++i) {
+      const proto::LedgerEntry& e = r.ledger[i];
+      ledger.push_back({broker::Uuid::from(e.device.uuid), e.device.capacity, e.device.physical_free, e.in_use, e.grant,
+                        e.limit});
+    }
+    broker_.resume(id, ledger, t);
+  }
+  const broker::Client* client = broker_.find_client(id);
+  const broker::Job& job = broker_.jobs().at(client->job);
+  c.role = Connection::Role::kJob;
+  c.version = m.h.version;
+  c.client = id;
+  c.job = job.serial;
+  by_client_[id] = &c;
+  by_pid_[c.pid()].push_back(&c);
+  ++clients_per_uid_[c.uid()];
+  resume_.add(c.pid(), start_time.value_or(0));
+  resume_.settle(c.pid());
+  if (!recorders_.count(job.serial)) {
+    std::string command = r.cmdline[0] ? std::string(r.cmdline)
+                                       : (m.h.version == 1 ? "(unknown: protocol v1 client)" : "(unknown)");
+    recorders_.emplace(std::piecewise_construct, std::forward_as_tuple(job.serial),
+                       std::forward_as_tuple(job.serial, job.key, user_name(job.key.uid), command, r.cmdline_hash,
+                                             proto::priority_name(job.priority), t, wall_ms()));
+  }
+  recorders_.at(job.serial).add_process(c.pid());
+
+  auto reply = zeroed<proto::RegisterReplyMsg>();
+  reply.epoch = info_.epoch;
+  reply.limit = job.limit;
+  reply.grant_step = broker_.config().grant_step;
+  reply.n_slots = resume ? r.n_ledger : 0;
+  reply.daemon_version = proto::kVersion;
+  proto::set_string(reply.job, job.key.id.c_str());
+  unsigned char buf[sizeof reply];
+  proto::Encoded enc = proto::encode(reply, m.h.seq, buf, sizeof buf, c.version);
+  if (!enc.status) return refuse(c, proto::ErrorCode::kInternal, "could not encode RegisterReply");
+  send_or_drop(c, buf, enc.size, {c.pages->control_fd(), c.pages->stats_fd()});
+  c.pages->close_fds();  // sent (or dup'ed into the queue); the mappings keep the pages
+  lg->info("{} registered{} as job {} (limit {}, priority {}, on full: {}){}", c.describe(),
+           resume ? " again" : "", job.key.str(),
+           job.limit == broker::kNoLimit ? std::string("none") : std::to_string(job.limit) + " bytes",
+           proto::priority_name(job.priority), job.on_full == proto::OnFull::kWait ? "wait" : "fail",
+           m.h.version < proto::kVersion ? " [protocol v" + std::to_string(m.h.version) + "]" : "");
+}
+
+void Server::on_admin(Connection& c, const proto::Message& m) {
+  Caller caller{c.uid(), c.gid(), c.groups()};
+  AdminAnswer a = admin_->handle(m.body.admin, caller, now());
+  if (a.status != proto::AdminStatus::kOk)
+    log::get("engine")->info("admin request from {} refused: {}", c.describe(), a.text);
+  std::vector<unsigned char> buf(proto::kMaxMessage);
+  size_t off = 0;
+  do {
+    size_t n = std::min(proto::kAdminChunk, a.text.size() - off);
+    auto chunk = zeroed<proto::AdminReplyMsg>();
+    chunk.status = uint32_t(a.status);
+    chunk.flags = off + n < a.text.size() ? proto::kAdminMore : 0;
+    proto::Encoded enc = proto::encode_admin_reply(chunk, a.text.data() + off, n, m.h.seq, buf.data(), buf.size(), c.version);
+    if (!enc.status) return refuse(c, proto::ErrorCode::kInternal, "could not encode AdminReply");
+    send_or_drop(c, buf.data(), enc.size);
+    off += n;
+  } while (off < a.text.size());
+}
+
+// ---- broker outputs -----------------------------------------------------------------------------
+
+void Server::send_reply(const broker::Reply& r) {
+  auto it = by_client_.find(r.client);
+  if (it == by_client_.end()) return;  // gone meanwhile
+  Connection& c = *it->second;
+  if (r.kind == broker::Reply::Kind::kAttach) {
+    auto m = zeroed<proto::AttachReplyMsg>();
+    m.outcome = uint32_t(r.granted ? proto::Outcome::kGranted : proto::Outcome::kRefused);
+    m.reason = uint32_t(r.reason);
+    m.waited_ns = r.waited;
+    if (r.granted) {
+      m.n_devices = uint32_t(r.slots.size());
+      for (size_t i = 0; i < r.slots.size(); ++i) m.devices[i] = {r.slots[i].slot, 0, r.slots[i].grant};
+    }
+    unsigned char buf[sizeof m];
+    proto::Encoded enc = proto::encode(m, r.seq, buf, sizeof buf, c.version);
+    if (enc.status) send_or_drop(c, buf, enc.size);
+  } else {
+    auto m = zeroed<proto::GrowReplyMsg>();
+    m.outcome = uint32_t(r.granted ? proto::Outcome::kGranted : proto::Outcome::kRefused);
+    m.reason = uint32_t(r.reason);
+    m.slot = r.slot;
+    m.grant = r.grant;
+    m.limit = r.limit;
+    m.waited_ns = r.waited;
+    unsigned char buf[sizeof m];
+    proto::Encoded enc = proto::encode(m, r.seq, buf, sizeof buf, c.version);
+    if (enc.status) send_or_drop(c, buf, enc.size);
+  }
+}
+
+void Server::on_broker_event(const broker::Event& e) {
+  auto rec = recorders_.find(e.job);
+  if (rec == recorders_.end()) return;
+  if (e.kind != broker::Event::Kind::kJobEnded) {
+    rec->second.on_event(e);
+    return;
+  }
+  rec->second.finish(now(), wall_ms());
+  bool waiting_for_exit = false;
+  for (pid_t pid : rec->second.pending_exits()) waiting_for_exit |= lingering_.count(pid) > 0;
+  if (waiting_for_exit) closing_[e.job] = now() + kExitStatusWait;
+  else finalize_job(e.job);
+}
+
+void Server::finalize_job(broker::JobSerial serial) {
+  closing_.erase(serial);
+  auto rec = recorders_.find(serial);
+  if (rec == recorders_.end()) return;
+  for (pid_t pid : rec->second.pending_exits()) {
+    rec->second.process_exited({pid, std::nullopt, std::nullopt, "hangup"});
+    if (auto l = lingering_.find(pid); l != lingering_.end()) {
+      for (int i = 0; i < l->second; ++i) watcher_->unwatch(pid);
+      lingering_.erase(l);
+    }
+  }
+  auto lg = log::get("report");
+  std::string text = rec->second.to_json(now()).dump(1);
+  auto path = store_.write(rec->second.key().id, text);
+  if (path) lg->info("job {} ended; report {}", rec->second.key().str(), path.value());
+  else lg->error("job {} ended; its report could not be written: {}", rec->second.key().str(), path.error().message());
+  recorders_.erase(rec);
+}
+
+void Server::settle() {
+  // Replies and events can cascade (a drop frees memory, which serves a waiter, whose reply
+  // fails to send, which drops another connection...): loop until everything is quiet.
+  for (int round = 0; round < 1000; ++round) {
+    auto replies = broker_.take_replies();
+    auto events = broker_.take_events();
+    for (const broker::Reply& r : replies) send_reply(r);
+    for (const broker::Event& e : events) on_broker_event(e);
+    if (doomed_.empty() && replies.empty() && events.empty()) break;
+    std::vector<int> doomed;
+    doomed.swap(doomed_);
+    for (int fd : doomed) {
+      auto it = conns_.find(fd);
+      if (it == conns_.end()) continue;
+      (void)it->second->flush();  // best effort: an Error message explains the close
+      loop_->remove(fd);
+      conns_.erase(it);
+    }
+  }
+  rearm_deadline();
+}
+
+void Server::rearm_deadline() {
+  broker::Nanos t = broker_.next_deadline();
+  for (auto& [serial, deadline] : closing_) t = std::min(t, deadline);
+  itimerspec its{};
+  if (t != broker::kNever) {
+    t = std::max<broker::Nanos>(t, 1);
+    its.it_value.tv_sec = time_t(t / 1000000000);
+    its.it_value.tv_nsec = long(t % 1000000000);
+  }
+  ::timerfd_settime(deadline_timer_.get(), TFD_TIMER_ABSTIME, &its, nullptr);
+}
+
+// ---- time and processes ---------------------------------------------------------------------------
+
+void Server::on_deadline() {
+  uint64_t n;
+  while (::read(deadline_timer_.get(), &n, sizeof n) == ssize_t(sizeof n)) {
+  }
+  const broker::Nanos t = now();
+  broker_.tick(t);
+  std::vector<broker::JobSerial> due;
+  for (auto& [serial, deadline] : closing_)
+    if (deadline <= t) due.push_back(serial);
+  for (broker::JobSerial s : due) finalize_job(s);
+  settle();
+}
+
+void Server::on_process_exit(const watch::Exit& e) {
+  report::ProcessExit info = exit_from_status(e.pid, e.wait_status, e.source);
+  lingering_.erase(e.pid);  // the watcher has let go of it
+  for (auto& [serial, rec] : recorders_)
+    if (rec.has_process(e.pid)) rec.process_exited(info);
+  if (auto it = by_pid_.find(e.pid); it != by_pid_.end()) {
+    std::vector<Connection*> conns = it->second;
+    for (Connection* c : conns)
+      drop(*c, std::string("process exited (noticed by ") + e.source + ")", info);
+  }
+  std::vector<broker::JobSerial> ready;
+  for (auto& [serial, deadline] : closing_)
+    if (recorders_.count(serial) && recorders_.at(serial).pending_exits().empty()) ready.push_back(serial);
+  for (broker::JobSerial s : ready) finalize_job(s);
+  settle();
+}
+
+void Server::on_sample() {
+  uint64_t n;
+  while (::read(sample_timer_.get(), &n, sizeof n) == ssize_t(sizeof n)) {
+  }
+  const broker::Nanos t = now();
+  // Sum each job's processes per device.
+  std::map<std::pair<broker::JobSerial, uint32_t>, report::DeviceSample> samples;
+  for (auto& [id, client] : broker_.clients()) {
+    const broker::Job& job = broker_.jobs().at(client.job);
+    for (uint32_t s = 0; s < pages::kSlots; ++s) {
+      const broker::ClientSlot& slot = client.slots[s];
+      if (!slot.attached) continue;
+      const broker::Device& d = broker_.devices()[slot.device];
+      const pages::StatsSlot& st = client.stats->slots[s];
+      report::DeviceSample& ds = samples[{client.job, slot.device}];
+      ds.capacity = d.capacity;
+      ds.limit = job.limit;
+      ds.reservation = job.devices.at(slot.device).reserved;
+      ds.in_use += broker_.client_in_use(client, s);
+      ds.peak_hint = std::max(ds.peak_hint, std::min(st.peak.load(std::memory_order_relaxed), d.capacity));
+      ds.live.allocs += st.allocs.load(std::memory_order_relaxed);
+      ds.live.frees += st.frees.load(std::memory_order_relaxed);
+      ds.live.failures += st.failures.load(std::memory_order_relaxed);
+      ds.live.launches += st.launches.load(std::memory_order_relaxed);
+      ds.live.wait_memory_ns += st.wait_memory_ns.load(std::memory_order_relaxed);
+      ds.live.wait_admission_ns += st.wait_admission_ns.load(std::memory_order_relaxed);
+    }
+  }
+  for (auto& [key, ds] : samples)
+    if (auto rec = recorders_.find(key.first); rec != recorders_.end())
+      rec->second.sample(broker_.devices()[key.second].uuid, t, ds);
+  if (auto r = resume_.save_if_dirty(); !r) log::get("engine")->warn("{}", r.error().message());
+  if (broker_.holding() && resume_.expected() == 0) {
+    log::get("engine")->info("restart: every running process has re-registered");
+    broker_.end_hold(t);
+  }
+  settle();
+}
+
+}  // namespace coloc::engine
