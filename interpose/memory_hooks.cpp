@@ -313,7 +313,9 @@ CUresult mem_get_info(T* free, T* total) {
   CUresult r = call<id>(free, total);
   if (r != CUDA_SUCCESS) return r;
   Where w = devices().current();
-  if (w.slot >= 0) job_view(w.slot, free, total);
+  if (w.slot < 0) return r;
+  refresh_pools(w.slot);  // pools give memory back at synchronize calls we do not see
+  job_view(w.slot, free, total);
   return r;
 }
 

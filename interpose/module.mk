@@ -40,3 +40,53 @@ TEST_EXTRA_OBJS += $(OBJ)/interpose/ledger.o $(OBJ)/interpose/options.o $(OBJ)/i
 
 .PHONY: interpose
 interpose: $(INTERPOSE_LIB)
+
+# ---- test programs (tests/programs/interpose_*) -------------------------------------------------
+# interpose_client and libinterpose_early.so link libcuda.so.1 by SONAME through the toolkit's stub
+# (LD_LIBRARY_PATH=build/sim picks simgpu at run time, a GPU machine's loader the real driver);
+# interpose_cudart, like cudart, does not link it at all.
+INTERPOSE_TEST_BIN := $(BUILD)/tests/bin
+INTERPOSE_TEST_LIB := $(BUILD)/tests/lib
+INTERPOSE_CUDA_STUB := -L$(CUDA_HOME)/lib64/stubs -lcuda
+INTERPOSE_PROGRAMS := $(addprefix $(INTERPOSE_TEST_BIN)/,interpose_client interpose_cudart interpose_next interpose_early)
+INTERPOSE_TEST_LIBS := $(addprefix $(INTERPOSE_TEST_LIB)/,libinterpose_next_a.so libinterpose_next_b.so libinterpose_early.so)
+
+$(OBJ)/tests/programs/interpose_%.o: CPPFLAGS += -I.
+
+$(INTERPOSE_TEST_BIN)/interpose_client: $(OBJ)/tests/programs/interpose_client.o $(KERNELS_OBJ)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(INTERPOSE_CUDA_STUB) -lpthread
+
+$(INTERPOSE_TEST_BIN)/interpose_cudart: $(OBJ)/tests/programs/interpose_cudart.o $(KERNELS_OBJ)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ -ldl
+
+$(INTERPOSE_TEST_LIB)/libinterpose_%.so: $(OBJ)/tests/programs/interpose_%.o
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -shared -o $@ $< -ldl
+
+$(INTERPOSE_TEST_LIB)/libinterpose_early.so: $(OBJ)/tests/programs/interpose_early_lib.o
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -shared -o $@ $< $(INTERPOSE_CUDA_STUB)
+
+$(INTERPOSE_TEST_BIN)/interpose_next: $(OBJ)/tests/programs/interpose_next.o \
+    $(INTERPOSE_TEST_LIB)/libinterpose_next_a.so $(INTERPOSE_TEST_LIB)/libinterpose_next_b.so
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $< -L$(INTERPOSE_TEST_LIB) -Wl,--no-as-needed -linterpose_next_a -linterpose_next_b \
+	  -Wl,-rpath,'$$ORIGIN/../lib' -ldl
+
+$(INTERPOSE_TEST_BIN)/interpose_early: $(OBJ)/tests/programs/interpose_early.o $(INTERPOSE_TEST_LIB)/libinterpose_early.so
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $< -L$(INTERPOSE_TEST_LIB) -linterpose_early -Wl,-rpath,'$$ORIGIN/../lib' \
+	  $(INTERPOSE_CUDA_STUB)
+
+TEST_PROGRAMS += $(INTERPOSE_PROGRAMS) $(INTERPOSE_TEST_LIBS)
+
+# The interposer's tests include its headers as "interpose/..." and support as "tests/support/...".
+$(patsubst %.cpp,$(OBJ)/%.o,$(wildcard tests/unit/interpose/*.cpp tests/integration/interpose/*.cpp)): CPPFLAGS += -I.

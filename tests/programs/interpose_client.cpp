@@ -1,0 +1,469 @@
+// interpose_client — a scriptable Driver API client for the interposer's tests. It runs the steps on
+// its command line in order and prints one JSON line per step:
+//
+//   interpose_client init ctx alloc 1GiB a pitch 1000 3 4 p free a meminfo
+//   {"step":"init","rc":0,"rc_name":"CUDA_SUCCESS","pid":1234}
+//
+// Each step takes a fixed number of arguments (see kSteps). It calls every ABI by its exact export
+// name (cuMemAlloc_v2, cuMemAlloc, cuLaunchKernel_ptsz), so a test can reach each path the
+// interposer hooks. Exit status: 0 when every step ran (a CUDA error is a result, not a failure),
+// 2 for a malformed script.
+//
+// Linked against libcuda.so.1 by SONAME: simgpu with LD_LIBRARY_PATH=build/sim, the real driver
+// on a GPU machine.
+#define __CUDA_API_VERSION_INTERNAL 1  // declare every ABI under its own export name
+#include <cuda.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "coloc/size.h"
+#include "tools/workload/kernels.h"
+
+using json = nlohmann::ordered_json;
+using Args = std::vector<std::string>;
+
+namespace {
+
+[[noreturn]] void script_error(const std::string& what) {
+  std::fprintf(stderr, "interpose_client: %s\n", what.c_str());
+  std::exit(2);
+}
+
+uint64_t size_arg(const std::string& s) {
+  coloc::SizeParse p = coloc::parse_size(s);
+  if (!p) script_error("bad size \"" + s + "\": " + p.error);
+  return *p.bytes;
+}
+
+const char* err_name(CUresult r) {
+  const char* n = nullptr;
+  return cuGetErrorName(r, &n) == CUDA_SUCCESS && n ? n : "?";
+}
+
+struct State {
+  std::map<std::string, CUdeviceptr> ptrs;
+  std::map<std::string, CUdeviceptr_v1> ptrs_v1;
+  std::map<std::string, CUmemoryPool> pools;
+  std::map<std::string, CUmemGenericAllocationHandle> vmm;
+  std::map<std::string, CUarray> arrays;
+  std::map<std::string, CUmipmappedArray> mipmaps;
+  std::vector<CUcontext> created;
+  CUfunction spin = nullptr;
+};
+
+template <class M>
+typename M::mapped_type& named(M& m, const std::string& name) {
+  auto it = m.find(name);
+  if (it == m.end()) script_error("nothing named \"" + name + "\"");
+  return it->second;
+}
+
+CUdevice device_arg(const Args& a, size_t i) { return a.size() > i ? CUdevice(std::stoi(a[i])) : 0; }
+
+CUresult spin_function(State& s, CUfunction* f) {
+  if (!s.spin) {
+    CUmodule m;
+    if (CUresult r = cuModuleLoadData(&m, coloc_kernels_fatbin); r != CUDA_SUCCESS) return r;
+    if (CUresult r = cuModuleGetFunction(&s.spin, m, "coloc_spin"); r != CUDA_SUCCESS) return r;
+  }
+  *f = s.spin;
+  return CUDA_SUCCESS;
+}
+
+template <class Launch>
+CUresult launch_n(State& s, uint64_t n, json& out, Launch&& launch) {
+  CUfunction f;
+  if (CUresult r = spin_function(s, &f); r != CUDA_SUCCESS) return r;
+  unsigned long long ns = 0;
+  void* params[] = {&ns};
+  uint64_t done = 0;
+  CUresult r = CUDA_SUCCESS;
+  for (; done < n; ++done)
+    if ((r = launch(f, params)) != CUDA_SUCCESS) break;
+  out["launched"] = done;
+  if (r == CUDA_SUCCESS) r = cuCtxSynchronize();
+  return r;
+}
+
+CUresult vmm_create(const Args& a, State& s, json& out, CUmemLocationType where) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = where;
+  prop.location.id = where == CU_MEM_LOCATION_TYPE_DEVICE ? 0 : 0;
+  size_t gran = 0;
+  if (CUresult r = cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM); r != CUDA_SUCCESS)
+    return r;
+  uint64_t size = size_arg(a[0]);
+  size = (size + gran - 1) / gran * gran;
+  out["bytes"] = size;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult r = cuMemCreate(&h, size, &prop, 0);
+  if (r == CUDA_SUCCESS) s.vmm[a[1]] = h;
+  return r;
+}
+
+CUresult array_create(const Args& a, State& s, unsigned w, unsigned h, unsigned d, json&) {
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  desc.Width = w;
+  desc.Height = h;
+  desc.Depth = d;
+  desc.Format = CU_AD_FORMAT_FLOAT;
+  desc.NumChannels = 1;
+  CUarray arr = nullptr;
+  CUresult r;
+  if (d == 0) {
+    CUDA_ARRAY_DESCRIPTOR d2{};
+    d2.Width = w;
+    d2.Height = h;
+    d2.Format = CU_AD_FORMAT_FLOAT;
+    d2.NumChannels = 1;
+    r = cuArrayCreate_v2(&arr, &d2);
+  } else {
+    r = cuArray3DCreate_v2(&arr, &desc);
+  }
+  if (r == CUDA_SUCCESS) s.arrays[a.back()] = arr;
+  return r;
+}
+
+// T threads x N random allocations and frees (each thread keeps at most 8 live, frees all at the
+// end). Sizes are uniform in [1, MAX] bytes. Reports the successes and out-of-memory failures.
+CUresult threads_step(const Args& a, State&, json& out) {
+  unsigned threads = unsigned(std::stoul(a[0]));
+  uint64_t per_thread = std::stoull(a[1]);
+  unsigned seed = unsigned(std::stoul(a[2]));
+  uint64_t max_size = size_arg(a[3]);
+  CUcontext ctx;
+  if (CUresult r = cuCtxGetCurrent(&ctx); r != CUDA_SUCCESS) return r;
+  std::atomic<uint64_t> ok{0}, oom{0}, other{0}, frees{0}, free_errors{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      cuCtxSetCurrent(ctx);
+      std::mt19937_64 rng(seed * 1000003ull + t);
+      std::uniform_int_distribution<uint64_t> size(1, max_size);
+      std::vector<CUdeviceptr> live;
+      auto free_one = [&](size_t i) {
+        if (cuMemFree_v2(live[i]) == CUDA_SUCCESS) frees++;
+        else free_errors++;
+        live[i] = live.back();
+        live.pop_back();
+      };
+      for (uint64_t i = 0; i < per_thread; ++i) {
+        if (live.size() == 8 || (!live.empty() && rng() % 2)) free_one(rng() % live.size());
+        CUdeviceptr p = 0;
+        CUresult r = cuMemAlloc_v2(&p, size(rng));
+        if (r == CUDA_SUCCESS) {
+          ok++;
+          live.push_back(p);
+        } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+          oom++;
+        } else {
+          other++;
+        }
+      }
+      while (!live.empty()) free_one(live.size() - 1);
+    });
+  for (auto& th : pool) th.join();
+  out["allocs"] = ok.load();
+  out["oom"] = oom.load();
+  out["other_errors"] = other.load();
+  out["frees"] = frees.load();
+  out["free_errors"] = free_errors.load();
+  return CUDA_SUCCESS;
+}
+
+// Forks from a new thread that holds an allocation of SIZE bytes; the child touches no CUDA call
+// and exits 0; the parent waits, then frees.
+CUresult fork_thread_step(const Args& a, State&, json& out) {
+  CUcontext ctx;
+  if (CUresult r = cuCtxGetCurrent(&ctx); r != CUDA_SUCCESS) return r;
+  CUresult result = CUDA_SUCCESS;
+  std::thread th([&] {
+    cuCtxSetCurrent(ctx);
+    CUdeviceptr p = 0;
+    if ((result = cuMemAlloc_v2(&p, size_arg(a[0]))) != CUDA_SUCCESS) return;
+    pid_t pid = fork();
+    if (pid == 0) std::exit(0);  // atexit handlers run: the child's own, and ours
+    int status = 0;
+    waitpid(pid, &status, 0);
+    out["child_exit"] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    out["child_signal"] = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    result = cuMemFree_v2(p);
+  });
+  th.join();
+  return result;
+}
+
+// fork + exec of the rest of the command line; waits for it.
+CUresult fork_exec_step(const Args& a, State&, json& out) {
+  std::vector<char*> argv;
+  for (const auto& s : a) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  out["child_exit"] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  out["child_signal"] = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  return CUDA_SUCCESS;
+}
+
+struct Step {
+  const char* name;
+  int args;  // -1: all remaining words
+  std::function<CUresult(const Args&, State&, json&)> run;
+};
+
+const std::vector<Step>& steps() {
+  static const std::vector<Step> kSteps = {
+      {"init", 0, [](const Args&, State&, json& o) { o["pid"] = getpid(); return cuInit(0); }},
+      {"ctx", 1,
+       [](const Args& a, State&, json&) {
+         CUcontext c;
+         CUresult r = cuDevicePrimaryCtxRetain(&c, device_arg(a, 0));
+         return r == CUDA_SUCCESS ? cuCtxSetCurrent(c) : r;
+       }},
+      {"ctx-release", 1, [](const Args& a, State&, json&) { return cuDevicePrimaryCtxRelease_v2(device_arg(a, 0)); }},
+      {"ctx-reset", 1, [](const Args& a, State&, json&) { return cuDevicePrimaryCtxReset_v2(device_arg(a, 0)); }},
+      {"ctx-create", 1,
+       [](const Args& a, State& s, json&) {
+         CUcontext c;
+         CUresult r = cuCtxCreate_v4(&c, nullptr, 0, device_arg(a, 0));
+         if (r == CUDA_SUCCESS) s.created.push_back(c);
+         return r;
+       }},
+      {"ctx-create-v2", 1,
+       [](const Args& a, State& s, json&) {
+         CUcontext c;
+         CUresult r = cuCtxCreate_v2(&c, 0, device_arg(a, 0));
+         if (r == CUDA_SUCCESS) s.created.push_back(c);
+         return r;
+       }},
+      {"ctx-destroy", 0,
+       [](const Args&, State& s, json&) {
+         if (s.created.empty()) script_error("ctx-destroy without ctx-create");
+         CUcontext c = s.created.back();
+         s.created.pop_back();
+         return cuCtxDestroy_v2(c);
+       }},
+      {"alloc", 2,
+       [](const Args& a, State& s, json& o) {
+         CUdeviceptr p = 0;
+         CUresult r = cuMemAlloc_v2(&p, size_arg(a[0]));
+         if (r == CUDA_SUCCESS) s.ptrs[a[1]] = p;
+         o["ptr"] = p;
+         return r;
+       }},
+      {"alloc-v1", 2,
+       [](const Args& a, State& s, json&) {
+         CUdeviceptr_v1 p = 0;
+         CUresult r = cuMemAlloc(&p, unsigned(size_arg(a[0])));
+         if (r == CUDA_SUCCESS) s.ptrs_v1[a[1]] = p;
+         return r;
+       }},
+      {"free-v1", 1, [](const Args& a, State& s, json&) { return cuMemFree(named(s.ptrs_v1, a[0])); }},
+      {"managed", 2,
+       [](const Args& a, State& s, json&) {
+         CUdeviceptr p = 0;
+         CUresult r = cuMemAllocManaged(&p, size_arg(a[0]), CU_MEM_ATTACH_GLOBAL);
+         if (r == CUDA_SUCCESS) s.ptrs[a[1]] = p;
+         return r;
+       }},
+      {"pitch", 4,
+       [](const Args& a, State& s, json& o) {
+         CUdeviceptr p = 0;
+         size_t pitch = 0;
+         CUresult r = cuMemAllocPitch_v2(&p, &pitch, size_arg(a[0]), size_arg(a[1]), unsigned(std::stoul(a[2])));
+         if (r == CUDA_SUCCESS) s.ptrs[a[3]] = p;
+         o["pitch"] = pitch;
+         return r;
+       }},
+      {"free", 1, [](const Args& a, State& s, json&) { return cuMemFree_v2(named(s.ptrs, a[0])); }},
+      {"free-ptr", 1, [](const Args& a, State&, json&) { return cuMemFree_v2(CUdeviceptr(std::stoull(a[0]))); }},
+      {"async", 2,
+       [](const Args& a, State& s, json&) {
+         CUdeviceptr p = 0;
+         CUresult r = cuMemAllocAsync(&p, size_arg(a[0]), nullptr);
+         if (r == CUDA_SUCCESS) s.ptrs[a[1]] = p;
+         return r;
+       }},
+      {"async-ptsz", 2,
+       [](const Args& a, State& s, json&) {
+         CUdeviceptr p = 0;
+         CUresult r = cuMemAllocAsync_ptsz(&p, size_arg(a[0]), nullptr);
+         if (r == CUDA_SUCCESS) s.ptrs[a[1]] = p;
+         return r;
+       }},
+      {"pool-create", 1,
+       [](const Args& a, State& s, json&) {
+         CUmemPoolProps props{};
+         props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+         props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+         props.location.id = 0;
+         CUmemoryPool pool = nullptr;
+         CUresult r = cuMemPoolCreate(&pool, &props);
+         if (r == CUDA_SUCCESS) s.pools[a[0]] = pool;
+         return r;
+       }},
+      {"pool-keep", 2,
+       [](const Args& a, State& s, json&) {
+         cuuint64_t threshold = size_arg(a[1]);
+         return cuMemPoolSetAttribute(named(s.pools, a[0]), CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+       }},
+      {"pool-reserved", 1,
+       [](const Args& a, State& s, json& o) {
+         cuuint64_t v = 0;
+         CUresult r = cuMemPoolGetAttribute(named(s.pools, a[0]), CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v);
+         o["reserved"] = v;
+         return r;
+       }},
+      {"pool-alloc", 3,
+       [](const Args& a, State& s, json&) {
+         CUdeviceptr p = 0;
+         CUresult r = cuMemAllocFromPoolAsync(&p, size_arg(a[1]), named(s.pools, a[0]), nullptr);
+         if (r == CUDA_SUCCESS) s.ptrs[a[2]] = p;
+         return r;
+       }},
+      {"pool-alloc-ptsz", 3,
+       [](const Args& a, State& s, json&) {
+         CUdeviceptr p = 0;
+         CUresult r = cuMemAllocFromPoolAsync_ptsz(&p, size_arg(a[1]), named(s.pools, a[0]), nullptr);
+         if (r == CUDA_SUCCESS) s.ptrs[a[2]] = p;
+         return r;
+       }},
+      {"free-async", 1, [](const Args& a, State& s, json&) { return cuMemFreeAsync(named(s.ptrs, a[0]), nullptr); }},
+      {"free-async-ptsz", 1,
+       [](const Args& a, State& s, json&) { return cuMemFreeAsync_ptsz(named(s.ptrs, a[0]), nullptr); }},
+      {"pool-trim", 2,
+       [](const Args& a, State& s, json&) { return cuMemPoolTrimTo(named(s.pools, a[0]), size_arg(a[1])); }},
+      {"pool-destroy", 1, [](const Args& a, State& s, json&) { return cuMemPoolDestroy(named(s.pools, a[0])); }},
+      {"sync", 0, [](const Args&, State&, json&) { return cuCtxSynchronize(); }},
+      {"vmm", 2, [](const Args& a, State& s, json& o) { return vmm_create(a, s, o, CU_MEM_LOCATION_TYPE_DEVICE); }},
+      {"vmm-host", 2, [](const Args& a, State& s, json& o) { return vmm_create(a, s, o, CU_MEM_LOCATION_TYPE_HOST); }},
+      {"release", 1, [](const Args& a, State& s, json&) { return cuMemRelease(named(s.vmm, a[0])); }},
+      {"array", 3,
+       [](const Args& a, State& s, json& o) {
+         return array_create(a, s, unsigned(std::stoul(a[0])), unsigned(std::stoul(a[1])), 0, o);
+       }},
+      {"array3d", 4,
+       [](const Args& a, State& s, json& o) {
+         return array_create(a, s, unsigned(std::stoul(a[0])), unsigned(std::stoul(a[1])),
+                             unsigned(std::stoul(a[2])), o);
+       }},
+      {"mipmap", 4,
+       [](const Args& a, State& s, json&) {
+         CUDA_ARRAY3D_DESCRIPTOR d{};
+         d.Width = std::stoul(a[0]);
+         d.Height = std::stoul(a[1]);
+         d.Format = CU_AD_FORMAT_FLOAT;
+         d.NumChannels = 1;
+         CUmipmappedArray m = nullptr;
+         CUresult r = cuMipmappedArrayCreate(&m, &d, unsigned(std::stoul(a[2])));
+         if (r == CUDA_SUCCESS) s.mipmaps[a[3]] = m;
+         return r;
+       }},
+      {"array-destroy", 1, [](const Args& a, State& s, json&) { return cuArrayDestroy(named(s.arrays, a[0])); }},
+      {"mipmap-destroy", 1,
+       [](const Args& a, State& s, json&) { return cuMipmappedArrayDestroy(named(s.mipmaps, a[0])); }},
+      {"meminfo", 0,
+       [](const Args&, State&, json& o) {
+         size_t f = 0, t = 0;
+         CUresult r = cuMemGetInfo_v2(&f, &t);
+         o["free"] = f;
+         o["total"] = t;
+         return r;
+       }},
+      {"meminfo-v1", 0,
+       [](const Args&, State&, json& o) {
+         unsigned f = 0, t = 0;
+         CUresult r = cuMemGetInfo(&f, &t);
+         o["free"] = f;
+         o["total"] = t;
+         return r;
+       }},
+      {"total-mem", 1,
+       [](const Args& a, State&, json& o) {
+         size_t t = 0;
+         CUresult r = cuDeviceTotalMem_v2(&t, device_arg(a, 0));
+         o["total"] = t;
+         return r;
+       }},
+      {"launch", 1,
+       [](const Args& a, State& s, json& o) {
+         return launch_n(s, std::stoull(a[0]), o, [](CUfunction f, void** p) {
+           return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, p, nullptr);
+         });
+       }},
+      {"launch-ptsz", 1,
+       [](const Args& a, State& s, json& o) {
+         return launch_n(s, std::stoull(a[0]), o, [](CUfunction f, void** p) {
+           return cuLaunchKernel_ptsz(f, 1, 1, 1, 1, 1, 1, 0, nullptr, p, nullptr);
+         });
+       }},
+      {"null-alloc", 0, [](const Args&, State&, json&) { return cuMemAlloc_v2(nullptr, 1 << 20); }},
+      {"null-meminfo", 0,
+       [](const Args&, State&, json& o) {
+         size_t v = 0;
+         o["both_null"] = err_name(cuMemGetInfo_v2(nullptr, nullptr));
+         o["free_null"] = err_name(cuMemGetInfo_v2(nullptr, &v));
+         o["total_null"] = err_name(cuMemGetInfo_v2(&v, nullptr));
+         o["total_mem_null"] = err_name(cuDeviceTotalMem_v2(nullptr, 0));
+         return CUDA_SUCCESS;
+       }},
+      {"null-pool", 0,
+       [](const Args&, State&, json& o) {
+         CUdeviceptr p = 0;
+         o["from_null_pool"] = err_name(cuMemAllocFromPoolAsync(&p, 1024, nullptr, nullptr));
+         o["pool_create_null"] = err_name(cuMemPoolCreate(nullptr, nullptr));
+         o["vmm_null_prop"] = err_name(cuMemCreate(nullptr, 1 << 21, nullptr, 0));
+         o["array_null_desc"] = err_name(cuArrayCreate_v2(nullptr, nullptr));
+         return CUDA_SUCCESS;
+       }},
+      {"threads", 4, threads_step},
+      {"fork-thread", 1, fork_thread_step},
+      {"fork-exec", -1, fork_exec_step},
+  };
+  return kSteps;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  State state;
+  for (int i = 1; i < argc;) {
+    std::string name = argv[i++];
+    const Step* step = nullptr;
+    for (const Step& s : steps())
+      if (name == s.name) step = &s;
+    if (!step) script_error("unknown step \"" + name + "\"");
+    Args args;
+    int n = step->args < 0 ? argc - i : step->args;
+    if (i + n > argc) script_error("step \"" + name + "\" takes " + std::to_string(n) + " arguments");
+    for (int k = 0; k < n; ++k) args.push_back(argv[i++]);
+    json out;
+    out["step"] = name;
+    CUresult r = step->run(args, state, out);
+    out["rc"] = int(r);
+    out["rc_name"] = err_name(r);
+    std::printf("%s\n", out.dump().c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
