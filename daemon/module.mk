@@ -69,3 +69,10 @@ TEST_EXTRA_OBJS += $(DAEMON_CORE_OBJS)
 $(OBJ)/tests/unit/daemon/%.o $(OBJ)/tests/integration/daemon/%.o: CPPFLAGS += -Idaemon
 $(OBJ)/tests/unit/cli/%.o $(OBJ)/tests/integration/cli/%.o: CPPFLAGS += -Idaemon -Itools/coloc
 
+# ---- the protocol-speaking fake client for integration tests and the benchmark ---------------
+COLOCD_CLIENT := $(BUILD)/tests/bin/colocd_client
+$(COLOCD_CLIENT): $(OBJ)/tests/programs/colocd_client.o
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^
+TEST_PROGRAMS += $(COLOCD_CLIENT)

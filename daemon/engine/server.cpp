@@ -355,6 +355,7 @@ void Server::drop(Connection& c, const std::string& reason, std::optional<report
   else lg->debug("closing connection of {}: {}", c.describe(), reason);
   if (c.role != Connection::Role::kJob || !c.client) return;
   const broker::ClientId id = *c.client;
+  sample(c.job, now());  // its last state, before its counters fold away
   auto rec = recorders_.find(c.job);
   fold_stats(c);
   if (rec != recorders_.end()) {
@@ -466,6 +467,8 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
     default:
       break;
   }
+  // Grants change at requests: sample the job there too, so short jobs have a timeline.
+  sample(c.job, t);
 }
 
 void Server::on_register(Connection& c, const proto::Message& m) {
@@ -695,14 +698,10 @@ void Server::on_process_exit(const watch::Exit& e) {
   settle();
 }
 
-void Server::on_sample() {
-  uint64_t n;
-  while (::read(sample_timer_.get(), &n, sizeof n) == ssize_t(sizeof n)) {
-  }
-  const broker::Nanos t = now();
+void Server::sample(std::optional<broker::JobSerial> only, Nanos t) {
   // Sum each job's processes per device.
   std::map<std::pair<broker::JobSerial, uint32_t>, report::DeviceSample> samples;
-  for (auto& [id, client] : broker_.clients()) {
+  auto add_client = [&](const broker::Client& client) {
     const broker::Job& job = broker_.jobs().at(client.job);
     for (uint32_t s = 0; s < pages::kSlots; ++s) {
       const broker::ClientSlot& slot = client.slots[s];
@@ -722,10 +721,25 @@ void Server::on_sample() {
       ds.live.wait_memory_ns += st.wait_memory_ns.load(std::memory_order_relaxed);
       ds.live.wait_admission_ns += st.wait_admission_ns.load(std::memory_order_relaxed);
     }
+  };
+  if (only) {
+    auto it = broker_.jobs().find(*only);
+    if (it == broker_.jobs().end()) return;
+    for (broker::ClientId id : it->second.clients) add_client(*broker_.find_client(id));
+  } else {
+    for (auto& [id, client] : broker_.clients()) add_client(client);
   }
   for (auto& [key, ds] : samples)
     if (auto rec = recorders_.find(key.first); rec != recorders_.end())
       rec->second.sample(broker_.devices()[key.second].uuid, t, ds);
+}
+
+void Server::on_sample() {
+  uint64_t n;
+  while (::read(sample_timer_.get(), &n, sizeof n) == ssize_t(sizeof n)) {
+  }
+  const broker::Nanos t = now();
+  sample(std::nullopt, t);
   if (auto r = resume_.save_if_dirty(); !r) log::get("engine")->warn("{}", r.error().message());
   if (broker_.holding() && resume_.expected() == 0) {
     log::get("engine")->info("restart: every running process has re-registered");

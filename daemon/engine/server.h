@@ -56,6 +56,8 @@ class Server {
   void on_admin(Connection& c, const proto::Message& m);
   void on_process_exit(const watch::Exit& e);
   void on_sample();
+  /// Feeds the recorders a sample of every job (or only `only`) from the stats pages.
+  void sample(std::optional<broker::JobSerial> only, Nanos t);
   void on_deadline();
 
   /// Sends an Error and closes the connection (after this event is handled).
