@@ -185,18 +185,25 @@ CUresult threads_step(const Args& a, State&, json& out) {
   return CUDA_SUCCESS;
 }
 
-// Forks from a new thread that holds an allocation of SIZE bytes; the child touches no CUDA call
-// and exits 0; the parent waits, then frees.
+// Forks from a new thread that holds an allocation of SIZE bytes. The child exits 0 ("quiet": it
+// touches no CUDA call) or with the result of cuMemAlloc_v2(1 MiB) ("touch": what a driver gives a
+// forked child); the parent waits, then frees.
 CUresult fork_thread_step(const Args& a, State&, json& out) {
   CUcontext ctx;
   if (CUresult r = cuCtxGetCurrent(&ctx); r != CUDA_SUCCESS) return r;
+  bool touch = a[1] == "touch";
+  if (!touch && a[1] != "quiet") script_error("fork-thread SIZE quiet|touch");
   CUresult result = CUDA_SUCCESS;
   std::thread th([&] {
     cuCtxSetCurrent(ctx);
     CUdeviceptr p = 0;
     if ((result = cuMemAlloc_v2(&p, size_arg(a[0]))) != CUDA_SUCCESS) return;
+    std::fflush(stdout);
     pid_t pid = fork();
-    if (pid == 0) std::exit(0);  // atexit handlers run: the child's own, and ours
+    if (pid == 0) {
+      CUdeviceptr q = 0;
+      std::exit(touch ? int(cuMemAlloc_v2(&q, 1 << 20)) : 0);  // atexit handlers run, ours too
+    }
     int status = 0;
     waitpid(pid, &status, 0);
     out["child_exit"] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -437,7 +444,7 @@ const std::vector<Step>& steps() {
          return CUDA_SUCCESS;
        }},
       {"threads", 4, threads_step},
-      {"fork-thread", 1, fork_thread_step},
+      {"fork-thread", 2, fork_thread_step},
       {"fork-exec", -1, fork_exec_step},
   };
   return kSteps;

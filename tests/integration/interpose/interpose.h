@@ -2,6 +2,7 @@
 // preloaded, read its JSON lines and its COLOC_REPORT ledger.
 #pragma once
 
+#include <cuda.h>
 #include <doctest/doctest.h>
 
 #include <string>
