@@ -95,6 +95,7 @@ void validate(const Options& o, const CLI::App& app) {
     only_for(app, "--model and --model-file", {"--batch", "--iters", "--seq", "--dtype", "--optimizer", "--tflops"});
     if (o.loops < 1) throw InputError("--loops must be at least 1 (got " + std::to_string(o.loops) + ")");
     if (!(o.time_scale >= 0) || !std::isfinite(o.time_scale)) throw InputError("--time-scale must not be negative");
+    if (o.time_scale > 1e6) throw InputError("--time-scale must be at most 10^6");
     if (!(o.size_scale > 0) || !std::isfinite(o.size_scale))
       throw InputError(o.size_scale < 0 ? "--size-scale must not be negative" : "--size-scale must be positive");
   }

@@ -60,11 +60,6 @@ uint64_t Model::param_count() const {
   for (const Layer& l : layers) n += l.param_count();
   return n;
 }
-uint64_t Model::param_tensor_count() const {
-  uint64_t n = 0;
-  for (const Layer& l : layers) n += l.params.size();
-  return n;
-}
 double Model::forward_flops() const {
   double f = 0;
   for (const Layer& l : layers) f += l.forward_flops;

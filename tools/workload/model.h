@@ -41,6 +41,7 @@ std::optional<DType> parse_dtype(std::string_view s);
 /// Optimizer, for the state it keeps per parameter: sgd none, sgd-momentum one fp32 buffer,
 /// adam (and adamw, same memory) two fp32 moments (exp_avg, exp_avg_sq), as torch.optim keeps them.
 enum class Optimizer { sgd, sgd_momentum, adam };
+/// "sgd", "sgd-momentum", "adam".
 const char* optimizer_name(Optimizer o);
 /// Parses "sgd", "sgd-momentum", "adam" or "adamw"; nullopt when unknown.
 std::optional<Optimizer> parse_optimizer(std::string_view s);
@@ -58,7 +59,9 @@ struct Layer {
   /// Forward FLOPs; the backward pass counts twice as many.
   double forward_flops = 0;
 
+  /// Parameter elements of the layer (sum of `params`).
   uint64_t param_count() const;
+  /// Bytes of all its saved tensors (sum of `saved_bytes`).
   uint64_t saved_total() const;
   /// The largest saved tensor: the backward pass of this layer holds one temporary gradient this
   /// large (an approximation: the gradient of its largest intermediate).
@@ -70,9 +73,9 @@ struct Model {
   std::string name;
   std::vector<Layer> layers;
 
+  /// Parameter elements over all layers: the model's published parameter count.
   uint64_t param_count() const;
-  /// Parameter tensors over all layers.
-  uint64_t param_tensor_count() const;
+  /// Forward FLOPs of one iteration, all layers together.
   double forward_flops() const;
   /// Bytes of activations kept for the backward pass, all layers together.
   uint64_t saved_total() const;

@@ -7,7 +7,9 @@ namespace coloc::workload {
 
 uint64_t kernel_ns(double flops, double tflops) {
   // flops / (tflops · 10^12 FLOP/s) seconds = flops / (tflops · 10^3) ns.
-  return (uint64_t)std::llround(flops / (tflops * 1e3));
+  const double ns = flops / (tflops * 1e3);
+  if (!(ns < 9.2e18)) return INT64_MAX;  // saturate (also NaN): no kernel runs for 292 years
+  return (uint64_t)std::llround(ns);
 }
 
 Trainer::Trainer(const Model& model, const TrainOptions& options, CachingAllocator& allocator, Compute& compute)

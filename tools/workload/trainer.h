@@ -37,7 +37,7 @@ struct TrainOptions {
   double tflops = 400;   ///< device rate in 10^12 FLOP/s (> 0) that turns FLOPs into kernel time
 };
 
-/// Nanoseconds a kernel of `flops` takes at `tflops`.
+/// Nanoseconds a kernel of `flops` (>= 0) takes at `tflops` (> 0), rounded; saturates at 2^63-1.
 uint64_t kernel_ns(double flops, double tflops);
 
 class Trainer {

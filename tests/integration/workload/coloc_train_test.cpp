@@ -53,7 +53,7 @@ void check_result_line(const nlohmann::json& j, const std::string& status) {
   }
 }
 
-// The stderr lines of a result, without blank ones.
+// The non-empty lines of `text`.
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;
   size_t start = 0;

@@ -34,6 +34,7 @@ TEST_CASE("kernel time is FLOPs at the device rate") {
   CHECK(kernel_ns(400e12, 400) == 1000000000ULL);  // 400 TFLOP at 400 TFLOP/s: one second
   CHECK(kernel_ns(4e9, 400) == 10000);
   CHECK(kernel_ns(0, 400) == 0);
+  CHECK(kernel_ns(1e30, 1e-9) == uint64_t(INT64_MAX));  // saturates instead of overflowing
 }
 
 TEST_CASE("setup allocates weights, masters, gradients and optimizer state once") {
