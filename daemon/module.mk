@@ -6,7 +6,7 @@
 
 DAEMON_CPPFLAGS := -Idaemon $(SPDLOG_CPPFLAGS)
 
-# Pure logic: no sockets, no BPF. Linked into colocd, the CLI (reports) and the test binaries.
+# Pure logic and page handling: no sockets, no BPF. Linked into colocd and the test binaries.
 DAEMON_CORE_SRCS := \
   daemon/util/log.cpp \
   daemon/broker/broker.cpp \
@@ -14,12 +14,12 @@ DAEMON_CORE_SRCS := \
   daemon/report/timeline.cpp \
   daemon/report/job_recorder.cpp \
   daemon/report/report_store.cpp \
-  daemon/config/config.cpp
+  daemon/config/config.cpp \
+  daemon/engine/client_pages.cpp
 DAEMON_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_CORE_SRCS))
 
 # The rest of the daemon: sockets, pages, the loop, the process watcher.
 DAEMON_SRCS := \
-  daemon/engine/client_pages.cpp \
   daemon/engine/connection.cpp \
   daemon/engine/event_loop.cpp \
   daemon/engine/admin.cpp \
@@ -66,7 +66,7 @@ PRODUCTS += $(COLOCD)
 TEST_EXTRA_OBJS += $(DAEMON_CORE_OBJS)
 
 # The daemon's and CLI's tests include daemon headers.
-$(OBJ)/tests/unit/daemon/%.o $(OBJ)/tests/integration/daemon/%.o: CPPFLAGS += -Idaemon
+$(OBJ)/tests/unit/daemon/%.o $(OBJ)/tests/integration/daemon/%.o: CPPFLAGS += -Idaemon -Itools/coloc
 $(OBJ)/tests/unit/cli/%.o $(OBJ)/tests/integration/cli/%.o: CPPFLAGS += -Idaemon -Itools/coloc
 
 # ---- the protocol-speaking fake client for integration tests and the benchmark ---------------

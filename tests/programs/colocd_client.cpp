@@ -16,15 +16,19 @@
 //     shrink:SLOT:BYTES         Shrink to keep BYTES
 //     oom:SLOT:BYTES[:FREE]     report a driver OOM
 //     cancel-after:MS           the next alloc cancels its wait after MS milliseconds
-//     sleep:MS   hold   fork-hold   goodbye:CODE   exit:CODE   status
+//     sleep:MS   hold[:MS] (wait for the daemon's messages; reconnect if it goes away)
+//     fork-hold   goodbye:CODE   exit:CODE   status
 //     raw:HEX                   send raw bytes (malformed-input tests)
 //     sendfd                    send a valid Shrink carrying an unasked descriptor
+//     recv                      read one datagram and print it (e.g. the daemon's Error)
+//     tamper                    try to make the control page writable (must fail)
 // Every step prints one JSON line on stdout. Sizes are plain bytes or coloc/size.h units.
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -333,11 +337,21 @@ void step_free(Client& c, uint32_t slot, uint64_t bytes) {
   out("{\"event\":\"free\",\"slot\":" + std::to_string(slot) + ",\"in_use\":" + std::to_string(in_use) + "}");
 }
 
-void step_hold(Client& c) {
+/// Waits for the daemon's messages (there are none unasked) for `ms` milliseconds (-1: forever),
+/// noticing at once when it goes away, and reconnecting then with --reconnect.
+void step_hold(Client& c, int64_t ms) {
   out("{\"event\":\"holding\"}");
+  const uint64_t end = ms < 0 ? UINT64_MAX : wire::now_ns() + uint64_t(ms) * 1000000ull;
   for (;;) {
+    uint64_t now = wire::now_ns();
+    if (now >= end) {
+      out("{\"event\":\"held\"}");
+      return;
+    }
+    int timeout = end == UINT64_MAX ? -1 : int((end - now) / 1000000ull) + 1;
     proto::Message m;
-    int rc = wire::recv_message(c.fd, &m, c.buf.data(), c.buf.size(), -1);
+    int rc = wire::recv_message(c.fd, &m, c.buf.data(), c.buf.size(), timeout);
+    if (rc == -ETIMEDOUT) continue;
     if (rc == -ECONNRESET || rc == -EPIPE) {
       if (!c.reconnect) {
         out("{\"event\":\"daemon-lost\"}");
@@ -398,6 +412,24 @@ void step_sendfd(Client& c) {
   out("{\"event\":\"sendfd\",\"rc\":" + std::to_string(n < 0 ? -errno : 0) + "}");
 }
 
+/// Reads one datagram (up to 5 s) and prints what it was.
+void step_recv(Client& c) {
+  proto::Message m;
+  proto::Status st;
+  int rc = wire::recv_message(c.fd, &m, c.buf.data(), c.buf.size(), 5000, nullptr, 0, nullptr, &st);
+  std::string text = rc == 0 && m.type() == proto::MsgType::kError ? m.body.error.text : "";
+  out("{\"event\":\"received\",\"rc\":" + std::to_string(rc) + ",\"type\":\"" +
+      (rc == 0 ? proto::type_name(m.h.type) : "") + "\",\"text\":\"" + text + "\"}");
+}
+
+/// Tries to make the control page writable; it is sealed, so every attempt must fail.
+void step_tamper(Client& c) {
+  void* page = const_cast<pages::ControlPage*>(c.pages.control);
+  int rc = ::mprotect(page, pages::kPageSize, PROT_READ | PROT_WRITE);
+  int err = rc == 0 ? 0 : errno;
+  out("{\"event\":\"tamper\",\"mprotect_rc\":" + std::to_string(rc) + ",\"errno\":" + std::to_string(err) + "}");
+}
+
 void goodbye(Client& c, int code) {
   auto g = proto::GoodbyeMsg{};
   std::memset(&g, 0, sizeof g);
@@ -446,7 +478,7 @@ int main(int argc, char** argv) {
   for (const std::string& s : steps) {
     auto f = split(s, ':');
     const std::string& op = f[0];
-    bool needs_registration = op != "raw" && op != "sleep" && op != "exit" && op != "sendfd-unregistered";
+    bool needs_registration = op != "raw" && op != "sleep" && op != "exit" && op != "recv";
     if (needs_registration && !registered) {
       if (int rc = do_register(c, false); rc != 0) die("register: " + std::string(std::strerror(-rc)));
       registered = true;
@@ -466,7 +498,7 @@ int main(int argc, char** argv) {
       out("{\"event\":\"oom-reported\"}");
     } else if (op == "cancel-after") c.cancel_after_ms = std::atoi(f.at(1).c_str());
     else if (op == "sleep") wire::sleep_ns(uint64_t(std::atoll(f.at(1).c_str())) * 1000000ull);
-    else if (op == "hold") step_hold(c);
+    else if (op == "hold") step_hold(c, f.size() > 1 ? std::atoll(f[1].c_str()) : -1);
     else if (op == "fork-hold") {
       pid_t child = ::fork();
       if (child == 0) {
@@ -478,6 +510,8 @@ int main(int argc, char** argv) {
     else if (op == "status") step_status(c);
     else if (op == "raw") step_raw(c, f.at(1));
     else if (op == "sendfd") step_sendfd(c);
+    else if (op == "recv") step_recv(c);
+    else if (op == "tamper") step_tamper(c);
     else die("unknown step " + s);
   }
   return 0;

@@ -1,0 +1,130 @@
+// A real colocd for integration tests: its own socket and state directory in a TempDir, the
+// build's binaries, and helpers to run protocol-speaking fake clients (colocd_client) and ask
+// the daemon for its books.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../../support/proc.h"
+#include "daemon_client.h"
+
+namespace coloc::test {
+
+class Colocd {
+ public:
+  explicit Colocd(std::vector<std::string> args = {}, bool start_now = true) : dir_("colocd-test"), args_(std::move(args)) {
+    ::chmod(dir_.path().c_str(), 0755);  // other users (nobody) reach the socket
+    socket_ = dir_ / "run/colocd.sock";
+    state_ = dir_ / "state";
+    if (start_now) start();
+  }
+  ~Colocd() {
+    if (proc_) proc_->kill(SIGKILL);
+  }
+
+  void start() {
+    std::vector<std::string> argv = {build_path("bin/colocd"), "--socket", socket_, "--state-dir", state_, "--log-level", "info"};
+    argv.insert(argv.end(), args_.begin(), args_.end());
+    if (proc_) old_logs_ += proc_->err_so_far();
+    proc_ = std::make_unique<Proc>(argv, Env());
+    bool up = wait_until([&] { return ask(proto::AdminOp::kStatus).kind == cli::Answer::Kind::kOk || !proc_->running(); }, 20s);
+    REQUIRE_MESSAGE(up, "colocd did not come up:\n", log());
+    REQUIRE_MESSAGE(proc_->running(), "colocd exited:\n", describe(proc_->wait(1s)));
+  }
+  /// SIGKILL, and wait until it is gone.
+  void kill9() {
+    proc_->kill(SIGKILL);
+    proc_->wait(10s);
+  }
+  ProcResult stop() {
+    proc_->kill(SIGTERM);
+    return proc_->wait(10s);
+  }
+  bool running() { return proc_->running(); }
+
+  cli::Answer ask(proto::AdminOp op, const std::string& job = "") const {
+    proto::AdminMsg m;
+    std::memset(&m, 0, sizeof m);
+    m.op = uint32_t(op);
+    proto::set_string(m.job, job.c_str());
+    return cli::admin_request(socket_, m, 5000);
+  }
+  nlohmann::json status() const {
+    cli::Answer a = ask(proto::AdminOp::kStatus);
+    REQUIRE_MESSAGE(a.kind == cli::Answer::Kind::kOk, a.text);
+    return nlohmann::json::parse(a.text);
+  }
+  /// The job `id` as status shows it, or null.
+  nlohmann::json job(const std::string& id) const {
+    nlohmann::json s = status();
+    for (auto& j : s["jobs"])
+      if (j["job"] == id) return j;
+    return nullptr;
+  }
+
+  /// Starts a fake client talking to this daemon.
+  std::unique_ptr<Proc> client(std::vector<std::string> args) const {
+    std::vector<std::string> argv = {build_path("tests/bin/colocd_client"), "--socket", socket_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return std::make_unique<Proc>(argv, Env());
+  }
+  /// An environment pointing the coloc CLI at this daemon.
+  Env env() const {
+    Env e;
+    e.set("COLOC_SOCKET", socket_);
+    return e;
+  }
+
+  std::string log() const { return old_logs_ + (proc_ ? proc_->err_so_far() : ""); }
+  const std::string& socket() const { return socket_; }
+  const std::string& state() const { return state_; }
+  const TempDir& dir() const { return dir_; }
+
+ private:
+  TempDir dir_;
+  std::vector<std::string> args_;
+  std::string socket_, state_, old_logs_;
+  std::unique_ptr<Proc> proc_;
+};
+
+/// The last JSON line of a client's stdout whose "event" is `event` (null when none yet).
+inline nlohmann::json event_of(const Proc& p, const std::string& event) {
+  nlohmann::json last;
+  std::string out = p.out_so_far();
+  size_t start = 0;
+  while (start < out.size()) {
+    size_t nl = out.find('\n', start);
+    if (nl == std::string::npos) break;
+    auto j = nlohmann::json::parse(out.substr(start, nl - start), nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.value("event", "") == event) last = j;
+    start = nl + 1;
+  }
+  return last;
+}
+
+/// All JSON lines of a client's stdout with this event.
+inline std::vector<nlohmann::json> events_of(const Proc& p, const std::string& event) {
+  std::vector<nlohmann::json> all;
+  std::string out = p.out_so_far();
+  size_t start = 0;
+  while (start < out.size()) {
+    size_t nl = out.find('\n', start);
+    if (nl == std::string::npos) break;
+    auto j = nlohmann::json::parse(out.substr(start, nl - start), nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.value("event", "") == event) all.push_back(j);
+    start = nl + 1;
+  }
+  return all;
+}
+
+inline bool has_event(const Proc& p, const std::string& event) { return !event_of(p, event).is_null(); }
+
+}  // namespace coloc::test

@@ -1,0 +1,164 @@
+#include "format.h"
+
+#include <cstdio>
+#include <sstream>
+#include <vector>
+
+#include "coloc/size.h"
+
+namespace coloc::cli {
+
+using nlohmann::json;
+
+std::string bytes_text(const json& v) {
+  if (v.is_null()) return "none";
+  if (!v.is_number()) return "?";
+  char buf[32];
+  return format_size(v.get<uint64_t>(), buf, sizeof buf);
+}
+
+std::string duration_text(double s) {
+  char buf[48];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%.1f s", s);
+  else if (s < 3600) std::snprintf(buf, sizeof buf, "%d min %02d s", int(s) / 60, int(s) % 60);
+  else std::snprintf(buf, sizeof buf, "%d h %02d min", int(s) / 3600, (int(s) % 3600) / 60);
+  return buf;
+}
+
+namespace {
+
+/// A simple left-aligned table: columns sized to their widest cell.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string render(const std::string& indent = "") const {
+    std::vector<size_t> w;
+    for (auto& r : rows_)
+      for (size_t i = 0; i < r.size(); ++i) {
+        if (w.size() <= i) w.push_back(0);
+        w[i] = std::max(w[i], r[i].size());
+      }
+    std::ostringstream o;
+    for (auto& r : rows_) {
+      std::string line = indent;
+      for (size_t i = 0; i < r.size(); ++i) {
+        line += r[i];
+        if (i + 1 < r.size()) line += std::string(w[i] - r[i].size() + 2, ' ');
+      }
+      o << line << "\n";
+    }
+    return o.str();
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string str(const json& v, const char* key, const std::string& dflt = "?") {
+  auto it = v.find(key);
+  if (it == v.end() || it->is_null()) return dflt;
+  if (it->is_string()) return it->get<std::string>();
+  return it->dump();
+}
+
+std::string short_uuid(const std::string& u) { return u.size() > 12 ? u.substr(0, 12) + "..." : u; }
+
+}  // namespace
+
+std::string status_table(const json& s) {
+  std::ostringstream o;
+  const json& d = s.at("daemon");
+  o << "colocd pid " << str(d, "pid") << " · protocol " << str(d, "protocol") << " · watcher " << str(d, "watcher")
+    << " · policy " << str(d, "policy") << " · up " << duration_text(d.value("uptime_s", 0.0));
+  if (d.value("holding_for_restart", false)) o << " · holding new requests while jobs re-register";
+  o << "\n";
+  if (s.at("devices").empty()) o << "\nNo devices yet (they appear when a job creates its first context).\n";
+  for (const json& dev : s.at("devices")) {
+    o << "\n" << str(dev, "uuid") << "\n";
+    Table t({"CAPACITY", "HEADROOM", "OUTSIDE COLOC", "GRANTED", "COMMITTED", "IN USE", "AVAILABLE"});
+    t.add({bytes_text(dev["capacity"]), bytes_text(dev["headroom"]), bytes_text(dev["outside"]),
+           bytes_text(dev["granted"]), bytes_text(dev["committed"]), bytes_text(dev["in_use"]),
+           bytes_text(dev["available"])});
+    o << t.render("  ");
+    if (dev.value("driver_ooms", 0) > 0) o << "  driver OOMs inside grants: " << dev["driver_ooms"] << "\n";
+    if (dev.at("jobs").empty()) {
+      o << "  no jobs\n";
+      continue;
+    }
+    Table j({"JOB", "USER", "PRIORITY", "STATE", "LIMIT", "RESERVED", "IN USE", "PEAK", "GRANTED"});
+    for (const json& job : dev.at("jobs"))
+      j.add({str(job, "job"), str(job, "user"), str(job, "priority"), str(job, "state"), bytes_text(job["limit"]),
+             bytes_text(job["reserved"]), bytes_text(job["in_use"]), bytes_text(job["peak"]), bytes_text(job["granted"])});
+    o << "\n" << j.render("  ");
+  }
+  return o.str();
+}
+
+std::string jobs_table(const json& jobs) {
+  const json& list = jobs.at("jobs");
+  if (list.empty()) return "No jobs.\n";
+  Table t({"JOB", "USER", "PRIORITY", "STATE", "LIMIT", "IN USE", "PEAK", "GRANTED", "DEVICES", "PIDS"});
+  for (const json& j : list) {
+    std::string devs, pids;
+    for (const json& d : j.at("devices")) devs += (devs.empty() ? "" : ",") + short_uuid(str(d, "uuid"));
+    for (const json& p : j.at("pids")) pids += (pids.empty() ? "" : ",") + p.dump();
+    t.add({str(j, "job"), str(j, "user"), str(j, "priority"), str(j, "state"), bytes_text(j["limit"]),
+           bytes_text(j["in_use"]), bytes_text(j["peak"]), bytes_text(j["granted"]), devs.empty() ? "-" : devs, pids});
+  }
+  return t.render();
+}
+
+std::string report_table(const json& r) {
+  std::ostringstream o;
+  o << "Job " << str(r, "job") << " (user " << str(r, "user") << ", priority " << str(r, "priority") << ")\n";
+  o << "Command: " << str(r, "command") << "\n";
+  o << "Started " << str(r, "start");
+  if (r.value("complete", false)) {
+    o << " · ended " << str(r, "end") << " · ran " << duration_text(r.value("duration_s", 0.0));
+    if (!r["exit_status"].is_null()) o << " · exit status " << r["exit_status"].dump();
+    else if (!r["exit_signal"].is_null()) o << " · killed by signal " << r["exit_signal"].dump();
+    else o << " · exit status unknown";
+  } else {
+    o << " · still running (" << duration_text(r.value("duration_s", 0.0)) << " so far)";
+  }
+  o << "\n\n";
+  Table t({"DEVICE", "LIMIT", "PEAK", "ALLOCS", "FREES", "FAILED", "LAUNCHES", "WAIT MEMORY", "WAIT ADMISSION", "OOM EVENTS"});
+  for (const json& d : r.at("devices"))
+    t.add({str(d, "uuid"), bytes_text(d["limit"]), bytes_text(d["peak"]), str(d, "allocations"), str(d, "frees"),
+           str(d, "failures"), str(d, "kernel_launches"), duration_text(d.value("wait_memory_s", 0.0)),
+           duration_text(d.value("wait_admission_s", 0.0)), std::to_string(d.at("oom_events").size())});
+  o << t.render();
+  bool any_oom = false, any_wait = false;
+  for (const json& d : r.at("devices")) {
+    any_oom |= !d.at("oom_events").empty();
+    any_wait |= !d.at("waits").empty();
+  }
+  if (any_oom) {
+    o << "\nOOM events (allocations coloc refused):\n";
+    Table e({"AT", "DEVICE", "REASON", "REQUEST", "IN USE"});
+    for (const json& d : r.at("devices"))
+      for (const json& ev : d.at("oom_events")) {
+        char at[32];
+        std::snprintf(at, sizeof at, "+%.2f s", ev.value("t_s", 0.0));
+        e.add({at, short_uuid(str(d, "uuid")), str(ev, "reason") + (ev.value("admission", false) ? " (admission)" : ""),
+               bytes_text(ev["request"]), bytes_text(ev["in_use"])});
+      }
+    o << e.render("  ");
+  }
+  if (any_wait) {
+    o << "\nWaits:\n";
+    Table w({"FROM", "TO", "DEVICE", "FOR", "OUTCOME"});
+    for (const json& d : r.at("devices"))
+      for (const json& wt : d.at("waits")) {
+        char from[32], to[32];
+        std::snprintf(from, sizeof from, "+%.2f s", wt.value("start_s", 0.0));
+        std::snprintf(to, sizeof to, "+%.2f s", wt.value("end_s", 0.0));
+        w.add({from, to, short_uuid(str(d, "uuid")), str(wt, "kind"), str(wt, "outcome")});
+      }
+    o << w.render("  ");
+  }
+  return o.str();
+}
+
+}  // namespace coloc::cli

@@ -1,0 +1,227 @@
+// coloc — the command line: run a job under coloc, and see and steer what colocd does.
+//
+//   coloc run [--mem SIZE] [--priority P] [--on-full wait|fail] [--job NAME] [--sim] -- CMD ARGS...
+//   coloc status [--json]      coloc jobs [--json]
+//   coloc report JOB [--json] [--svg FILE]
+//   coloc set JOB [--mem SIZE] [--priority P]
+//
+// Exit codes: 0 done; 1 the daemon refused or failed; 2 bad usage; 3 the daemon is unreachable;
+// 4 no such job; 5 not allowed; 127 the command of `coloc run` could not be started.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "coloc/protocol.h"
+#include "coloc/size.h"
+#include "daemon_client.h"
+#include "format.h"
+#include "run_plan.h"
+#include "svg_plot.h"
+#include "util/log.h"
+
+extern char** environ;
+
+namespace {
+
+using coloc::cli::Answer;
+using nlohmann::json;
+
+enum Exit { kOk = 0, kFailed = 1, kUsage = 2, kUnreachable = 3, kNotFound = 4, kNotAllowed = 5, kCannotRun = 127 };
+
+int fail(int code, const std::string& msg) {
+  std::fprintf(stderr, "coloc: %s\n", msg.c_str());
+  return code;
+}
+
+/// Turns a daemon answer that is not OK into a message and an exit code.
+int answer_error(const Answer& a) {
+  switch (a.kind) {
+    case Answer::Kind::kUnreachable: return fail(kUnreachable, a.text);
+    case Answer::Kind::kProtocol: return fail(kFailed, a.text);
+    case Answer::Kind::kRefused:
+      switch (a.status) {
+        case coloc::proto::AdminStatus::kNotFound: return fail(kNotFound, a.text);
+        case coloc::proto::AdminStatus::kNotAllowed: return fail(kNotAllowed, "not allowed: " + a.text);
+        case coloc::proto::AdminStatus::kInvalid:
+        case coloc::proto::AdminStatus::kAmbiguous: return fail(kUsage, a.text);
+        default: return fail(kFailed, a.text);
+      }
+    case Answer::Kind::kOk: break;
+  }
+  return kOk;
+}
+
+coloc::proto::AdminMsg admin_msg(coloc::proto::AdminOp op, const std::string& job = "") {
+  coloc::proto::AdminMsg m;
+  std::memset(&m, 0, sizeof m);
+  m.op = uint32_t(op);
+  coloc::proto::set_string(m.job, job.c_str());
+  return m;
+}
+
+/// Sends, checks, parses. On failure returns the exit code in *code.
+bool ask(const std::string& socket, const coloc::proto::AdminMsg& m, json* out, int* code) {
+  coloc::log::get("cli")->debug("asking colocd at {}", socket);
+  Answer a = coloc::cli::admin_request(socket, m);
+  if (a.kind != Answer::Kind::kOk) {
+    *code = answer_error(a);
+    return false;
+  }
+  *out = json::parse(a.text, nullptr, false);
+  if (out->is_discarded()) {
+    *code = fail(kFailed, "colocd sent an answer that is not JSON");
+    return false;
+  }
+  return true;
+}
+
+std::string exe_dir() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  buf[n] = '\0';
+  std::string p(buf);
+  auto slash = p.rfind('/');
+  return slash == std::string::npos ? "." : p.substr(0, slash);
+}
+
+int do_run(const coloc::cli::RunOptions& opt) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  coloc::cli::RunPlan plan;
+  std::string error;
+  if (!coloc::cli::plan_run(opt, env, exe_dir(), coloc::cli::random_suffix(), &plan, &error)) return fail(kUsage, error);
+  coloc::log::get("cli")->debug("running {} as job {}", plan.argv.front(), plan.job_id);
+  std::vector<std::string> env_strings;
+  for (auto& [k, v] : plan.env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, argv;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  for (auto& s : plan.argv) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  ::execvpe(argv[0], argv.data(), envp.data());
+  return fail(errno == ENOENT ? kCannotRun : 126, "cannot run " + plan.argv.front() + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* lvl = std::getenv("COLOC_LOG_LEVEL");
+  coloc::log::set_level(lvl && *lvl ? lvl : "warn");
+
+  CLI::App app{"coloc: run GPU jobs side by side without running each other out of memory, and see what colocd does.",
+               "coloc"};
+  app.require_subcommand(1);
+  app.fallthrough();  // --socket may come after the subcommand
+  app.footer(
+      "The daemon is found through --socket, else $COLOC_SOCKET, else /run/coloc/colocd.sock.\n"
+      "Sizes: 20GiB, 20G (powers of 1024), 20GB (powers of 1000), 1.5GiB, or bytes.\n"
+      "Exit codes: 0 ok, 1 failed, 2 usage, 3 daemon unreachable, 4 no such job, 5 not allowed.");
+  std::string socket_flag;
+  app.add_option("--socket", socket_flag, "colocd's socket (default: $COLOC_SOCKET, else /run/coloc/colocd.sock)");
+
+  // run
+  coloc::cli::RunOptions run;
+  CLI::App* run_cmd = app.add_subcommand("run", "Run a command as a coloc job (sets LD_PRELOAD and the COLOC_* environment, then execs it)");
+  run_cmd->add_option("--mem", run.mem, "The job's memory limit per device, also held for it at admission (e.g. 20GiB)");
+  run_cmd->add_option("--priority", run.priority, "high, normal (default) or best-effort");
+  run_cmd->add_option("--on-full", run.on_full, "When the device is full: wait (default) or fail");
+  run_cmd->add_option("--job", run.job, "Job name (a random suffix is added); default: the command's name");
+  run_cmd->add_flag("--sim", run.sim, "Run on simgpu, the simulated GPU (for machines without one)");
+  run_cmd->add_option("command", run.command, "The command and its arguments (after --)")->required();
+  run_cmd->footer("Example: coloc run --mem 20GiB --priority high -- python train.py");
+
+  // status, jobs
+  bool json_out = false;
+  CLI::App* status_cmd = app.add_subcommand("status", "Each device (capacity, headroom, granted, in use) and its jobs");
+  status_cmd->add_flag("--json", json_out, "Print the daemon's JSON");
+  CLI::App* jobs_cmd = app.add_subcommand("jobs", "Every job: limit, in use, peak, state, priority");
+  jobs_cmd->add_flag("--json", json_out, "Print the daemon's JSON");
+
+  // report
+  std::string job, svg_file;
+  CLI::App* report_cmd = app.add_subcommand("report", "A job's memory report (running or ended): a table, JSON, or an SVG plot");
+  report_cmd->add_option("job", job, "Job id (as coloc jobs shows it), or UID:JOB")->required();
+  report_cmd->add_flag("--json", json_out, "Print the report's JSON");
+  report_cmd->add_option("--svg", svg_file, "Also write a plot of memory over time to this SVG file");
+
+  // set
+  std::string set_mem, set_priority;
+  CLI::App* set_cmd = app.add_subcommand("set", "Change a running job's limit or priority (owners may only lower them)");
+  set_cmd->add_option("job", job, "Job id, or UID:JOB")->required();
+  set_cmd->add_option("--mem", set_mem, "New limit per device; below current use, new allocations fail and nothing is killed");
+  set_cmd->add_option("--priority", set_priority, "high, normal or best-effort");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kOk : kUsage;
+  }
+  const std::string socket = coloc::cli::resolve_socket(socket_flag);
+  int code = kOk;
+  json j;
+
+  if (run_cmd->parsed()) {
+    run.socket = socket;
+    return do_run(run);
+  }
+  if (status_cmd->parsed()) {
+    if (!ask(socket, admin_msg(coloc::proto::AdminOp::kStatus), &j, &code)) return code;
+    std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::status_table(j));
+    return kOk;
+  }
+  if (jobs_cmd->parsed()) {
+    if (!ask(socket, admin_msg(coloc::proto::AdminOp::kJobs), &j, &code)) return code;
+    std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::jobs_table(j));
+    return kOk;
+  }
+  if (!coloc::proto::valid_job_id(job.c_str()) || job.empty())
+    return fail(kUsage, "'" + job + "' is not a job id (printable characters without spaces or '/', at most 63)");
+  if (report_cmd->parsed()) {
+    if (!ask(socket, admin_msg(coloc::proto::AdminOp::kReport, job), &j, &code)) return code;
+    std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::report_table(j));
+    if (!svg_file.empty()) {
+      std::ofstream out(svg_file, std::ios::trunc);
+      out << coloc::cli::render_svg(j);
+      out.close();
+      if (!out) return fail(kFailed, "cannot write " + svg_file + ": " + std::strerror(errno));
+      if (!json_out) std::cout << "\nPlot written to " << svg_file << "\n";
+    }
+    return kOk;
+  }
+  if (set_cmd->parsed()) {
+    auto m = admin_msg(coloc::proto::AdminOp::kSet, job);
+    if (set_mem.empty() && set_priority.empty()) return fail(kUsage, "set: give --mem SIZE and/or --priority P");
+    if (!set_mem.empty()) {
+      coloc::SizeParse s = coloc::parse_size(set_mem);
+      if (!s) return fail(kUsage, "--mem '" + set_mem + "': " + s.error);
+      if (*s.bytes == 0) return fail(kUsage, "--mem must be more than 0");
+      m.set_fields |= coloc::proto::kSetMem;
+      m.mem = *s.bytes;
+    }
+    if (!set_priority.empty()) {
+      coloc::proto::Priority p;
+      if (!coloc::proto::parse_priority(set_priority.c_str(), &p))
+        return fail(kUsage, "--priority '" + set_priority + "': use high, normal or best-effort");
+      m.set_fields |= coloc::proto::kSetPriority;
+      m.priority = uint8_t(p);
+    }
+    if (!ask(socket, m, &j, &code)) return code;
+    std::cout << "job " << j.value("job", job) << ": limit " << coloc::cli::bytes_text(j["limit"]) << ", priority "
+              << j.value("priority", "?") << ", in use " << coloc::cli::bytes_text(j["in_use"]) << "\n";
+    return kOk;
+  }
+  return kUsage;
+}

@@ -1,0 +1,132 @@
+#include "run_plan.h"
+
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdio>
+
+#include "coloc/size.h"
+
+#ifndef COLOC_SAN_RUNTIME
+#define COLOC_SAN_RUNTIME ""
+#endif
+
+namespace coloc::cli {
+
+namespace {
+
+bool exists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+std::string base_name(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+std::string random_suffix() {
+  unsigned char b[3] = {0, 0, 0};
+  if (::getrandom(b, sizeof b, 0) != ssize_t(sizeof b)) {
+    unsigned v = unsigned(::getpid()) * 2654435761u;
+    b[0] = uint8_t(v);
+    b[1] = uint8_t(v >> 8);
+    b[2] = uint8_t(v >> 16);
+  }
+  char out[8];
+  std::snprintf(out, sizeof out, "%02x%02x%02x", b[0], b[1], b[2]);
+  return out;
+}
+
+bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& env, const std::string& exe_dir,
+              const std::string& suffix, RunPlan* plan, std::string* error) {
+  if (opt.command.empty()) {
+    *error = "nothing to run: give a command after --";
+    return false;
+  }
+  RunPlan p;
+  p.env = env;
+  if (!opt.mem.empty()) {
+    SizeParse s = parse_size(opt.mem);
+    if (!s) {
+      *error = "--mem '" + opt.mem + "': " + s.error;
+      return false;
+    }
+    if (*s.bytes == 0) {
+      *error = "--mem must be more than 0";
+      return false;
+    }
+    p.env["COLOC_MEM_LIMIT"] = std::to_string(*s.bytes);
+  } else {
+    p.env.erase("COLOC_MEM_LIMIT");
+  }
+  proto::Priority prio = proto::Priority::kNormal;
+  if (!opt.priority.empty() && !proto::parse_priority(opt.priority.c_str(), &prio)) {
+    *error = "--priority '" + opt.priority + "': use high, normal or best-effort";
+    return false;
+  }
+  p.env["COLOC_PRIORITY"] = proto::priority_name(prio);
+  std::string on_full = opt.on_full.empty() ? "wait" : opt.on_full;
+  if (on_full != "wait" && on_full != "fail") {
+    *error = "--on-full '" + opt.on_full + "': use wait or fail";
+    return false;
+  }
+  p.env["COLOC_ON_FULL"] = on_full;
+
+  std::string name = opt.job.empty() ? base_name(opt.command.front()) : opt.job;
+  if (opt.job.empty()) {  // a name from the command: make it fit
+    std::string clean;
+    for (char c : name) clean += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+    name = clean.substr(0, 40);
+    if (name.empty()) name = "job";
+  } else {
+    for (char c : name)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
+        *error = "--job '" + name + "': use letters, digits, '.', '_' and '-'";
+        return false;
+      }
+    if (name.empty() || name.size() > 40) {
+      *error = "--job '" + name + "': between 1 and 40 characters";
+      return false;
+    }
+  }
+  p.job_id = name + "-" + suffix;
+  p.env["COLOC_JOB"] = p.job_id;
+  p.env["COLOC_SOCKET"] = opt.socket;
+
+  // libcoloc.so next to us: <prefix>/bin/coloc -> <prefix>/lib/libcoloc.so (build tree and installs).
+  std::string lib;
+  for (const std::string& cand : {exe_dir + "/../lib/libcoloc.so", exe_dir + "/../lib/coloc/libcoloc.so", exe_dir + "/libcoloc.so"})
+    if (exists(cand)) {
+      lib = cand;
+      break;
+    }
+  if (lib.empty()) {
+    *error = "cannot find libcoloc.so next to coloc (looked in " + exe_dir + "/../lib, " + exe_dir + "/../lib/coloc and " + exe_dir + ")";
+    return false;
+  }
+  std::string preload = lib;
+  if (std::string(COLOC_SAN_RUNTIME).size()) preload = std::string(COLOC_SAN_RUNTIME) + ":" + lib;  // sanitizer builds
+  if (auto it = env.find("LD_PRELOAD"); it != env.end() && !it->second.empty()) preload += ":" + it->second;
+  p.env["LD_PRELOAD"] = preload;
+
+  if (opt.sim) {
+    std::string sim = exe_dir + "/../sim";
+    if (!exists(sim + "/libcuda.so.1")) {
+      *error = "--sim: simgpu's libcuda.so.1 is not in " + sim;
+      return false;
+    }
+    auto it = env.find("LD_LIBRARY_PATH");
+    p.env["LD_LIBRARY_PATH"] = it != env.end() && !it->second.empty() ? sim + ":" + it->second : sim;
+  }
+  p.argv = opt.command;
+  *plan = std::move(p);
+  return true;
+}
+
+}  // namespace coloc::cli

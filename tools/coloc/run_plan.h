@@ -1,0 +1,39 @@
+// tools/coloc/run_plan.h — what `coloc run` does before exec: validate the options, mint the job
+// id, find libcoloc.so (and simgpu for --sim) next to the coloc binary, and build the environment.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "coloc/protocol.h"
+
+namespace coloc::cli {
+
+struct RunOptions {
+  std::string mem;          ///< "" = no limit; else a size (coloc/size.h)
+  std::string priority;     ///< "" = normal
+  std::string on_full;      ///< "" = wait
+  std::string job;          ///< "" = the command's base name
+  bool sim = false;
+  std::string socket;       ///< resolved socket path
+  std::vector<std::string> command;
+};
+
+struct RunPlan {
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;  ///< the child's whole environment
+  std::string job_id;
+};
+
+/// Builds the plan from `opt`, this process's environment `env`, and `exe_dir` (the directory of
+/// the coloc binary). `suffix` is the random part of the job id (6 hex digits). Errors (a
+/// malformed --mem, an unknown priority, a bad job name, no libcoloc.so) are returned as a
+/// sentence in `*error`.
+bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& env, const std::string& exe_dir,
+              const std::string& suffix, RunPlan* plan, std::string* error);
+
+/// 6 random hex digits (getrandom).
+std::string random_suffix();
+
+}  // namespace coloc::cli

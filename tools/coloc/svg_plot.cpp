@@ -1,0 +1,281 @@
+#include "svg_plot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <vector>
+
+namespace coloc::cli {
+
+using nlohmann::json;
+
+std::string xml_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&apos;"; break;
+      default:
+        // XML 1.0 forbids most control characters, even escaped.
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') o += ' ';
+        else o += c;
+    }
+  }
+  return o;
+}
+
+double nice_step(double max, int target) {
+  if (!(max > 0)) return 1;
+  double raw = max / std::max(target, 1);
+  double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    if (raw <= m * mag) return m * mag;
+  return 10 * mag;
+}
+
+namespace {
+
+constexpr double kWidth = 980, kPanelHeight = 430;
+constexpr double kLeft = 86, kRight = 230, kTop = 56, kBottom = 58;
+const char* kUseColour = "#1f77b4";
+const char* kLimitColour = "#d62728";
+const char* kCapacityColour = "#4d4d4d";
+const char* kWaitColour = "#f2a900";
+const char* kOomColour = "#c00000";
+
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", v);
+  return b;
+}
+
+std::string label_num(double v) {
+  char b[32];
+  if (std::fabs(v - std::round(v)) < 1e-9) std::snprintf(b, sizeof b, "%.0f", v);
+  else std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+struct Unit {
+  double bytes;
+  const char* name;
+};
+Unit unit_for(double max_bytes) {
+  if (max_bytes >= double(1ull << 30)) return {double(1ull << 30), "GiB"};
+  if (max_bytes >= double(1ull << 20)) return {double(1ull << 20), "MiB"};
+  return {1024.0, "KiB"};
+}
+
+std::string bytes_label(double b) {
+  Unit u = unit_for(b);
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f %s", b / u.bytes, u.name);
+  return s;
+}
+
+double get_num(const json& j, const char* k, double dflt = 0) {
+  auto it = j.find(k);
+  return (it != j.end() && it->is_number()) ? it->get<double>() : dflt;
+}
+
+/// One device panel at vertical offset `y0`.
+void panel(std::ostringstream& o, const json& d, double duration, double y0) {
+  const double pw = kWidth - kLeft - kRight, ph = kPanelHeight - kTop - kBottom;
+  const double px = kLeft, py = y0 + kTop;
+  const json& tl = d.value("timeline", json::object());
+  std::vector<double> ts, bs;
+  if (tl.contains("t_s") && tl.contains("bytes"))
+    for (size_t i = 0; i < tl["t_s"].size() && i < tl["bytes"].size(); ++i) {
+      ts.push_back(tl["t_s"][i].get<double>());
+      bs.push_back(tl["bytes"][i].get<double>());
+    }
+  const double capacity = get_num(d, "capacity");
+  const bool has_limit = d.contains("limit") && d["limit"].is_number();
+  const double limit = has_limit ? d["limit"].get<double>() : 0;
+  const double peak = get_num(d, "peak");
+
+  double tmax = std::max(duration, 1e-3);
+  for (double t : ts) tmax = std::max(tmax, t);
+  for (const json& w : d.value("waits", json::array())) tmax = std::max(tmax, get_num(w, "end_s"));
+  for (const json& e : d.value("oom_events", json::array())) tmax = std::max(tmax, get_num(e, "t_s"));
+  double ymax_bytes = std::max({capacity, limit, peak, 1.0});
+  for (double b : bs) ymax_bytes = std::max(ymax_bytes, b);
+  for (const json& e : d.value("oom_events", json::array()))
+    ymax_bytes = std::max(ymax_bytes, std::min(get_num(e, "in_use") + get_num(e, "request"), capacity > 0 ? capacity : 1e300));
+  const Unit u = unit_for(ymax_bytes);
+  const double ystep = nice_step(ymax_bytes * 1.04 / u.bytes, 6);
+  const double ytop = std::ceil(ymax_bytes * 1.04 / u.bytes / ystep) * ystep;  // in units
+  const bool minutes = tmax > 600;
+  const double tscale = minutes ? 60 : 1;
+  const double xstep = nice_step(tmax / tscale, 8);
+  const double xtop = std::ceil(tmax / tscale / xstep) * xstep;  // in seconds or minutes
+
+  auto X = [&](double t) { return px + (t / tscale) / xtop * pw; };
+  auto Y = [&](double bytes) { return py + ph - (bytes / u.bytes) / ytop * ph; };
+
+  // Panel title.
+  o << "<text x='" << num(px) << "' y='" << num(y0 + 30) << "' class='h2'>Device " << xml_escape(d.value("uuid", "?"))
+    << "</text>\n";
+  o << "<text x='" << num(px) << "' y='" << num(y0 + 47) << "' class='sub'>peak " << xml_escape(bytes_label(peak))
+    << (has_limit ? " of a " + xml_escape(bytes_label(limit)) + " limit" : " (no limit)") << " · device "
+    << xml_escape(bytes_label(capacity)) << " · " << d.value("allocations", 0) << " allocations, "
+    << d.value("failures", 0) << " failed · waited " << num(get_num(d, "wait_memory_s")) << " s for memory, "
+    << num(get_num(d, "wait_admission_s")) << " s for admission</text>\n";
+
+  // Plot area and grid.
+  o << "<rect x='" << num(px) << "' y='" << num(py) << "' width='" << num(pw) << "' height='" << num(ph)
+    << "' fill='#fafafa' stroke='#bbbbbb'/>\n";
+  for (double v = 0; v <= ytop + 1e-9; v += ystep) {
+    double y = py + ph - v / ytop * ph;
+    o << "<line x1='" << num(px) << "' y1='" << num(y) << "' x2='" << num(px + pw) << "' y2='" << num(y)
+      << "' class='grid'/>\n";
+    o << "<text x='" << num(px - 8) << "' y='" << num(y + 4) << "' class='tick' text-anchor='end'>" << label_num(v)
+      << "</text>\n";
+  }
+  for (double v = 0; v <= xtop + 1e-9; v += xstep) {
+    double x = px + v / xtop * pw;
+    o << "<line x1='" << num(x) << "' y1='" << num(py) << "' x2='" << num(x) << "' y2='" << num(py + ph)
+      << "' class='grid'/>\n";
+    o << "<text x='" << num(x) << "' y='" << num(py + ph + 18) << "' class='tick' text-anchor='middle'>"
+      << label_num(v) << "</text>\n";
+  }
+  o << "<text x='" << num(px + pw / 2) << "' y='" << num(py + ph + 42) << "' class='axis' text-anchor='middle'>time since the job started ("
+    << (minutes ? "min" : "s") << ")</text>\n";
+  o << "<text transform='translate(" << num(px - 58) << "," << num(py + ph / 2)
+    << ") rotate(-90)' class='axis' text-anchor='middle'>device memory (" << u.name << ")</text>\n";
+
+  // Waiting periods: shaded bands behind the curve.
+  for (const json& w : d.value("waits", json::array())) {
+    double x0 = X(get_num(w, "start_s")), x1 = X(get_num(w, "end_s"));
+    bool adm = w.value("kind", "") == "admission";
+    o << "<rect x='" << num(x0) << "' y='" << num(py) << "' width='" << num(std::max(x1 - x0, 1.5)) << "' height='"
+      << num(ph) << "' fill='" << kWaitColour << "' fill-opacity='" << (adm ? "0.35" : "0.22")
+      << "'><title>waiting for " << xml_escape(w.value("kind", "memory")) << " from +" << num(get_num(w, "start_s"))
+      << " s to +" << num(get_num(w, "end_s")) << " s: " << xml_escape(w.value("outcome", "")) << "</title></rect>\n";
+    if (x1 - x0 > 70)
+      o << "<text x='" << num((x0 + x1) / 2) << "' y='" << num(py + 16) << "' class='band' text-anchor='middle'>waiting for "
+        << xml_escape(w.value("kind", "memory")) << "</text>\n";
+  }
+
+  // Bytes in use: a step curve, filled below.
+  if (!ts.empty()) {
+    std::ostringstream line;
+    line << "M" << num(X(ts[0])) << "," << num(Y(bs[0]));
+    for (size_t i = 1; i < ts.size(); ++i) line << " H" << num(X(ts[i])) << " V" << num(Y(bs[i]));
+    const std::string l = line.str();
+    o << "<path d='" << l << " V" << num(Y(0)) << " H" << num(X(ts[0])) << " Z' fill='" << kUseColour
+      << "' fill-opacity='0.18' stroke='none'/>\n";
+    o << "<path d='" << l << "' fill='none' stroke='" << kUseColour << "' stroke-width='2'/>\n";
+  } else {
+    o << "<text x='" << num(px + pw / 2) << "' y='" << num(py + ph / 2) << "' class='sub' text-anchor='middle'>no samples</text>\n";
+  }
+
+  // Capacity and limit.
+  auto hline = [&](double bytes, const char* colour, const std::string& text, double dy) {
+    double y = Y(bytes);
+    o << "<line x1='" << num(px) << "' y1='" << num(y) << "' x2='" << num(px + pw) << "' y2='" << num(y) << "' stroke='"
+      << colour << "' stroke-width='1.6' stroke-dasharray='7 4'/>\n";
+    o << "<text x='" << num(px + pw - 6) << "' y='" << num(y + dy) << "' class='lbl' fill='" << colour
+      << "' text-anchor='end'>" << xml_escape(text) << "</text>\n";
+  };
+  if (capacity > 0) hline(capacity, kCapacityColour, "device capacity " + bytes_label(capacity), -5);
+  if (has_limit) {
+    bool close = capacity > 0 && std::fabs(Y(limit) - Y(capacity)) < 14;
+    hline(limit, kLimitColour, "job limit " + bytes_label(limit), close ? 14 : -5);
+  }
+
+  // The peak.
+  if (!ts.empty() && peak > 0) {
+    size_t at = 0;
+    for (size_t i = 0; i < bs.size(); ++i)
+      if (bs[i] > bs[at]) at = i;
+    double yp = Y(std::max(peak, bs[at]));
+    o << "<circle cx='" << num(X(ts[at])) << "' cy='" << num(yp) << "' r='4' fill='" << kUseColour
+      << "'><title>peak " << xml_escape(bytes_label(peak)) << "</title></circle>\n";
+    o << "<text x='" << num(X(ts[at]) + 7) << "' y='" << num(yp - 7) << "' class='lbl' fill='" << kUseColour << "'>peak "
+      << xml_escape(bytes_label(peak)) << "</text>\n";
+  }
+
+  // Refused allocations.
+  for (const json& e : d.value("oom_events", json::array())) {
+    double x = X(get_num(e, "t_s"));
+    double y = Y(std::min(get_num(e, "in_use"), ytop * u.bytes));
+    std::string reason = e.value("reason", "?");
+    o << "<g><title>+" << num(get_num(e, "t_s")) << " s: refused (" << xml_escape(reason) << ") — asked "
+      << xml_escape(bytes_label(get_num(e, "request"))) << " with " << xml_escape(bytes_label(get_num(e, "in_use")))
+      << " in use</title>";
+    o << "<path d='M" << num(x - 6) << "," << num(y - 6) << " L" << num(x + 6) << "," << num(y + 6) << " M" << num(x + 6)
+      << "," << num(y - 6) << " L" << num(x - 6) << "," << num(y + 6) << "' stroke='" << kOomColour
+      << "' stroke-width='3' stroke-linecap='round'/>";
+    o << "<text x='" << num(x) << "' y='" << num(y - 11) << "' class='oom' text-anchor='middle'>OOM: "
+      << xml_escape(reason) << "</text></g>\n";
+  }
+
+  // Legend.
+  const double lx = px + pw + 22;
+  double ly = py + 8;
+  o << "<rect x='" << num(lx - 10) << "' y='" << num(ly - 8) << "' width='" << num(kRight - 30)
+    << "' height='150' rx='6' fill='#ffffff' stroke='#cccccc'/>\n";
+  auto entry = [&](const std::string& swatch, const std::string& text) {
+    o << swatch << "<text x='" << num(lx + 34) << "' y='" << num(ly + 14) << "' class='leg'>" << text << "</text>\n";
+    ly += 27;
+  };
+  entry("<rect x='" + num(lx) + "' y='" + num(ly + 4) + "' width='26' height='12' fill='" + kUseColour +
+            "' fill-opacity='0.25' stroke='" + kUseColour + "' stroke-width='2'/>",
+        "bytes in use");
+  entry("<line x1='" + num(lx) + "' y1='" + num(ly + 10) + "' x2='" + num(lx + 26) + "' y2='" + num(ly + 10) +
+            "' stroke='" + kLimitColour + "' stroke-width='2' stroke-dasharray='7 4'/>",
+        "job limit");
+  entry("<line x1='" + num(lx) + "' y1='" + num(ly + 10) + "' x2='" + num(lx + 26) + "' y2='" + num(ly + 10) +
+            "' stroke='" + kCapacityColour + "' stroke-width='2' stroke-dasharray='7 4'/>",
+        "device capacity");
+  entry("<rect x='" + num(lx) + "' y='" + num(ly + 3) + "' width='26' height='14' fill='" + kWaitColour +
+            "' fill-opacity='0.3'/>",
+        "waiting (memory, admission)");
+  entry("<path d='M" + num(lx + 7) + "," + num(ly + 4) + " L" + num(lx + 19) + "," + num(ly + 16) + " M" + num(lx + 19) +
+            "," + num(ly + 4) + " L" + num(lx + 7) + "," + num(ly + 16) + "' stroke='" + kOomColour +
+            "' stroke-width='3' stroke-linecap='round'/>",
+        "refused allocation (OOM)");
+}
+
+}  // namespace
+
+std::string render_svg(const json& r) {
+  const json devices = r.value("devices", json::array());
+  const size_t n = std::max<size_t>(devices.size(), 1);
+  const double header = 64;
+  const double height = header + kPanelHeight * double(n) + 10;
+  std::ostringstream o;
+  o << "<?xml version='1.0' encoding='UTF-8'?>\n";
+  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << num(kWidth) << "' height='" << num(height)
+    << "' viewBox='0 0 " << num(kWidth) << " " << num(height) << "' font-family='Helvetica, Arial, sans-serif'>\n";
+  o << "<title>coloc report: job " << xml_escape(r.value("job", "?")) << "</title>\n";
+  o << "<style>.h1{font-size:20px;font-weight:bold;fill:#222}.h2{font-size:15px;font-weight:bold;fill:#222}"
+       ".sub{font-size:12px;fill:#555}.tick{font-size:11px;fill:#555}.axis{font-size:12px;fill:#333}"
+       ".lbl{font-size:12px;font-weight:bold}.leg{font-size:12px;fill:#333}.band{font-size:11px;fill:#8a6100}"
+       ".oom{font-size:11px;font-weight:bold;fill:#c00000}.grid{stroke:#e3e3e3;stroke-width:1}</style>\n";
+  o << "<rect width='100%' height='100%' fill='#ffffff'/>\n";
+  std::string status;
+  if (!r.value("complete", false)) status = "still running";
+  else if (r.contains("exit_status") && r["exit_status"].is_number()) status = "exit status " + r["exit_status"].dump();
+  else if (r.contains("exit_signal") && r["exit_signal"].is_number()) status = "killed by signal " + r["exit_signal"].dump();
+  else status = "exit status unknown";
+  std::string command = r.value("command", "");
+  if (command.size() > 110) command = command.substr(0, 107) + "...";
+  o << "<text x='" << num(kLeft) << "' y='28' class='h1'>Job " << xml_escape(r.value("job", "?")) << " — memory over time</text>\n";
+  o << "<text x='" << num(kLeft) << "' y='48' class='sub'>" << xml_escape(r.value("user", "?")) << " · "
+    << xml_escape(r.value("priority", "")) << " priority · " << num(get_num(r, "duration_s")) << " s · "
+    << xml_escape(status) << " · " << xml_escape(command) << "</text>\n";
+  const double duration = get_num(r, "duration_s");
+  for (size_t i = 0; i < devices.size(); ++i) panel(o, devices[i], duration, header + kPanelHeight * double(i));
+  if (devices.empty())
+    o << "<text x='" << num(kLeft) << "' y='" << num(header + 40) << "' class='sub'>This job never used a device.</text>\n";
+  o << "</svg>\n";
+  return o.str();
+}
+
+}  // namespace coloc::cli
