@@ -220,11 +220,8 @@ CUresult step_alloc(Probe& p, const Args& a, json& out) {
   return rc;
 }
 
-CUresult step_free(Probe& p, const Args& a, json&) {
-  CUresult rc = cuMemFree(buffer(p, a[0]).ptr);
-  if (rc == CUDA_SUCCESS) p.buffers.erase(a[0]);
-  return rc;
-}
+// The name stays known after the free, so a script can show that using it again is caught.
+CUresult step_free(Probe& p, const Args& a, json&) { return cuMemFree(buffer(p, a[0]).ptr); }
 
 CUresult step_meminfo(Probe&, const Args&, json& out) {
   size_t free = 0, total = 0;

@@ -19,7 +19,7 @@ namespace {
 
 // Device properties of the simulated GPU: an H100 SXM (compute capability 9.0, 132 SMs), as
 // NVIDIA's H100 datasheet and CUDA's occupancy tables give them. Attributes not listed read 0.
-int attribute_value(CUdevice_attribute attr, const DeviceState& dev) {
+int attribute_value(unsigned attr, const DeviceState& dev) {
   switch (attr) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: return 1024;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: return 1024;
@@ -191,10 +191,11 @@ CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
 CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
   static constinit CallCounter calls{__func__};
   return enter(calls, [&] {
-    if (!pi || int(attrib) <= 0 || int(attrib) >= int(CU_DEVICE_ATTRIBUTE_MAX)) return CUDA_ERROR_INVALID_VALUE;
+    const auto attr = raw(attrib);
+    if (!pi || attr == 0 || attr >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
     DeviceState* d = Driver::get().device(dev);
     if (!d) return CUDA_ERROR_INVALID_DEVICE;
-    *pi = attribute_value(attrib, *d);
+    *pi = attribute_value(attr, *d);
     return CUDA_SUCCESS;
   });
 }
@@ -215,7 +216,7 @@ CUresult CUDAAPI cuGetErrorName(CUresult error, const char** pStr) {
   static constinit CallCounter calls{__func__};
   return enter_pure(calls, [&] {
     if (!pStr) return CUDA_ERROR_INVALID_VALUE;
-    const ErrorInfo* e = find_error(error);
+    const ErrorInfo* e = find_error(raw(error));
     *pStr = e ? e->name : nullptr;
     return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   });
@@ -225,7 +226,7 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char** pStr) {
   static constinit CallCounter calls{__func__};
   return enter_pure(calls, [&] {
     if (!pStr) return CUDA_ERROR_INVALID_VALUE;
-    const ErrorInfo* e = find_error(error);
+    const ErrorInfo* e = find_error(raw(error));
     *pStr = e ? e->description : nullptr;
     return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   });

@@ -29,7 +29,7 @@ CUresult allocate(Context* ctx, uint64_t bytes, uint64_t charge, CUdeviceptr* dp
 }
 
 // Bytes of one element of an array format; 0 for formats simgpu does not size.
-uint64_t format_bytes(CUarray_format f) {
+uint64_t format_bytes(unsigned f) {
   switch (f) {
     case CU_AD_FORMAT_UNSIGNED_INT8:
     case CU_AD_FORMAT_SIGNED_INT8: return 1;
@@ -45,7 +45,7 @@ uint64_t format_bytes(CUarray_format f) {
 
 // Bytes of a width × height × depth array (a 0 height or depth counts as 1); 0 on overflow.
 // CUDA_ERROR_INVALID_VALUE for a zero width, an unknown format or a channel count not 1, 2 or 4.
-CUresult array_bytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format format, unsigned channels, uint64_t* out) {
+CUresult array_bytes(uint64_t w, uint64_t h, uint64_t d, unsigned format, unsigned channels, uint64_t* out) {
   const uint64_t element = format_bytes(format);
   if (w == 0 || element == 0 || (channels != 1 && channels != 2 && channels != 4)) return CUDA_ERROR_INVALID_VALUE;
   uint64_t b = element * channels;
@@ -160,7 +160,7 @@ CUresult CUDAAPI cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR*
     if (!pHandle || !pAllocateArray) return CUDA_ERROR_INVALID_VALUE;
     const CUDA_ARRAY_DESCRIPTOR& d = *pAllocateArray;
     uint64_t bytes;
-    if (CUresult rc = array_bytes(d.Width, d.Height, 1, d.Format, d.NumChannels, &bytes); rc != CUDA_SUCCESS) return rc;
+    if (CUresult rc = array_bytes(d.Width, d.Height, 1, raw(d.Format), d.NumChannels, &bytes); rc != CUDA_SUCCESS) return rc;
     void* h;
     CUresult rc = create_array(bytes, false, &h);
     if (rc == CUDA_SUCCESS) *pHandle = static_cast<CUarray>(h);
@@ -174,7 +174,7 @@ CUresult CUDAAPI cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIP
     if (!pHandle || !pAllocateArray) return CUDA_ERROR_INVALID_VALUE;
     const CUDA_ARRAY3D_DESCRIPTOR& d = *pAllocateArray;
     uint64_t bytes;
-    if (CUresult rc = array_bytes(d.Width, d.Height, d.Depth, d.Format, d.NumChannels, &bytes); rc != CUDA_SUCCESS)
+    if (CUresult rc = array_bytes(d.Width, d.Height, d.Depth, raw(d.Format), d.NumChannels, &bytes); rc != CUDA_SUCCESS)
       return rc;
     void* h;
     CUresult rc = create_array(bytes, false, &h);
@@ -201,7 +201,7 @@ CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_AR
     for (unsigned l = 0; l < numMipmapLevels; ++l) {
       auto level = [&](uint64_t extent) { return extent == 0 ? 0 : std::max<uint64_t>(extent >> l, 1); };
       uint64_t bytes;
-      if (CUresult rc = array_bytes(level(d.Width), level(d.Height), level(d.Depth), d.Format, d.NumChannels, &bytes);
+      if (CUresult rc = array_bytes(level(d.Width), level(d.Height), level(d.Depth), raw(d.Format), d.NumChannels, &bytes);
           rc != CUDA_SUCCESS)
         return rc;
       if (bytes == 0 || __builtin_add_overflow(total, bytes, &total)) return CUDA_ERROR_OUT_OF_MEMORY;

@@ -80,8 +80,8 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolP
   static constinit CallCounter calls{__func__};
   return enter(calls, [&] {
     if (!pool || !poolProps) return CUDA_ERROR_INVALID_VALUE;
-    if (poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
-    if (poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED;  // host pools
+    if (raw(poolProps->allocType) != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
+    if (raw(poolProps->location.type) != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED;  // host pools
     DeviceState* d = Driver::get().device(poolProps->location.id);
     if (!d) return CUDA_ERROR_INVALID_DEVICE;
     MemPool* p = g_mem_pools.create(*d, false);
@@ -118,7 +118,7 @@ CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute at
   return enter(calls, [&] {
     MemPool* p = g_mem_pools.get(pool);
     if (!p || !value) return CUDA_ERROR_INVALID_VALUE;
-    return p->get_attribute(attr, value);
+    return p->get_attribute(raw(attr), value);
   });
 }
 
@@ -127,7 +127,7 @@ CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute at
   return enter(calls, [&] {
     MemPool* p = g_mem_pools.get(pool);
     if (!p || !value) return CUDA_ERROR_INVALID_VALUE;
-    return p->set_attribute(attr, value);
+    return p->set_attribute(raw(attr), value);
   });
 }
 

@@ -48,7 +48,7 @@ CUresult stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool per_thre
   return e->ctx == s->ctx ? CUDA_SUCCESS : e->ctx->synchronize(*e);
 }
 
-CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, bool per_thread) {
+CUresult begin_capture(CUstream h, unsigned mode, bool per_thread) {
   if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
       mode != CU_STREAM_CAPTURE_MODE_RELAXED)
     return CUDA_ERROR_INVALID_VALUE;
@@ -199,12 +199,12 @@ CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream) {
 
 CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
   static constinit CallCounter calls{__func__};
-  return enter(calls, [&] { return begin_capture(hStream, mode, false); });
+  return enter(calls, [&] { return begin_capture(hStream, raw(mode), false); });
 }
 
 CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
   static constinit CallCounter calls{__func__};
-  return enter(calls, [&] { return begin_capture(hStream, mode, true); });
+  return enter(calls, [&] { return begin_capture(hStream, raw(mode), true); });
 }
 
 CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {

@@ -11,8 +11,8 @@ namespace {
 
 // Where a CUmemAllocationProp puts its memory: *device is the device, or null for host memory.
 CUresult check_prop(const CUmemAllocationProp* prop, DeviceState** device) {
-  if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
-  switch (prop->location.type) {
+  if (!prop || raw(prop->type) != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
+  switch (raw(prop->location.type)) {
     case CU_MEM_LOCATION_TYPE_DEVICE:
       *device = Driver::get().device(prop->location.id);
       return *device ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
@@ -38,7 +38,7 @@ CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemA
   static constinit CallCounter calls{__func__};
   return enter(calls, [&] {
     if (!granularity) return CUDA_ERROR_INVALID_VALUE;
-    if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+    if (raw(option) != CU_MEM_ALLOC_GRANULARITY_MINIMUM && raw(option) != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
       return CUDA_ERROR_INVALID_VALUE;
     DeviceState* d;
     if (CUresult rc = check_prop(prop, &d); rc != CUDA_SUCCESS) return rc;
@@ -119,12 +119,13 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
     if (!desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
     bool accessible = false;
     for (size_t i = 0; i < count; ++i) {
-      if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+      if (raw(desc[i].location.type) != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
       if (!Driver::get().device(desc[i].location.id)) return CUDA_ERROR_INVALID_DEVICE;
-      if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
-          desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      const auto flags = raw(desc[i].flags);
+      if (flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+          flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
         return CUDA_ERROR_INVALID_VALUE;
-      accessible = accessible || desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE;
+      accessible = accessible || flags != CU_MEM_ACCESS_FLAGS_PROT_NONE;
     }
     return Driver::get().vmm->set_access(uintptr_t(ptr), size, accessible);
   });

@@ -197,34 +197,44 @@ void Context::execute(Op& op) {
   // EventWork: its time is taken when the operation completes (run_executor).
 }
 
+// While a context holds the engine, the device's clock may lag the host's by up to this much:
+// waking up late from a sleep (a busy host) does not lengthen the kernel, but time the host
+// really spends (filling memory, being descheduled for long) does count.
+constexpr uint64_t kMaxLagNs = 2'000'000;
+
 void Context::run_kernel(const KernelWork& k, uint32_t stream) {
   Driver& drv = Driver::get();
   SharedState& shared = *drv.shared;
+  const uint64_t slice = drv.config.timeslice_ns;
   uint64_t remaining = k.duration_ns;
   bool started = false;
   for (;;) {
-    uint64_t now = now_ns();
     if (!holding_) {
       shared.acquire_engine(device.physical, engine_entry_);
       holding_ = true;
-      now = now_ns();
-      slice_end_ns_ = now + drv.config.timeslice_ns;
-    } else if (now >= slice_end_ns_) {
-      if (shared.yield_engine(device.physical, engine_entry_)) {
-        holding_ = false;  // preempted: continue in the next slice we get
-        continue;
+      clock_ns_ = now_ns();
+      slice_end_ns_ = clock_ns_ + slice;
+    } else {
+      clock_ns_ = std::max(clock_ns_, now_ns() - kMaxLagNs);
+      if (clock_ns_ >= slice_end_ns_) {
+        if (shared.yield_engine(device.physical, engine_entry_)) {
+          holding_ = false;  // preempted: the kernel continues in the next slice this context gets
+          continue;
+        }
+        slice_end_ns_ = clock_ns_ + slice;
       }
-      slice_end_ns_ = now + drv.config.timeslice_ns;
     }
-    const uint64_t start = now;
-    if (!started && k.kind == KernelKind::fill) fill_memory(k.fill_ptr, std::bit_cast<uint32_t>(k.fill_value), 4, k.fill_count);
+    const uint64_t start = clock_ns_;
+    if (!started && k.kind == KernelKind::fill)
+      fill_memory(k.fill_ptr, std::bit_cast<uint32_t>(k.fill_value), 4, k.fill_count);
     started = true;
     // slice_end_ns_ > start here; saturate instead of overflowing on huge durations.
-    sleep_until_ns(remaining >= slice_end_ns_ - start ? slice_end_ns_ : start + remaining);
-    const uint64_t end = now_ns();
+    const uint64_t until = remaining >= slice_end_ns_ - start ? slice_end_ns_ : start + remaining;
+    sleep_until_ns(until);
+    const uint64_t end = std::max(until, now_ns() - kMaxLagNs);
     remaining -= std::min(remaining, end - start);
-    if (drv.trace.enabled())
-      drv.trace.write({drv.pid, device.physical, id, stream, k.launch_id, k.name, start, end});
+    clock_ns_ = end;
+    if (drv.trace.enabled()) drv.trace.write({drv.pid, device.physical, id, stream, k.launch_id, k.name, start, end});
     if (remaining == 0) return;
   }
 }

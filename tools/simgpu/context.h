@@ -162,7 +162,8 @@ class Context {
   // Engine ownership; touched only by the executor thread.
   const int engine_entry_;
   bool holding_ = false;
-  uint64_t slice_end_ns_ = 0;
+  uint64_t clock_ns_ = 0;      ///< the device's clock while holding (see run_kernel)
+  uint64_t slice_end_ns_ = 0;  ///< end of the current slice, on that clock
 };
 
 }  // namespace simgpu

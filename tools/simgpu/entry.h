@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <new>
+#include <type_traits>
 
 #include "cuda_api.h"
 
@@ -44,6 +46,16 @@ struct CallCounter {
  private:
   void publish();
 };
+
+/// The integer a caller passed as an enum (a parameter or a struct field). C callers may pass
+/// values outside the enum's range, and loading one as the enum type is undefined behaviour in
+/// C++: read its bytes instead, and only ever compare the integer.
+template <class E>
+std::underlying_type_t<E> raw(const E& e) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
 
 /// Writes {"symbol": count, ...} for every counted entry point to `path` ("%p" in it becomes the
 /// pid). Returns false if the file cannot be written.

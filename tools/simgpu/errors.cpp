@@ -8,9 +8,9 @@ constexpr ErrorInfo kErrors[] = {
 };
 }  // namespace
 
-const ErrorInfo* find_error(CUresult code) {
+const ErrorInfo* find_error(long long code) {
   for (const ErrorInfo& e : kErrors)
-    if (e.code == code) return &e;
+    if ((long long)e.code == code) return &e;
   return nullptr;
 }
 

@@ -15,8 +15,8 @@ struct ErrorInfo {
   const char* description;  ///< one sentence
 };
 
-/// The entry for `code`, or nullptr when cuda.h defines no such CUresult.
-const ErrorInfo* find_error(CUresult code);
+/// The entry for the CUresult value `code`, or nullptr when cuda.h defines no such value.
+const ErrorInfo* find_error(long long code);
 
 /// Number of entries (every enumerator of CUresult).
 size_t error_count();

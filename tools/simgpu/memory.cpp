@@ -182,7 +182,7 @@ void MemPool::release_all() {
   while (!chunks_.empty()) release_chunk_locked(chunks_.begin());
 }
 
-CUresult MemPool::get_attribute(CUmemPool_attribute attr, void* value) {
+CUresult MemPool::get_attribute(unsigned attr, void* value) {
   std::lock_guard<std::mutex> lk(mu_);
   auto u64 = [&](uint64_t v) {
     *static_cast<cuuint64_t*>(value) = v;
@@ -205,7 +205,7 @@ CUresult MemPool::get_attribute(CUmemPool_attribute attr, void* value) {
   }
 }
 
-CUresult MemPool::set_attribute(CUmemPool_attribute attr, void* value) {
+CUresult MemPool::set_attribute(unsigned attr, void* value) {
   std::lock_guard<std::mutex> lk(mu_);
   const int i = *static_cast<const int*>(value);
   switch (attr) {
@@ -322,7 +322,7 @@ CUresult Vmm::set_access(uintptr_t p, uint64_t size, bool accessible) {
 
 CUresult Vmm::release(PhysicalMemory* h) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (h->released) return CUDA_ERROR_INVALID_HANDLE;
+  if (h->released) return CUDA_ERROR_INVALID_VALUE;  // released twice (still mapped somewhere)
   h->released = true;
   drop_locked(h);
   return CUDA_SUCCESS;

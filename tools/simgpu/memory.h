@@ -123,10 +123,10 @@ class MemPool {
   void trim_to_threshold();
   /// Gives every chunk back, live blocks included (cuMemPoolDestroy).
   void release_all();
-  /// cuMemPoolGetAttribute / SetAttribute: CUDA_ERROR_INVALID_VALUE for an attribute simgpu
+  /// cuMemPoolGetAttribute / SetAttribute (`attr` a CUmemPool_attribute): CUDA_ERROR_INVALID_VALUE for an attribute simgpu
   /// does not keep or a value that cannot be set.
-  CUresult get_attribute(CUmemPool_attribute attr, void* value);
-  CUresult set_attribute(CUmemPool_attribute attr, void* value);
+  CUresult get_attribute(unsigned attr, void* value);
+  CUresult set_attribute(unsigned attr, void* value);
 
   DeviceState& device;
   const bool default_pool;

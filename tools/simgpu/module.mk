@@ -41,3 +41,6 @@ PRODUCTS += $(SIMGPU_LIB)
 # The pure parts (configuration, address ranges, module images, shared state, error table) are
 # unit-tested in the test binaries directly.
 TEST_EXTRA_OBJS += $(addprefix $(OBJ)/tools/simgpu/,config.o range_allocator.o image.o os.o shared_state.o errors.o)
+
+# simgpu's tests include its headers as "tools/simgpu/...".
+$(patsubst %.cpp,$(OBJ)/%.o,$(wildcard tests/unit/simgpu/*.cpp tests/integration/simgpu/*.cpp)): CPPFLAGS += -I.

@@ -134,6 +134,8 @@ class SharedState {
 
   int process_slot() const { return slot_; }
   const std::string& path() const { return path_; }
+  /// The mapped file, for tests that check the books or play a process dying mid-update.
+  shm::Layout* layout() const { return layout_; }
 
  private:
   SharedState() = default;

@@ -1,0 +1,194 @@
+// The state all simgpu processes share: capacity accounting, reclaiming dead processes, the
+// robust mutex, engine turns, and the file's configuration check. Other processes are played by
+// fork children that do as little as possible.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "tests/support/proc.h"
+#include "tools/simgpu/shared_state.h"
+
+using coloc::test::TempDir;
+using coloc::test::wait_until;
+using simgpu::SharedState;
+using namespace std::chrono_literals;
+
+namespace {
+constexpr uint64_t GiB = 1ull << 30;
+
+std::unique_ptr<SharedState> open_state(const std::string& dir, std::vector<simgpu::DeviceSpec> devices) {
+  std::string error;
+  simgpu::OpenFailure why;
+  auto s = SharedState::open(dir, devices, &error, &why);
+  REQUIRE_MESSAGE(s, error);
+  return s;
+}
+
+// Runs `f` in a fork child that then exits at once (_exit, no cleanup): a process that dies.
+// Waits for it to finish and reaps it.
+template <class F>
+void in_dying_child(F f) {
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    f();
+    _exit(0);
+  }
+  int status;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+}
+}  // namespace
+
+TEST_SUITE("simgpu") {
+TEST_CASE("shared state: created with private modes; charges stop at capacity") {
+  TempDir tmp("simgpu-state");
+  const std::string dir = tmp / "s";
+  auto s = open_state(dir, {{"A", 8 * GiB}, {"B", 4 * GiB}});
+  struct stat st;
+  REQUIRE(stat(dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  REQUIRE(stat((dir + "/state").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+
+  CHECK(s->charge(0, 5 * GiB));
+  CHECK_FALSE(s->charge(0, 3 * GiB + 1));
+  CHECK(s->charge(0, 3 * GiB));
+  CHECK_FALSE(s->charge(0, 1));
+  CHECK(s->charge(1, 4 * GiB));  // devices are separate
+  CHECK(s->meminfo(0).used == 8 * GiB);
+  CHECK(s->meminfo(0).capacity == 8 * GiB);
+  s->uncharge(0, 5 * GiB);
+  CHECK(s->meminfo(0).used == 3 * GiB);
+  CHECK(s->charged_by_me(0) == 3 * GiB);
+  s->uncharge(0, 100 * GiB);  // never below what this process charged
+  CHECK(s->meminfo(0).used == 0);
+  CHECK(s->meminfo(1).used == 4 * GiB);
+  s->release_process();
+  CHECK(s->meminfo(1).used == 0);
+  CHECK_FALSE(s->charge(0, 1));  // released: charges nothing more
+}
+
+TEST_CASE("shared state: a dead process's memory is reclaimed, zombie or reaped") {
+  TempDir tmp("simgpu-state");
+  const std::string dir = tmp / "s";
+  auto s = open_state(dir, {{"A", 8 * GiB}});
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::string error;
+    simgpu::OpenFailure why;
+    auto mine = SharedState::open(dir, {{"A", 8 * GiB}}, &error, &why);
+    char ok = mine && mine->charge(0, 6 * GiB) ? 1 : 0;
+    if (write(ready[1], &ok, 1) != 1) _exit(1);
+    pause();  // killed by the parent, never cleans up
+    _exit(0);
+  }
+  char ok = 0;
+  REQUIRE(read(ready[0], &ok, 1) == 1);
+  REQUIRE(ok == 1);
+  CHECK(s->meminfo(0).used == 6 * GiB);
+  CHECK_FALSE(s->charge(0, 3 * GiB));  // the child is alive: no room
+  kill(pid, SIGKILL);
+  // Not reaped yet: a zombie, which counts as dead.
+  CHECK(wait_until([&] { return s->charge(0, 3 * GiB); }, 5s));
+  CHECK(s->meminfo(0).used == 3 * GiB);
+  int status;
+  waitpid(pid, &status, 0);
+  close(ready[0]);
+  close(ready[1]);
+}
+
+TEST_CASE("shared state: a process dying inside the mutex leaves books the next one repairs") {
+  TempDir tmp("simgpu-state");
+  const std::string dir = tmp / "s";
+  auto s = open_state(dir, {{"A", 8 * GiB}});
+  REQUIRE(s->charge(0, 2 * GiB));
+  simgpu::shm::Layout* l = s->layout();
+  in_dying_child([&] {
+    pthread_mutex_lock(&l->mutex);
+    l->devices[0].used += 5 * GiB;  // half an update: no process slot carries these bytes
+  });
+  // The next locker gets EOWNERDEAD, rebuilds the sums from the process slots, and goes on.
+  CHECK(s->meminfo(0).used == 2 * GiB);
+  CHECK(s->charge(0, 6 * GiB));
+  CHECK_FALSE(s->charge(0, 1));
+}
+
+TEST_CASE("shared state: engine turns go round-robin among runnable contexts") {
+  TempDir tmp("simgpu-state");
+  auto s = open_state(tmp / "s", {{"A", 8 * GiB}});
+  int a = s->add_context(0), b = s->add_context(0);
+  REQUIRE(a >= 0);
+  REQUIRE(b >= 0);
+  s->acquire_engine(0, a);
+  CHECK_FALSE(s->yield_engine(0, a));  // nobody else wants it: keep going
+  std::atomic<bool> b_owns{false};
+  std::thread t([&] {
+    s->acquire_engine(0, b);
+    b_owns = true;
+  });
+  // b waits until a hands over at the end of its slice.
+  CHECK(wait_until([&] { return s->layout()->devices[0].contexts[b].runnable == 1; }, 5s));
+  CHECK_FALSE(b_owns.load());
+  CHECK(s->yield_engine(0, a));
+  t.join();
+  CHECK(b_owns.load());
+  CHECK(s->layout()->devices[0].owner == b);
+  // a is still runnable: b's release hands the engine straight to a.
+  s->release_engine(0, b);
+  CHECK(s->layout()->devices[0].owner == a);
+  s->release_engine(0, a);
+  CHECK(s->layout()->devices[0].owner == simgpu::shm::kNone);
+  s->remove_context(0, a);
+  s->remove_context(0, b);
+}
+
+TEST_CASE("shared state: a waiter takes the engine over from an owner that died") {
+  TempDir tmp("simgpu-state");
+  const std::string dir = tmp / "s";
+  auto s = open_state(dir, {{"A", 8 * GiB}});
+  in_dying_child([&] {
+    std::string error;
+    simgpu::OpenFailure why;
+    auto mine = SharedState::open(dir, {{"A", 8 * GiB}}, &error, &why);
+    if (!mine) _exit(1);
+    int e = mine->add_context(0);
+    mine->acquire_engine(0, e);
+    _exit(0);  // dies owning the engine
+  });
+  REQUIRE(s->layout()->devices[0].owner != simgpu::shm::kNone);
+  int mine = s->add_context(0);
+  std::atomic<bool> owns{false};
+  std::thread t([&] {
+    s->acquire_engine(0, mine);
+    owns = true;
+  });
+  CHECK(wait_until([&] { return owns.load(); }, 5s));
+  t.join();
+  CHECK(s->layout()->devices[0].owner == mine);
+}
+
+TEST_CASE("shared state: another device configuration is refused while in use, re-created after") {
+  TempDir tmp("simgpu-state");
+  const std::string dir = tmp / "s";
+  auto first = open_state(dir, {{"A", 8 * GiB}});
+  std::string error;
+  simgpu::OpenFailure why;
+  auto second = SharedState::open(dir, {{"A", 16 * GiB}}, &error, &why);
+  CHECK_FALSE(second);
+  CHECK(why == simgpu::OpenFailure::mismatch);
+  CHECK(error.find("in use") != std::string::npos);
+  CHECK(error.find("A:8589934592B") != std::string::npos);
+  CHECK(error.find("A:17179869184B") != std::string::npos);
+  first.reset();  // nobody holds it now
+  auto third = open_state(dir, {{"A", 16 * GiB}});
+  CHECK(third->meminfo(0).capacity == 16 * GiB);
+}
+}
