@@ -67,7 +67,6 @@ TEST_EXTRA_OBJS += $(DAEMON_CORE_OBJS)
 
 # The daemon's and CLI's tests include daemon headers.
 $(OBJ)/tests/unit/daemon/%.o $(OBJ)/tests/integration/daemon/%.o: CPPFLAGS += -Idaemon -Itools/coloc
-$(OBJ)/tests/unit/cli/%.o $(OBJ)/tests/integration/cli/%.o: CPPFLAGS += -Idaemon -Itools/coloc
 
 # ---- the protocol-speaking fake client for integration tests and the benchmark ---------------
 COLOCD_CLIENT := $(BUILD)/tests/bin/colocd_client

@@ -14,3 +14,5 @@ $(COLOC_CLI): $(COLOC_CLI_OBJS) $(OBJ)/daemon/util/log.o
 
 PRODUCTS += $(COLOC_CLI)
 TEST_EXTRA_OBJS += $(COLOC_CLI_CORE_OBJS)
+# The CLI tests include its headers (and the daemon fixture the daemon tests share).
+$(OBJ)/tests/unit/cli/%.o $(OBJ)/tests/integration/cli/%.o: CPPFLAGS += -Idaemon -Itools/coloc

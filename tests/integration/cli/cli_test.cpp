@@ -1,0 +1,192 @@
+// The coloc CLI against a real colocd: status, jobs, set, report (with an SVG checked by
+// parsing it), run, and its errors (unreachable daemon, unknown job, not allowed).
+#include <doctest/doctest.h>
+
+#include <pwd.h>
+#include <sys/wait.h>
+
+#include "../daemon/colocd_fixture.h"
+
+using namespace coloc::test;
+using nlohmann::json;
+
+namespace {
+
+constexpr uint64_t GiB = 1ull << 30;
+
+ProcResult coloc_cli(const Colocd& d, std::vector<std::string> args) {
+  args.insert(args.begin(), build_path("bin/coloc"));
+  return run(args, d.env(), 20s);
+}
+
+/// Runs the coloc CLI as user `nobody` (fork, setuid, exec), for permission checks.
+ProcResult coloc_as_nobody(const Colocd& d, std::vector<std::string> args) {
+  struct passwd* pw = ::getpwnam("nobody");
+  REQUIRE(pw);
+  TempDir io("coloc-nobody");
+  ::chmod(io.path().c_str(), 0777);
+  std::string out = io / "out", err = io / "err";
+  std::fflush(stdout);  // or the child would repeat what is buffered
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::freopen(out.c_str(), "w", stdout) == nullptr || ::freopen(err.c_str(), "w", stderr) == nullptr) _exit(98);
+    if (::setgid(pw->pw_gid) != 0 || ::setuid(pw->pw_uid) != 0) _exit(99);
+    std::vector<std::string> all = {build_path("bin/coloc")};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> envs = d.env().strings();
+    std::vector<char*> envp;
+    for (auto& e : envs) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    ::execve(argv[0], argv.data(), envp.data());
+    _exit(97);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  ProcResult r;
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
+}  // namespace
+
+TEST_SUITE("cli") {
+
+TEST_CASE("coloc: a clear error and a non-zero exit when the daemon is unreachable") {
+  TempDir tmp("coloc-cli");
+  Env e;
+  e.set("COLOC_SOCKET", tmp / "nobody-home.sock");
+  for (auto cmd : std::vector<std::vector<std::string>>{{"status"}, {"jobs"}, {"report", "x"}, {"set", "x", "--mem", "1G"}}) {
+    cmd.insert(cmd.begin(), build_path("bin/coloc"));
+    ProcResult r = run(cmd, e, 20s);
+    CHECK(r.exit_code == 3);
+    CHECK(r.err.find("cannot reach colocd at " + tmp / "nobody-home.sock") != std::string::npos);
+  }
+  // --socket wins over the environment.
+  ProcResult r = run({build_path("bin/coloc"), "status", "--socket", tmp / "other.sock"}, e, 20s);
+  CHECK(r.err.find("other.sock") != std::string::npos);
+}
+
+TEST_CASE("coloc: status, jobs, set, and report of a running and of an ended job") {
+  Colocd d;
+  auto c = d.client({"--job", "cli-job", "--mem", "4GiB", "attach:1:10GiB:1GiB", "alloc:0:2GiB", "sleep:1500",
+                     "alloc:0:1GiB", "status", "goodbye:0", "exit:0"});
+  REQUIRE(wait_until([&] { return has_event(*c, "alloc"); }));
+
+  ProcResult st = coloc_cli(d, {"status"});
+  REQUIRE_MESSAGE(st.exit_code == 0, describe(st));
+  CHECK(st.out.find("cli-job") != std::string::npos);
+  CHECK(st.out.find("GPU-c0c0c0c0-c0c0-c0c0-c0c0-c0c0c0c0c001") != std::string::npos);
+  CHECK(st.out.find("4.00 GiB") != std::string::npos);
+  ProcResult sj = coloc_cli(d, {"status", "--json"});
+  json sjj = json::parse(sj.out);
+  CHECK(sjj["jobs"][0]["in_use"] == 2 * GiB);
+  ProcResult jobs = coloc_cli(d, {"jobs", "--json"});
+  CHECK(json::parse(jobs.out)["jobs"][0]["job"] == "cli-job");
+  CHECK(coloc_cli(d, {"jobs"}).out.find("running") != std::string::npos);
+
+  // Lower the limit below what it uses: nothing is killed; its next allocation fails.
+  ProcResult set = coloc_cli(d, {"set", "cli-job", "--mem", "1GiB", "--priority", "best-effort"});
+  REQUIRE_MESSAGE(set.exit_code == 0, describe(set));
+  CHECK(set.out.find("limit 1.00 GiB") != std::string::npos);
+  CHECK(set.out.find("best-effort") != std::string::npos);
+
+  ProcResult live = coloc_cli(d, {"report", "cli-job", "--json"});
+  REQUIRE(live.exit_code == 0);
+  CHECK(json::parse(live.out)["complete"] == false);
+
+  ProcResult rc = c->wait(20s);
+  REQUIRE_MESSAGE(rc.exit_code == 0, describe(rc));
+  auto allocs = events_of(*c, "alloc");
+  REQUIRE(allocs.size() == 2);
+  CHECK(allocs[1]["ok"] == false);
+  CHECK(allocs[1]["reason"] == "own-limit");
+  CHECK(event_of(*c, "status")["slots"][0]["limit"] == GiB);  // the control page shows the new limit
+
+  REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/cli-job.json"); }));
+  TempDir tmp("coloc-cli");
+  ProcResult rep = coloc_cli(d, {"report", "cli-job", "--svg", tmp / "plot.svg"});
+  REQUIRE_MESSAGE(rep.exit_code == 0, describe(rep));
+  CHECK(rep.out.find("exit status 0") != std::string::npos);
+  CHECK(rep.out.find("own-limit") != std::string::npos);
+  CHECK(rep.out.find("Plot written to") != std::string::npos);
+  ProcResult lint = run({"xmllint", "--noout", tmp / "plot.svg"}, Env(), 20s);
+  CHECK_MESSAGE(lint.exit_code == 0, describe(lint));
+  std::string svg = read_file(tmp / "plot.svg");
+  CHECK(svg.find("<svg xmlns='http://www.w3.org/2000/svg'") != std::string::npos);
+  CHECK(svg.find("job limit 1.00 GiB") != std::string::npos);
+  CHECK(svg.find("OOM: own-limit") != std::string::npos);
+  json fin = json::parse(coloc_cli(d, {"report", "cli-job", "--json"}).out);
+  CHECK(fin["complete"] == true);
+  CHECK(fin["priority"] == "best-effort");
+}
+
+TEST_CASE("coloc: unknown jobs and bad arguments") {
+  Colocd d;
+  ProcResult r = coloc_cli(d, {"set", "no-such-job", "--mem", "1GiB"});
+  CHECK(r.exit_code == 4);
+  CHECK(r.err.find("no running job 'no-such-job'") != std::string::npos);
+  r = coloc_cli(d, {"report", "no-such-job"});
+  CHECK(r.exit_code == 4);
+  r = coloc_cli(d, {"set", "x", "--mem", "lots"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--mem 'lots'") != std::string::npos);
+  r = coloc_cli(d, {"set", "x"});
+  CHECK(r.exit_code == 2);
+  r = coloc_cli(d, {"set", "x", "--priority", "urgent"});
+  CHECK(r.exit_code == 2);
+  r = coloc_cli(d, {"bogus"});
+  CHECK(r.exit_code == 2);
+  r = coloc_cli(d, {"report", "a b"});
+  CHECK(r.exit_code == 2);
+  for (auto sub : {"run", "status", "jobs", "report", "set"}) {
+    ProcResult h = coloc_cli(d, {sub, "--help"});
+    CHECK(h.exit_code == 0);
+    CHECK(h.out.find("Usage") != std::string::npos);
+  }
+}
+
+TEST_CASE("coloc: another user may not change a job, nor read its report") {
+  if (::geteuid() != 0 || !::getpwnam("nobody")) {
+    MESSAGE("skipped: needs root and a 'nobody' user");
+    return;
+  }
+  Colocd d;
+  auto c = d.client({"--job", "mine", "--mem", "4GiB", "attach:1:10GiB:1GiB", "hold"});
+  REQUIRE(wait_until([&] { return has_event(*c, "holding"); }));
+  ProcResult r = coloc_as_nobody(d, {"set", "mine", "--mem", "1GiB"});
+  CHECK(r.exit_code == 5);
+  CHECK(r.err.find("not allowed") != std::string::npos);
+  r = coloc_as_nobody(d, {"report", "mine"});
+  CHECK(r.exit_code == 5);
+  r = coloc_as_nobody(d, {"status"});  // reading the books is open to everyone
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("mine") != std::string::npos);
+  CHECK(d.job("mine")["limit"] == 4 * GiB);
+}
+
+TEST_CASE("coloc run: sets the environment and execs the command") {
+  Colocd d;
+  if (!file_exists(build_path("lib/libcoloc.so"))) {
+    MESSAGE("skipped: build/lib/libcoloc.so is not built");
+    return;
+  }
+  ProcResult r = coloc_cli(d, {"run", "--mem", "2GiB", "--priority", "high", "--job", "envcheck", "--", "/usr/bin/env"});
+  REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
+  CHECK(r.out.find("COLOC_MEM_LIMIT=2147483648") != std::string::npos);
+  CHECK(r.out.find("COLOC_PRIORITY=high") != std::string::npos);
+  CHECK(r.out.find("COLOC_ON_FULL=wait") != std::string::npos);
+  CHECK(r.out.find("COLOC_JOB=envcheck-") != std::string::npos);
+  CHECK(r.out.find("COLOC_SOCKET=" + d.socket()) != std::string::npos);
+  CHECK(r.out.find("libcoloc.so") != std::string::npos);
+  ProcResult missing = coloc_cli(d, {"run", "--", "/no/such/program"});
+  CHECK(missing.exit_code == 127);
+  CHECK(missing.err.find("cannot run /no/such/program") != std::string::npos);
+}
+
+}  // TEST_SUITE
