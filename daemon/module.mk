@@ -75,3 +75,11 @@ $(COLOCD_CLIENT): $(OBJ)/tests/programs/colocd_client.o
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CXX) $(LDFLAGS) -o $@ $^
 TEST_PROGRAMS += $(COLOCD_CLIENT)
+# ---- fuzz target for the message decoder (libFuzzer, clang) ----------------------------------
+PROTOCOL_FUZZ := $(BUILD)/fuzz/protocol_fuzz
+$(PROTOCOL_FUZZ): tests/fuzz/protocol_fuzz.cpp include/coloc/protocol.h | $(DEPS_STAMP)
+	$(call say,FUZZ-CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CLANGXX) -std=c++20 -g -O1 -Iinclude -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	  $< -o $@
+FUZZERS += $(PROTOCOL_FUZZ)
