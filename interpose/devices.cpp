@@ -156,26 +156,14 @@ Where Devices::of_stream(CUstream stream) {
   return Where{slot_of_context(ctx), ctx};
 }
 
-void Devices::lock_all() {
-  slots_mutex_.lock();
-  table_mutex_.lock();
-  for (Mutex& m : context_mutex_) m.lock();
-}
-
-void Devices::unlock_all() {
-  for (int i = kMaxDevices - 1; i >= 0; --i) context_mutex_[i].unlock();
-  table_mutex_.unlock();
-  slots_mutex_.unlock();
-}
-
 void Devices::reset_in_child() {
-  for (int i = kMaxDevices - 1; i >= 0; --i) {
+  for (int i = 0; i < kMaxDevices; ++i) {
+    context_mutex_[i].reinit_in_child();
     context_books_[i] = ContextBooks{};
-    context_mutex_[i].unlock();
   }
+  table_mutex_.reinit_in_child();
   for (CtxEntry& e : table_) e = CtxEntry{};
   epoch_.fetch_add(1, std::memory_order_relaxed);
-  table_mutex_.unlock();
   slots_mutex_.unlock();
 }
 

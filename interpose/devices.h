@@ -71,12 +71,12 @@ class Devices {
   Mutex& context_mutex(int slot) { return context_mutex_[slot]; }
   ContextBooks& context_books(int slot) { return context_books_[slot]; }
 
-  /// Fork protocol (fork.cpp): the slots lock, then the context table, then each slot's context
-  /// lock in slot order.
-  void lock_all();
-  void unlock_all();
-  /// In the child: releases the locks, forgets every context (the child owns none) and keeps the
-  /// slots (device identities and limits stay valid).
+  /// Fork protocol (fork.cpp): the slots lock is held across fork, so the child sees every slot
+  /// whole (device identities and limits stay valid in the child).
+  void lock_slots() { slots_mutex_.lock(); }
+  void unlock_slots() { slots_mutex_.unlock(); }
+  /// In the child (slots lock held): forgets every context (the child owns none), makes the other
+  /// locks new, and releases the slots lock.
   void reset_in_child();
 
  private:

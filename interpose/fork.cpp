@@ -4,20 +4,22 @@
 // never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
 // limits exactly as it was.
 //
-// Lock order (every lock of libcoloc.so; acquired in this order before fork, released in reverse):
-//   1. the broker's own locks           (Broker::before_fork)
-//   2. Devices: slots, context table, each slot's context lock in slot order
-//   3. Ledger: pools, then the 64 record shards in index order
-// No code path takes a lock of a lower number while holding one of a higher number (the hooks
-// never hold two at once except Ledger::lock_all and Devices::lock_all themselves). The logger
-// holds no lock (one write(2) per line from a stack buffer), the call counters are lock-free, and
-// the driver loader takes none.
+// Locks held across fork, taken in this order before it and released in reverse after it:
+//   1. the broker's own locks                  (Broker::before_fork)
+//   2. Devices' slots lock                     (so the child sees every device slot whole)
+// And one wait: a runtime start-up in progress on another thread finishes first. No path takes
+// lock 1 while holding lock 2. Every other lock (the ledger's pool and shard locks, the context
+// table and the per-device context locks) guards state the child throws away: they are not held
+// across fork, and the child makes them new (Mutex::reinit_in_child) instead. The logger holds no
+// lock (one write(2) per line from a stack buffer), the call counters are lock-free, and the driver
+// loader takes none.
 //
-// In the child (DataLoader workers, fork+exec helpers): every lock is released, the ledger, the
-// contexts and the call counters are emptied — the child owns no device memory and no context, and
-// a CUDA driver refuses a forked child anyway — and the report may be written again (for the
-// child's own calls, if it makes any). Device slots and limits stay: they describe the same job.
-// All of it is O(locks + slots): a child that never touches CUDA costs nothing more.
+// In the child (DataLoader workers, fork+exec helpers): the broker goes first (a daemon broker
+// swaps its shared pages for private ones before anything is reset), then the ledger, the contexts
+// and the call counters are emptied — the child owns no device memory and no context, and a CUDA
+// driver refuses a forked child anyway — and the report may be written again (for the child's own
+// calls, if it makes any). Device slots and limits stay: they describe the same job. All of it is
+// O(locks + slots): a child that never touches CUDA costs nothing more.
 #include <pthread.h>
 
 #include "broker.h"
@@ -33,13 +35,12 @@ namespace {
 
 void prepare() {
   broker().before_fork();
-  devices().lock_all();
-  ledger().lock_all();
+  runtime::wait_until_started();
+  devices().lock_slots();
 }
 
 void parent() {
-  ledger().unlock_all();
-  devices().unlock_all();
+  devices().unlock_slots();
   broker().after_fork_parent();
 }
 

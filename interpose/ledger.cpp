@@ -368,26 +368,15 @@ uint64_t Ledger::unattributed_untracked_frees() const {
 
 // ---- fork -------------------------------------------------------------------------------------
 
-void Ledger::lock_all() {
-  pool_mutex_.lock();
-  for (Shard& s : shards_) s.mutex.lock();
-}
-
-void Ledger::unlock_all() {
-  for (int i = kShards - 1; i >= 0; --i) shards_[i].mutex.unlock();
-  pool_mutex_.unlock();
-}
-
 void Ledger::reset_in_child() {
-  for (int i = kShards - 1; i >= 0; --i) {
-    Shard& s = shards_[i];
+  for (Shard& s : shards_) {
+    s.mutex.reinit_in_child();
     s.table = nullptr;  // the parent's table stays in the child's copy-on-write image, untouched
     s.capacity = 0;
     s.count = 0;
-    s.mutex.unlock();
   }
+  pool_mutex_.reinit_in_child();
   for (Pool& p : pools_) p = Pool{};
-  pool_mutex_.unlock();
   for (int slot = 0; slot < kMaxDevices; ++slot) {
     Books& b = books_[slot];
     for (int k = 0; k < kKinds; ++k) {

@@ -171,15 +171,12 @@ class Ledger {
   /// Number of live records in the map (walks the shards under their locks).
   size_t live_records() const;
 
-  // ---- fork (see fork.cpp for the lock order) -------------------------------------------------
+  // ---- fork (see fork.cpp) --------------------------------------------------------------------
 
-  /// Takes every lock of the ledger (pools, then shards in index order).
-  void lock_all();
-  /// Releases them (parent after fork).
-  void unlock_all();
-  /// In the child after fork: releases the locks and forgets everything (the child owns no device
-  /// memory). O(shards + pools); never touches the parent's record tables (they stay shared
-  /// copy-on-write, unreferenced).
+  /// In the child after fork: forgets everything (the child owns no device memory) and makes every
+  /// lock new, whatever the parent's other threads were doing: no ledger lock is held across fork.
+  /// O(shards + pools); never touches the parent's record tables (they stay in the child's
+  /// copy-on-write image, unreferenced).
   void reset_in_child();
 
  private:

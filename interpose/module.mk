@@ -90,3 +90,19 @@ TEST_PROGRAMS += $(INTERPOSE_PROGRAMS) $(INTERPOSE_TEST_LIBS)
 
 # The interposer's tests include its headers as "interpose/..." and support as "tests/support/...".
 $(patsubst %.cpp,$(OBJ)/%.o,$(wildcard tests/unit/interpose/*.cpp tests/integration/interpose/*.cpp)): CPPFLAGS += -I.
+
+# ---- benchmark: `make bench` -> build/bench/interpose.json (see tests/bench/interpose_bench.cpp) ----
+INTERPOSE_BENCH := $(BUILD)/bench/interpose_bench
+$(OBJ)/tests/bench/interpose_bench.o: CPPFLAGS += -I.
+
+$(INTERPOSE_BENCH): $(OBJ)/tests/bench/interpose_bench.o $(KERNELS_OBJ)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(INTERPOSE_CUDA_STUB)
+
+.PHONY: bench-interpose
+bench-interpose: $(INTERPOSE_BENCH) $(INTERPOSE_LIB) $(SIMGPU_LIB)
+	$(call say,BENCH,interpose)
+	$(Q)LD_LIBRARY_PATH=$(abspath $(BUILD)/sim) $(INTERPOSE_BENCH) run --sim $(BUILD)/sim --lib $(INTERPOSE_LIB) --out $(BUILD)/bench/interpose.json
+
+BENCHES += bench-interpose

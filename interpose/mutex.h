@@ -19,6 +19,9 @@ class Mutex {
   Mutex& operator=(const Mutex&) = delete;
   void lock() { pthread_mutex_lock(&m_); }
   void unlock() { pthread_mutex_unlock(&m_); }
+  /// In a child after fork only: makes the mutex new and unlocked, whatever state the parent's
+  /// threads left it in (they do not exist in the child). The data it guarded must be reset too.
+  void reinit_in_child() { pthread_mutex_init(&m_, nullptr); }
 
  private:
   pthread_mutex_t m_ = PTHREAD_MUTEX_INITIALIZER;

@@ -53,6 +53,10 @@ namespace runtime {
 
 bool ready() { return g_state.load(std::memory_order_acquire) == kReady; }
 
+void wait_until_started() {
+  while (!tl_initialising && g_state.load(std::memory_order_acquire) == kRunning) sched_yield();
+}
+
 void ensure(const char* why) {
   if (ready() || tl_initialising) return;
   int expected = kNotStarted;

@@ -22,6 +22,8 @@ namespace runtime {
 void ensure(const char* why);
 /// True once ensure() has completed (one acquire load).
 bool ready();
+/// Returns once no start-up is in progress on another thread (fork's prepare handler).
+void wait_until_started();
 }  // namespace runtime
 
 /// This process's ledger.
