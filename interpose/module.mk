@@ -86,7 +86,14 @@ $(INTERPOSE_TEST_BIN)/interpose_early: $(OBJ)/tests/programs/interpose_early.o $
 	$(Q)$(CXX) $(LDFLAGS) -o $@ $< -L$(INTERPOSE_TEST_LIB) -linterpose_early -Wl,-rpath,'$$ORIGIN/../lib' \
 	  $(INTERPOSE_CUDA_STUB)
 
-TEST_PROGRAMS += $(INTERPOSE_PROGRAMS) $(INTERPOSE_TEST_LIBS)
+# A fake driver whose cuGetProcAddress answers with an internal entry point.
+INTERPOSE_FAKE_CUDA := $(BUILD)/tests/fakecuda/libcuda.so.1
+$(INTERPOSE_FAKE_CUDA): $(OBJ)/tests/programs/interpose_fakecuda.o
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $@ $<
+
+TEST_PROGRAMS += $(INTERPOSE_PROGRAMS) $(INTERPOSE_TEST_LIBS) $(INTERPOSE_FAKE_CUDA)
 
 # The interposer's tests include its headers as "interpose/..." and support as "tests/support/...".
 $(patsubst %.cpp,$(OBJ)/%.o,$(wildcard tests/unit/interpose/*.cpp tests/integration/interpose/*.cpp)): CPPFLAGS += -I.
@@ -100,9 +107,17 @@ $(INTERPOSE_BENCH): $(OBJ)/tests/bench/interpose_bench.o $(KERNELS_OBJ)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(INTERPOSE_CUDA_STUB)
 
+# A driver whose every entry point returns at once: timed against it, the hooks' own cost shows.
+INTERPOSE_NULL_DRIVER := $(BUILD)/bench/nulldriver/libcuda.so.1
+$(INTERPOSE_NULL_DRIVER): $(OBJ)/tests/bench/interpose_nulldriver.o
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $@ $<
+
 .PHONY: bench-interpose
-bench-interpose: $(INTERPOSE_BENCH) $(INTERPOSE_LIB) $(SIMGPU_LIB)
+bench-interpose: $(INTERPOSE_BENCH) $(INTERPOSE_LIB) $(SIMGPU_LIB) $(INTERPOSE_NULL_DRIVER)
 	$(call say,BENCH,interpose)
-	$(Q)LD_LIBRARY_PATH=$(abspath $(BUILD)/sim) $(INTERPOSE_BENCH) run --sim $(BUILD)/sim --lib $(INTERPOSE_LIB) --out $(BUILD)/bench/interpose.json
+	$(Q)LD_LIBRARY_PATH=$(abspath $(BUILD)/sim) $(INTERPOSE_BENCH) run --sim $(BUILD)/sim \
+	  --null-driver $(dir $(INTERPOSE_NULL_DRIVER)) --lib $(INTERPOSE_LIB) --out $(BUILD)/bench/interpose.json
 
 BENCHES += bench-interpose

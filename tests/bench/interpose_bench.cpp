@@ -1,9 +1,11 @@
 // interpose_bench — what libcoloc.so adds to a launch and to an allocation/free pair, measured in
 // one run side by side: the same measurement process runs alternately without and with the
 // preload, on simgpu in its fast mode (SIMGPU_FAST=1: a launch is validated and returns at once),
-// so the hook's own cost is visible. `make bench` runs
+// and on a null driver whose every call returns at once (tests/bench/interpose_nulldriver.cpp),
+// which isolates the hooks' own cost from a simulated driver's cost and noise. `make bench` runs
 //
-//   interpose_bench run --sim build/sim --lib build/lib/libcoloc.so --out build/bench/interpose.json
+//   interpose_bench run --sim build/sim --null-driver build/bench/nulldriver
+//                       --lib build/lib/libcoloc.so --out build/bench/interpose.json
 //
 // and prints the summary. The measurement child (`interpose_bench measure LAUNCHES PAIRS`) times
 // LAUNCHES cuLaunchKernel calls of coloc_spin(0) on the NULL stream, and PAIRS cuMemAlloc_v2 +
@@ -94,7 +96,7 @@ int measure(uint64_t launches, uint64_t pairs) {
 // ---- the driver --------------------------------------------------------------------------------
 
 struct Options {
-  std::string sim, lib, out;
+  std::string sim, null_driver, lib, out;
   uint64_t launches = 2000000, pairs = 200000;
   int rounds = 7;
 };
@@ -144,28 +146,24 @@ std::string cpu_model() {
   return "unknown";
 }
 
-int run(const Options& o, const char* self) {
+// Alternates measurements without and with the preload under `env` (driver on LD_LIBRARY_PATH);
+// returns the summary of both quantities and appends every round to `rounds`.
+json compare(const Options& o, const char* self, const std::map<std::string, std::string>& env, uint64_t launches,
+             uint64_t pairs, const std::string& driver, json& rounds) {
   namespace fs = std::filesystem;
-  fs::path state = fs::temp_directory_path() / ("interpose-bench-" + std::to_string(getpid()));
-  std::map<std::string, std::string> base = {{"LD_LIBRARY_PATH", fs::absolute(o.sim).string()},
-                                             {"SIMGPU_STATE_DIR", state.string()},
-                                             {"SIMGPU_FAST", "1"},
-                                             {"SIMGPU_DEVICES", "80GiB"}};
-  std::map<std::string, std::string> with = base;
+  std::map<std::string, std::string> with = env;
   with["LD_PRELOAD"] = fs::absolute(o.lib).string();
-  std::vector<std::string> argv = {fs::absolute(self).string(), "measure", std::to_string(o.launches),
-                                   std::to_string(o.pairs)};
+  std::vector<std::string> argv = {fs::absolute(self).string(), "measure", std::to_string(launches),
+                                   std::to_string(pairs)};
   std::vector<double> launch[2], pair[2];
-  json rounds = json::array();
   for (int r = 0; r < o.rounds; ++r)
     for (int preload = 0; preload < 2; ++preload) {  // alternate, so drift hits both alike
-      json m = json::parse(spawn(argv, preload ? with : base));
+      json m = json::parse(spawn(argv, preload ? with : env));
       launch[preload].push_back(m["launch_ns"]);
       pair[preload].push_back(m["pair_ns"]);
-      rounds.push_back({{"round", r}, {"preload", bool(preload)}, {"launch_ns", m["launch_ns"]}, {"pair_ns", m["pair_ns"]}});
+      rounds.push_back({{"driver", driver}, {"round", r}, {"preload", bool(preload)}, {"launch_ns", m["launch_ns"]},
+                        {"pair_ns", m["pair_ns"]}});
     }
-  fs::remove_all(state);
-
   auto summary = [](const std::vector<double>* v, double target) {
     double without = median(v[0]), with_ = median(v[1]);
     return json{{"without_ns", without},
@@ -175,22 +173,45 @@ int run(const Options& o, const char* self) {
                 {"target_added_ns", target},
                 {"within_target", with_ - without <= target}};
   };
+  return json{{"launch", summary(launch, 20)}, {"alloc_free_pair", summary(pair, 150)}};
+}
+
+void print(const char* driver, const json& s) {
+  std::printf("interpose (%s): launch %.1f -> %.1f ns (%+.1f ns, x%.3f; target +20 ns); alloc+free %.1f -> %.1f ns "
+              "(%+.1f ns, x%.3f; target +150 ns)\n",
+              driver, double(s["launch"]["without_ns"]), double(s["launch"]["with_ns"]),
+              double(s["launch"]["added_ns"]), double(s["launch"]["ratio"]), double(s["alloc_free_pair"]["without_ns"]),
+              double(s["alloc_free_pair"]["with_ns"]), double(s["alloc_free_pair"]["added_ns"]),
+              double(s["alloc_free_pair"]["ratio"]));
+}
+
+int run(const Options& o, const char* self) {
+  namespace fs = std::filesystem;
+  fs::path state = fs::temp_directory_path() / ("interpose-bench-" + std::to_string(getpid()));
+  json rounds = json::array();
   json out;
   out["benchmark"] = "interpose";
-  out["what"] = "ns per cuLaunchKernel (SIMGPU_FAST=1) and per cuMemAlloc_v2+cuMemFree_v2 pair (4 KiB), "
-                "median over rounds of the best of 5 repetitions, without and with LD_PRELOAD=libcoloc.so";
-  out["launch"] = summary(launch, 20);
-  out["alloc_free_pair"] = summary(pair, 150);
-  out["config"] = {{"launches_per_repetition", o.launches}, {"pairs_per_repetition", o.pairs}, {"rounds", o.rounds}};
+  out["what"] = "ns per cuLaunchKernel and per cuMemAlloc_v2+cuMemFree_v2 pair (4 KiB), median over rounds of "
+                "the best of 5 repetitions, without and with LD_PRELOAD=libcoloc.so, on simgpu (SIMGPU_FAST=1: "
+                "a launch returns at once) and on a null driver (every call returns at once: the hooks' own cost)";
+  out["simgpu"] = compare(o, self,
+                          {{"LD_LIBRARY_PATH", fs::absolute(o.sim).string()},
+                           {"SIMGPU_STATE_DIR", state.string()},
+                           {"SIMGPU_FAST", "1"},
+                           {"SIMGPU_DEVICES", "80GiB"}},
+                          o.launches, o.pairs, "simgpu", rounds);
+  fs::remove_all(state);
+  if (!o.null_driver.empty())
+    out["null_driver"] = compare(o, self, {{"LD_LIBRARY_PATH", fs::absolute(o.null_driver).string()}},
+                                 o.launches * 5, o.pairs * 10, "null", rounds);
+  out["config"] = {{"launches_per_repetition", o.launches}, {"pairs_per_repetition", o.pairs}, {"rounds", o.rounds},
+                   {"null_driver_scale", "5x launches, 10x pairs"}};
   out["machine"] = {{"cpu", cpu_model()}, {"cores", sysconf(_SC_NPROCESSORS_ONLN)}};
   out["rounds"] = rounds;
   std::ofstream(o.out) << out.dump(2) << "\n";
-  std::printf("interpose: launch %.1f -> %.1f ns (+%.1f ns, x%.3f; target +20 ns); alloc+free %.1f -> %.1f ns "
-              "(+%.1f ns, x%.3f; target +150 ns) -> %s\n",
-              double(out["launch"]["without_ns"]), double(out["launch"]["with_ns"]), double(out["launch"]["added_ns"]),
-              double(out["launch"]["ratio"]), double(out["alloc_free_pair"]["without_ns"]),
-              double(out["alloc_free_pair"]["with_ns"]), double(out["alloc_free_pair"]["added_ns"]),
-              double(out["alloc_free_pair"]["ratio"]), o.out.c_str());
+  print("simgpu", out["simgpu"]);
+  if (out.contains("null_driver")) print("null driver", out["null_driver"]);
+  std::printf("interpose: written to %s\n", o.out.c_str());
   return 0;
 }
 
@@ -204,6 +225,7 @@ int main(int argc, char** argv) {
     for (int i = 2; i + 1 < argc; i += 2) {
       std::string k = argv[i], v = argv[i + 1];
       if (k == "--sim") o.sim = v;
+      else if (k == "--null-driver") o.null_driver = v;
       else if (k == "--lib") o.lib = v;
       else if (k == "--out") o.out = v;
       else if (k == "--launches") o.launches = std::stoull(v);
@@ -214,6 +236,7 @@ int main(int argc, char** argv) {
     if (o.sim.empty() || o.lib.empty() || o.out.empty()) die("run needs --sim, --lib and --out");
     return run(o, argv[0]);
   }
-  die("usage: interpose_bench run --sim DIR --lib LIBCOLOC --out FILE [--launches N --pairs N --rounds N] | "
+  die("usage: interpose_bench run --sim DIR [--null-driver DIR] --lib LIBCOLOC --out FILE [--launches N --pairs N "
+      "--rounds N] | "
       "measure LAUNCHES PAIRS");
 }

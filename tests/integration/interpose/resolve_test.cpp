@@ -138,3 +138,33 @@ TEST_CASE("without libcuda every hook answers what the toolkit's stub driver ans
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("interpose") {
+
+TEST_CASE("an internal entry point from cuGetProcAddress is mapped to our hook by name, and logged once") {
+  // build/tests/fakecuda/libcuda.so.1 answers cuMemAlloc with a function it does not export.
+  for (bool preload : {false, true}) {
+    CAPTURE(preload);
+    Env env;
+    env.set("LD_LIBRARY_PATH", build_path("tests/fakecuda")).set("COLOC_LOG_LEVEL", "info");
+    if (preload) env.preload_coloc();
+    ProcResult r = run({cudart(), "resolve", "12000", "0"}, env);
+    REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
+    json out = lines(r)[0];
+    CHECK(out["cuMemAlloc"]["rc"] == 0);
+    CHECK(out["cuModuleLoadData"]["rc"] == int(CUDA_ERROR_NOT_FOUND));
+    if (preload) {
+      CHECK(out["cuMemAlloc"]["library"] == "libcoloc.so");
+      CHECK(out["cuMemAlloc"]["export"] == "cuMemAlloc_v2");  // the ABI cudaTypedefs.h names for 12000
+      CHECK(out["cuInit"]["library"] == "libcoloc.so");       // an export: mapped by identity
+      size_t at = r.err.find("gave an entry point that is not the driver's export");
+      CHECK(at != std::string::npos);
+      CHECK(r.err.find("gave an entry point", at + 1) == std::string::npos);  // once
+    } else {
+      CHECK(out["cuMemAlloc"]["library"] == "libcuda.so.1");
+      CHECK(out["cuMemAlloc"].value("export", "") != "cuMemAlloc_v2");
+    }
+  }
+}
+
+}  // TEST_SUITE

@@ -1,0 +1,62 @@
+// A null CUDA driver for interpose_bench (built as build/bench/nulldriver/libcuda.so.1): every entry
+// point the benchmark uses succeeds at once, so timing a program against it with and without
+// libcoloc.so preloaded isolates what the hooks themselves cost, free of a simulated driver's own
+// cost and noise. Never used for anything but timing.
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <atomic>
+#include <cstring>
+
+#define NULL_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+int g_ctx_storage, g_mod_storage, g_fn_storage;
+CUcontext g_ctx = reinterpret_cast<CUcontext>(&g_ctx_storage);
+std::atomic<unsigned long long> g_next{0x100000};
+}  // namespace
+
+NULL_EXPORT CUresult cuInit(unsigned int) { return CUDA_SUCCESS; }
+NULL_EXPORT CUresult cuDeviceGet(CUdevice* d, int ordinal) {
+  *d = ordinal;
+  return ordinal == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+NULL_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* u, CUdevice) {
+  std::memset(u->bytes, 0x42, sizeof u->bytes);
+  return CUDA_SUCCESS;
+}
+NULL_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice) {
+  *bytes = 80ull << 30;
+  return CUDA_SUCCESS;
+}
+NULL_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice) {
+  *c = g_ctx;
+  return CUDA_SUCCESS;
+}
+NULL_EXPORT CUresult cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
+NULL_EXPORT CUresult cuCtxGetCurrent(CUcontext* c) {
+  *c = g_ctx;
+  return CUDA_SUCCESS;
+}
+NULL_EXPORT CUresult cuCtxGetDevice(CUdevice* d) {
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+NULL_EXPORT CUresult cuCtxSynchronize() { return CUDA_SUCCESS; }
+NULL_EXPORT CUresult cuModuleLoadData(CUmodule* m, const void*) {
+  *m = reinterpret_cast<CUmodule>(&g_mod_storage);
+  return CUDA_SUCCESS;
+}
+NULL_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule, const char*) {
+  *f = reinterpret_cast<CUfunction>(&g_fn_storage);
+  return CUDA_SUCCESS;
+}
+NULL_EXPORT CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    CUstream, void**, void**) {
+  return CUDA_SUCCESS;
+}
+NULL_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t) {
+  *p = g_next.fetch_add(4096, std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
+NULL_EXPORT CUresult cuMemFree_v2(CUdeviceptr) { return CUDA_SUCCESS; }
