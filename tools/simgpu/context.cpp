@@ -21,14 +21,14 @@ Context::~Context() {
   }
   work_cv_.notify_all();
   if (executor_.joinable()) executor_.join();
-  if (holding_) Driver::get().shared->release_engine(device.physical, engine_entry_);
+  if (holding_) Driver::get().shared->release_engine(device.physical, engine_entry_, clock_ns_);
   Driver::get().shared->remove_context(device.physical, engine_entry_);
 }
 
 uint64_t Context::enqueue_locked(Stream& s, Work w) {
   if (!executor_.joinable()) executor_ = std::thread([this] { run_executor(); });
   const uint64_t seq = next_seq_++;
-  queue_.push_back(Op{std::move(w), seq, s.id});
+  queue_.push_back(Op{std::move(w), seq, s.id, now_ns()});
   s.last_seq = seq;
   return seq;
 }
@@ -144,13 +144,18 @@ bool Context::capturing(Stream& s) {
   return s.capture.load(std::memory_order_relaxed) != nullptr;
 }
 
+// The device's clock may lag the host's by up to this much: waking up late from a sleep (a busy
+// host) does not lengthen a kernel or open a gap in the device's timeline, but time the host
+// really spends (filling memory, being descheduled for long) does count.
+constexpr uint64_t kMaxLagNs = 2'000'000;
+
 void Context::run_executor() {
   SharedState& shared = *Driver::get().shared;
   std::unique_lock<std::mutex> lk(mu);
   for (;;) {
     if (queue_.empty() && holding_) {
       // Nothing queued: give the engine up at once.
-      shared.release_engine(device.physical, engine_entry_);
+      shared.release_engine(device.physical, engine_entry_, clock_ns_);
       holding_ = false;
     }
     work_cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
@@ -160,7 +165,7 @@ void Context::run_executor() {
     lk.unlock();
     execute(op);
     lk.lock();
-    if (auto* ev = std::get_if<EventWork>(&op.work); ev && ev->event->seq == op.seq) ev->event->time_ns = now_ns();
+    if (auto* ev = std::get_if<EventWork>(&op.work); ev && ev->event->seq == op.seq) ev->event->time_ns = clock_ns_;
     completed_ = op.seq;
     done_cv_.notify_all();
   }
@@ -172,13 +177,18 @@ void Context::execute(Op& op) {
     std::lock_guard<std::mutex> lk(mu);
     if (sticky_ == CUDA_SUCCESS) sticky_ = CUDA_ERROR_ILLEGAL_ADDRESS;
   };
+  // On this context's timeline an operation starts after the one before it and after it was
+  // submitted.
+  clock_ns_ = std::max({clock_ns_, op.submitted_ns, now_ns() - kMaxLagNs});
   if (auto* k = std::get_if<KernelWork>(&op.work)) {
     if (k->kind == KernelKind::fill && !drv.device_range_live(k->fill_ptr, k->fill_count * sizeof(float))) {
       fault();  // the buffer was freed after the launch: an illegal address on a GPU
       return;
     }
     run_kernel(*k, op.stream);
-  } else if (auto* c = std::get_if<CopyWork>(&op.work)) {
+    return;
+  }
+  if (auto* c = std::get_if<CopyWork>(&op.work)) {
     if ((c->dst_device && !drv.device_range_live(c->dst, c->bytes)) ||
         (c->src_device && !drv.device_range_live(c->src, c->bytes))) {
       fault();
@@ -194,13 +204,9 @@ void Context::execute(Op& op) {
   } else if (auto* f = std::get_if<FreeWork>(&op.work)) {
     drv.free_device_memory(f->ptr);
   }
-  // EventWork: its time is taken when the operation completes (run_executor).
+  // Copies and memsets take the host time they took; an event record takes none.
+  clock_ns_ = std::max(clock_ns_, now_ns() - kMaxLagNs);
 }
-
-// While a context holds the engine, the device's clock may lag the host's by up to this much:
-// waking up late from a sleep (a busy host) does not lengthen the kernel, but time the host
-// really spends (filling memory, being descheduled for long) does count.
-constexpr uint64_t kMaxLagNs = 2'000'000;
 
 void Context::run_kernel(const KernelWork& k, uint32_t stream) {
   Driver& drv = Driver::get();
@@ -210,14 +216,15 @@ void Context::run_kernel(const KernelWork& k, uint32_t stream) {
   bool started = false;
   for (;;) {
     if (!holding_) {
-      shared.acquire_engine(device.physical, engine_entry_);
+      const uint64_t left = shared.acquire_engine(device.physical, engine_entry_);
       holding_ = true;
-      clock_ns_ = now_ns();
+      // Carry on where the last owner stopped, if that is after this kernel could start.
+      clock_ns_ = std::max({clock_ns_, left, now_ns() - kMaxLagNs});
       slice_end_ns_ = clock_ns_ + slice;
     } else {
       clock_ns_ = std::max(clock_ns_, now_ns() - kMaxLagNs);
       if (clock_ns_ >= slice_end_ns_) {
-        if (shared.yield_engine(device.physical, engine_entry_)) {
+        if (shared.yield_engine(device.physical, engine_entry_, clock_ns_)) {
           holding_ = false;  // preempted: the kernel continues in the next slice this context gets
           continue;
         }

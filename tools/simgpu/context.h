@@ -144,6 +144,7 @@ class Context {
     Work work;
     uint64_t seq;
     uint32_t stream;
+    uint64_t submitted_ns;  ///< when the host submitted it (CLOCK_MONOTONIC)
   };
   uint64_t enqueue_locked(Stream& s, Work w);
   void run_executor();
@@ -159,11 +160,12 @@ class Context {
   bool stopping_ = false;
   std::thread executor_;
 
-  // Engine ownership; touched only by the executor thread.
+  // Touched only by the executor thread (and by the destructor after it stopped), except
+  // clock_ns_, which run_executor reads under mu for event times.
   const int engine_entry_;
-  bool holding_ = false;
-  uint64_t clock_ns_ = 0;      ///< the device's clock while holding (see run_kernel)
-  uint64_t slice_end_ns_ = 0;  ///< end of the current slice, on that clock
+  bool holding_ = false;       ///< owns the device's engine
+  uint64_t clock_ns_ = 0;      ///< this context's device timeline: end of its last operation
+  uint64_t slice_end_ns_ = 0;  ///< end of the current slice, on that timeline
 };
 
 }  // namespace simgpu

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -350,20 +351,20 @@ void SharedState::remove_context(int device, int entry) {
   }
 }
 
-void SharedState::acquire_engine(int device, int entry) {
+uint64_t SharedState::acquire_engine(int device, int entry) {
   Lock l(*this);
   shm::Device& d = layout_->devices[device];
-  if (slot_ < 0 || d.contexts[entry].process != slot_) return;  // released at exit: run unowned
+  if (slot_ < 0 || d.contexts[entry].process != slot_) return 0;  // released at exit: run unowned
   d.contexts[entry].runnable = 1;
   uint64_t last_check = now_ns();
   for (;;) {
     if (d.owner == kNone) d.owner = entry;
-    if (d.owner == entry) return;
+    if (d.owner == entry) return d.clock_ns;
     uint32_t seen = d.wake.load(std::memory_order_acquire);
     l.unlock();
     futex_wait(&d.wake, seen, kOwnerCheckNs);
     l.lock();
-    if (slot_ < 0 || d.contexts[entry].process != slot_) return;
+    if (slot_ < 0 || d.contexts[entry].process != slot_) return 0;
     uint64_t now = now_ns();
     if (now - last_check >= kOwnerCheckNs && d.owner != kNone) {
       last_check = now;
@@ -378,7 +379,7 @@ void SharedState::acquire_engine(int device, int entry) {
   }
 }
 
-bool SharedState::yield_engine(int device, int entry) {
+bool SharedState::yield_engine(int device, int entry, uint64_t clock_ns) {
   Lock l(*this);
   shm::Device& d = layout_->devices[device];
   if (slot_ < 0 || d.contexts[entry].process != slot_) return false;
@@ -386,16 +387,18 @@ bool SharedState::yield_engine(int device, int entry) {
   int next = next_runnable_locked(d, entry);
   if (next == kNone || next == entry) return false;
   d.owner = next;
+  d.clock_ns = std::max(d.clock_ns, clock_ns);
   wake(d);
   return true;
 }
 
-void SharedState::release_engine(int device, int entry) {
+void SharedState::release_engine(int device, int entry, uint64_t clock_ns) {
   Lock l(*this);
   shm::Device& d = layout_->devices[device];
   if (slot_ < 0 || d.contexts[entry].process != slot_) return;
   d.contexts[entry].runnable = 0;
   if (d.owner == entry) {
+    d.clock_ns = std::max(d.clock_ns, clock_ns);
     d.owner = next_runnable_locked(d, entry);
     wake(d);
   }

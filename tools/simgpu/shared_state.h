@@ -17,6 +17,8 @@
 // and blocks (futex on the device's `wake` word, bounded waits that check the owner is alive)
 // until it owns the engine. After a slice it calls yield_engine(), which passes ownership to the
 // next runnable entry in cyclic order, if any. With nothing queued it calls release_engine().
+// Giving the engine up records the device clock (see Context::run_kernel) so that the next owner
+// carries on from it: the wake-up latency of a hand-over is not idle device time.
 //
 // The file carries a magic and layout version; a file made for another SIMGPU_DEVICES
 // configuration is re-created when no live process holds it (every user keeps a shared flock on
@@ -40,7 +42,7 @@ namespace shm {
 
 inline constexpr uint64_t kMagic = 0x31305550474d4953ull;  // "SIMGPU01"
 /// Bump whenever the layout below changes.
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr int kMaxProcesses = 1024;
 inline constexpr int kMaxContexts = 256;  ///< context entries per device, over all processes
 inline constexpr int32_t kNone = -1;
@@ -56,6 +58,7 @@ struct Device {
   char name[kMaxDeviceName + 1];
   int32_t owner;                ///< context entry owning the engine, or kNone
   std::atomic<uint32_t> wake;   ///< futex word, bumped on every ownership change
+  uint64_t clock_ns;            ///< the device's clock when its last owner gave it up (CLOCK_MONOTONIC)
   ContextEntry contexts[kMaxContexts];
 };
 
@@ -119,14 +122,15 @@ class SharedState {
   int add_context(int device);
   /// Frees the entry (giving up the engine if it owned it).
   void remove_context(int device, int entry);
-  /// Marks the entry runnable and blocks until it owns the engine.
-  void acquire_engine(int device, int entry);
+  /// Marks the entry runnable and blocks until it owns the engine. Returns the device clock its
+  /// previous owner left (ns, CLOCK_MONOTONIC; 0 if none).
+  uint64_t acquire_engine(int device, int entry);
   /// Called by the owner at the end of a slice: if another entry is runnable, hands the engine to
-  /// the next one in cyclic order and returns true (the caller stays runnable and must acquire
-  /// again); returns false when nobody else wants it.
-  bool yield_engine(int device, int entry);
+  /// the next one in cyclic order, leaving the device clock at `clock_ns`, and returns true (the
+  /// caller stays runnable and must acquire again); returns false when nobody else wants it.
+  bool yield_engine(int device, int entry, uint64_t clock_ns);
   /// The entry has nothing queued: not runnable, and the engine goes to the next runnable entry.
-  void release_engine(int device, int entry);
+  void release_engine(int device, int entry, uint64_t clock_ns);
 
   /// Gives everything of this process back (bytes, context entries, engines) and frees its slot.
   /// Later calls do nothing. Called at exit.

@@ -1,6 +1,9 @@
 // Modules, launches, streams, events and graphs: kernels take their time, streams run in order,
 // synchronize calls wait for real completion, coloc_fill really fills.
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "sim.h"
@@ -260,5 +263,33 @@ TEST_CASE("launch: a buffer freed while a fill is queued is an illegal address, 
   CHECK(a.cuCtxSynchronize() == CUDA_ERROR_ILLEGAL_ADDRESS);
   CHECK(a.cuCtxSynchronize() == CUDA_ERROR_ILLEGAL_ADDRESS);  // sticky, as on a GPU
   REQUIRE(a.cuCtxDestroy_v2(c) == CUDA_SUCCESS);
+}
+}
+
+TEST_SUITE("simgpu") {
+TEST_CASE("launch: two contexts on one device take turns on its engine") {
+  Sim& s = sim();
+  s.use_primary();
+  Api& a = s.api;
+  auto t0 = std::chrono::steady_clock::now();
+  std::atomic<int> failures{0};
+  auto worker = [&] {
+    CUcontext c;
+    if (a.cuCtxCreate_v2(&c, 0, 1) != CUDA_SUCCESS) {
+      ++failures;
+      return;
+    }
+    CUfunction f = s.kernel("coloc_spin");
+    for (int i = 0; i < 10; ++i)
+      if (spin(a, f, 3 * kMs) != CUDA_SUCCESS) ++failures;
+    if (a.cuCtxSynchronize() != CUDA_SUCCESS) ++failures;
+    if (a.cuCtxDestroy_v2(c) != CUDA_SUCCESS) ++failures;
+  };
+  std::thread t1(worker), t2(worker);
+  t1.join();
+  t2.join();
+  CHECK(failures.load() == 0);
+  // The engine is exclusive: 2 × 10 × 3 ms cannot finish in less than 60 ms.
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(60));
 }
 }

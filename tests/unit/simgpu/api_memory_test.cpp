@@ -1,5 +1,8 @@
 // What each kind of allocation costs the simulated device, to the byte, as cuMemGetInfo shows it.
+#include <atomic>
 #include <cstring>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "sim.h"
@@ -235,5 +238,44 @@ TEST_CASE("memory: destroying a context frees what it allocated") {
   CHECK(s.free_bytes() == before);
   CHECK(a.cuMemFree_v2(p) == CUDA_ERROR_INVALID_VALUE);
   CHECK(a.cuArrayDestroy(arr) == CUDA_ERROR_INVALID_HANDLE);
+}
+}
+
+TEST_SUITE("simgpu") {
+TEST_CASE("memory: many threads allocating and freeing keep the books exact") {
+  Sim& s = sim();
+  s.use_primary();
+  Api& a = s.api;
+  const uint64_t before = s.free_bytes();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      if (a.cuCtxSetCurrent(s.primary) != CUDA_SUCCESS) ++failures;
+      std::mt19937 rng{static_cast<unsigned>(t)};
+      std::vector<CUdeviceptr> live;
+      for (int i = 0; i < 1500; ++i) {
+        if (!live.empty() && rng() % 2) {
+          size_t k = rng() % live.size();
+          if (a.cuMemFree_v2(live[k]) != CUDA_SUCCESS) ++failures;
+          live.erase(live.begin() + long(k));
+          continue;
+        }
+        CUdeviceptr p;
+        size_t bytes = 1 + rng() % (4 << 20);
+        if (a.cuMemAlloc_v2(&p, bytes) != CUDA_SUCCESS) {
+          ++failures;
+          continue;
+        }
+        if (a.cuMemsetD8_v2(p, uint8_t(t), std::min<size_t>(bytes, 4096)) != CUDA_SUCCESS) ++failures;
+        live.push_back(p);
+      }
+      for (CUdeviceptr p : live)
+        if (a.cuMemFree_v2(p) != CUDA_SUCCESS) ++failures;
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(failures.load() == 0);
+  CHECK(s.free_bytes() == before);
 }
 }

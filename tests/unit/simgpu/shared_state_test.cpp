@@ -29,6 +29,18 @@ std::unique_ptr<SharedState> open_state(const std::string& dir, std::vector<simg
   return s;
 }
 
+// Reads the shared books under their mutex, as simgpu itself does.
+template <class F>
+auto locked(SharedState& s, F f) {
+  pthread_mutex_lock(&s.layout()->mutex);
+  auto v = f(*s.layout());
+  pthread_mutex_unlock(&s.layout()->mutex);
+  return v;
+}
+int owner(SharedState& s) {
+  return locked(s, [](simgpu::shm::Layout& l) { return l.devices[0].owner; });
+}
+
 // Runs `f` in a fork child that then exits at once (_exit, no cleanup): a process that dies.
 // Waits for it to finish and reaps it.
 template <class F>
@@ -128,24 +140,27 @@ TEST_CASE("shared state: engine turns go round-robin among runnable contexts") {
   REQUIRE(a >= 0);
   REQUIRE(b >= 0);
   s->acquire_engine(0, a);
-  CHECK_FALSE(s->yield_engine(0, a));  // nobody else wants it: keep going
+  CHECK_FALSE(s->yield_engine(0, a, 100));  // nobody else wants it: keep going
   std::atomic<bool> b_owns{false};
+  std::atomic<uint64_t> b_clock{0};
   std::thread t([&] {
-    s->acquire_engine(0, b);
+    b_clock = s->acquire_engine(0, b);
     b_owns = true;
   });
   // b waits until a hands over at the end of its slice.
-  CHECK(wait_until([&] { return s->layout()->devices[0].contexts[b].runnable == 1; }, 5s));
+  CHECK(wait_until([&] { return locked(*s, [&](simgpu::shm::Layout& l) { return l.devices[0].contexts[b].runnable == 1; }); }, 5s));
   CHECK_FALSE(b_owns.load());
-  CHECK(s->yield_engine(0, a));
+  CHECK(s->yield_engine(0, a, 200));
   t.join();
   CHECK(b_owns.load());
-  CHECK(s->layout()->devices[0].owner == b);
+  CHECK(owner(*s) == b);
+  CHECK(b_clock.load() == 200);  // b carries on from the device clock a left
   // a is still runnable: b's release hands the engine straight to a.
-  s->release_engine(0, b);
-  CHECK(s->layout()->devices[0].owner == a);
-  s->release_engine(0, a);
-  CHECK(s->layout()->devices[0].owner == simgpu::shm::kNone);
+  s->release_engine(0, b, 300);
+  CHECK(owner(*s) == a);
+  CHECK(s->acquire_engine(0, a) == 300);
+  s->release_engine(0, a, 400);
+  CHECK(owner(*s) == simgpu::shm::kNone);
   s->remove_context(0, a);
   s->remove_context(0, b);
 }
@@ -163,7 +178,7 @@ TEST_CASE("shared state: a waiter takes the engine over from an owner that died"
     mine->acquire_engine(0, e);
     _exit(0);  // dies owning the engine
   });
-  REQUIRE(s->layout()->devices[0].owner != simgpu::shm::kNone);
+  REQUIRE(owner(*s) != simgpu::shm::kNone);
   int mine = s->add_context(0);
   std::atomic<bool> owns{false};
   std::thread t([&] {
@@ -172,7 +187,7 @@ TEST_CASE("shared state: a waiter takes the engine over from an owner that died"
   });
   CHECK(wait_until([&] { return owns.load(); }, 5s));
   t.join();
-  CHECK(s->layout()->devices[0].owner == mine);
+  CHECK(owner(*s) == mine);
 }
 
 TEST_CASE("shared state: another device configuration is refused while in use, re-created after") {
