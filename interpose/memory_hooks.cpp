@@ -163,7 +163,7 @@ std::optional<TexelSize> texel_size(CUarray_format f, unsigned channels) {
 }
 
 // Bytes of one w x h x d level in format f; the driver's own padding is not visible through the
-// API, so this is the size of the data (documented as an estimate in docs/ARCHITECTURE.md).
+// API, so this is the size of the data (documented as an estimate in interpose/README.md).
 // Unknown formats: 16 bytes per channel per texel, more than any known format needs.
 uint64_t level_bytes(CUarray_format f, unsigned channels, uint64_t w, uint64_t h, uint64_t d) {
   w = w ? w : 1;

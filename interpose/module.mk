@@ -1,4 +1,4 @@
-# libcoloc.so, the CUDA driver interposer (see interpose/hooks.def and docs/ARCHITECTURE.md), its
+# libcoloc.so, the CUDA driver interposer (see interpose/README.md and interpose/hooks.def), its
 # test programs and its benchmark.
 
 INTERPOSE_SRCS := $(wildcard interpose/*.cpp)
