@@ -95,7 +95,7 @@ CUresult launch(const Launch& l, bool per_thread) {
   Function* fn = g_functions.get(l.f);
   if (!fn || fn->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;
   Stream* s;
-  if (CUresult rc = resolve_stream(l.stream, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = resolve_stream(l.stream, per_thread, ctx, &s); rc != CUDA_SUCCESS) return rc;
   if (s->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult rc = check_dims(l); rc != CUDA_SUCCESS) return rc;
   KernelWork k;

@@ -220,39 +220,56 @@ const char* Driver::intern(std::string_view name) {
 // ---- context stack ------------------------------------------------------------------------
 
 namespace {
-thread_local CUcontext tls_stack[kMaxContextStack];
-thread_local int tls_depth = 0;
+// One thread-local object, so that a lookup costs one TLS access.
+struct ContextStack {
+  CUcontext items[kMaxContextStack];
+  int depth;
+};
+thread_local ContextStack tls_stack;
 }  // namespace
 
-CUcontext current_handle() { return tls_depth > 0 ? tls_stack[tls_depth - 1] : nullptr; }
+CUcontext current_handle() {
+  const ContextStack& s = tls_stack;
+  return s.depth > 0 ? s.items[s.depth - 1] : nullptr;
+}
 
-Context* current_context() { return tls_depth > 0 ? g_contexts.get(tls_stack[tls_depth - 1]) : nullptr; }
+Context* current_context() { return g_contexts.get(current_handle()); }
 
 CUresult push_context(CUcontext ctx) {
-  if (tls_depth == kMaxContextStack) return CUDA_ERROR_INVALID_VALUE;
-  tls_stack[tls_depth++] = ctx;
+  ContextStack& s = tls_stack;
+  if (s.depth == kMaxContextStack) return CUDA_ERROR_INVALID_VALUE;
+  s.items[s.depth++] = ctx;
   return CUDA_SUCCESS;
 }
 
-CUcontext pop_context() { return tls_depth > 0 ? tls_stack[--tls_depth] : nullptr; }
+CUcontext pop_context() {
+  ContextStack& s = tls_stack;
+  return s.depth > 0 ? s.items[--s.depth] : nullptr;
+}
 
 void set_current_context(CUcontext ctx) {
+  ContextStack& s = tls_stack;
   if (!ctx) {
-    pop_context();
-  } else if (tls_depth == 0) {
-    tls_stack[tls_depth++] = ctx;
+    if (s.depth > 0) --s.depth;
+  } else if (s.depth == 0) {
+    s.items[s.depth++] = ctx;
   } else {
-    tls_stack[tls_depth - 1] = ctx;
+    s.items[s.depth - 1] = ctx;
   }
 }
 
 void forget_context(CUcontext ctx) {
-  if (tls_depth > 0 && tls_stack[tls_depth - 1] == ctx) --tls_depth;
+  ContextStack& s = tls_stack;
+  if (s.depth > 0 && s.items[s.depth - 1] == ctx) --s.depth;
 }
 
 CUresult resolve_stream(CUstream h, bool per_thread, Stream** out) {
+  const bool special = h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD;
+  return resolve_stream(h, per_thread, special ? current_context() : nullptr, out);
+}
+
+CUresult resolve_stream(CUstream h, bool per_thread, Context* ctx, Stream** out) {
   if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
-    Context* ctx = current_context();
     if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
     const bool pt = h == CU_STREAM_PER_THREAD || (h == nullptr && per_thread);
     *out = pt ? &ctx->per_thread_stream : &ctx->null_stream;

@@ -152,5 +152,7 @@ inline constexpr int kMaxContextStack = 64;
 /// them explicitly; both need a current context (else CUDA_ERROR_INVALID_CONTEXT). Any other
 /// value must be a live stream (else CUDA_ERROR_INVALID_HANDLE).
 CUresult resolve_stream(CUstream h, bool per_thread, Stream** out);
+/// The same, with the caller's current context already looked up (null if none).
+CUresult resolve_stream(CUstream h, bool per_thread, Context* current, Stream** out);
 
 }  // namespace simgpu
