@@ -83,3 +83,15 @@ $(PROTOCOL_FUZZ): tests/fuzz/protocol_fuzz.cpp include/coloc/protocol.h | $(DEPS
 	$(Q)$(CLANGXX) -std=c++20 -g -O1 -Iinclude -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	  $< -o $@
 FUZZERS += $(PROTOCOL_FUZZ)
+
+# ---- benchmark: 1,000 simulated clients on 8 devices (make bench) ----------------------------
+DAEMON_BENCH := $(BUILD)/bench/daemon_bench
+$(DAEMON_BENCH): $(OBJ)/tests/bench/daemon_bench.o
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ -lpthread
+
+.PHONY: bench-daemon
+bench-daemon: $(DAEMON_BENCH) $(COLOCD) $(COLOCD_CLIENT)
+	$(Q)$(DAEMON_BENCH) --colocd $(COLOCD) --client $(COLOCD_CLIENT) --out $(BUILD)/bench/daemon.json
+BENCHES += bench-daemon

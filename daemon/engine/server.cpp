@@ -355,7 +355,7 @@ void Server::drop(Connection& c, const std::string& reason, std::optional<report
   else lg->debug("closing connection of {}: {}", c.describe(), reason);
   if (c.role != Connection::Role::kJob || !c.client) return;
   const broker::ClientId id = *c.client;
-  sample(c.job, now());  // its last state, before its counters fold away
+  sample_job(c.job, now());  // its last state, before its counters fold away
   auto rec = recorders_.find(c.job);
   fold_stats(c);
   if (rec != recorders_.end()) {
@@ -468,7 +468,7 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
       break;
   }
   // Grants change at requests: sample the job there too, so short jobs have a timeline.
-  sample(c.job, t);
+  sample_job(c.job, t);
 }
 
 void Server::on_register(Connection& c, const proto::Message& m) {
@@ -657,6 +657,8 @@ void Server::settle() {
 void Server::rearm_deadline() {
   broker::Nanos t = broker_.next_deadline();
   for (auto& [serial, deadline] : closing_) t = std::min(t, deadline);
+  if (t == armed_deadline_) return;  // most messages change no deadline: spare the system call
+  armed_deadline_ = t;
   itimerspec its{};
   if (t != broker::kNever) {
     t = std::max<broker::Nanos>(t, 1);
@@ -672,6 +674,7 @@ void Server::on_deadline() {
   uint64_t n;
   while (::read(deadline_timer_.get(), &n, sizeof n) == ssize_t(sizeof n)) {
   }
+  armed_deadline_ = broker::kNever;  // fired: disarmed
   const broker::Nanos t = now();
   broker_.tick(t);
   std::vector<broker::JobSerial> due;
@@ -698,40 +701,37 @@ void Server::on_process_exit(const watch::Exit& e) {
   settle();
 }
 
-void Server::sample(std::optional<broker::JobSerial> only, Nanos t) {
-  // Sum each job's processes per device.
-  std::map<std::pair<broker::JobSerial, uint32_t>, report::DeviceSample> samples;
-  auto add_client = [&](const broker::Client& client) {
-    const broker::Job& job = broker_.jobs().at(client.job);
-    for (uint32_t s = 0; s < pages::kSlots; ++s) {
-      const broker::ClientSlot& slot = client.slots[s];
-      if (!slot.attached) continue;
-      const broker::Device& d = broker_.devices()[slot.device];
-      const pages::StatsSlot& st = client.stats->slots[s];
-      report::DeviceSample& ds = samples[{client.job, slot.device}];
-      ds.capacity = d.capacity;
-      ds.limit = job.limit;
-      ds.reservation = job.devices.at(slot.device).reserved;
-      ds.in_use += broker_.client_in_use(client, s);
-      ds.peak_hint = std::max(ds.peak_hint, std::min(st.peak.load(std::memory_order_relaxed), d.capacity));
-      ds.live.allocs += st.allocs.load(std::memory_order_relaxed);
-      ds.live.frees += st.frees.load(std::memory_order_relaxed);
-      ds.live.failures += st.failures.load(std::memory_order_relaxed);
-      ds.live.launches += st.launches.load(std::memory_order_relaxed);
-      ds.live.wait_memory_ns += st.wait_memory_ns.load(std::memory_order_relaxed);
-      ds.live.wait_admission_ns += st.wait_admission_ns.load(std::memory_order_relaxed);
+void Server::sample_job(const broker::Job& job, Nanos t) {
+  auto rec = recorders_.find(job.serial);
+  if (rec == recorders_.end()) return;
+  for (const auto& [dev, jd] : job.devices) {
+    const broker::Device& d = broker_.devices()[dev];
+    report::DeviceSample ds;
+    ds.capacity = d.capacity;
+    ds.limit = job.limit;
+    ds.reservation = jd.reserved;
+    for (broker::ClientId id : job.clients) {
+      const broker::Client* client = broker_.find_client(id);
+      for (uint32_t s = 0; s < pages::kSlots; ++s) {
+        if (!client->slots[s].attached || client->slots[s].device != dev) continue;
+        const pages::StatsSlot& st = client->stats->slots[s];
+        ds.in_use += broker_.client_in_use(*client, s);
+        ds.peak_hint = std::max(ds.peak_hint, std::min(st.peak.load(std::memory_order_relaxed), d.capacity));
+        ds.live.allocs += st.allocs.load(std::memory_order_relaxed);
+        ds.live.frees += st.frees.load(std::memory_order_relaxed);
+        ds.live.failures += st.failures.load(std::memory_order_relaxed);
+        ds.live.launches += st.launches.load(std::memory_order_relaxed);
+        ds.live.wait_memory_ns += st.wait_memory_ns.load(std::memory_order_relaxed);
+        ds.live.wait_admission_ns += st.wait_admission_ns.load(std::memory_order_relaxed);
+      }
     }
-  };
-  if (only) {
-    auto it = broker_.jobs().find(*only);
-    if (it == broker_.jobs().end()) return;
-    for (broker::ClientId id : it->second.clients) add_client(*broker_.find_client(id));
-  } else {
-    for (auto& [id, client] : broker_.clients()) add_client(client);
+    rec->second.sample(d.uuid, t, ds);
   }
-  for (auto& [key, ds] : samples)
-    if (auto rec = recorders_.find(key.first); rec != recorders_.end())
-      rec->second.sample(broker_.devices()[key.second].uuid, t, ds);
+}
+
+void Server::sample_job(broker::JobSerial serial, Nanos t) {
+  auto it = broker_.jobs().find(serial);
+  if (it != broker_.jobs().end()) sample_job(it->second, t);
 }
 
 void Server::on_sample() {
@@ -739,7 +739,7 @@ void Server::on_sample() {
   while (::read(sample_timer_.get(), &n, sizeof n) == ssize_t(sizeof n)) {
   }
   const broker::Nanos t = now();
-  sample(std::nullopt, t);
+  for (const auto& [serial, job] : broker_.jobs()) sample_job(job, t);
   if (auto r = resume_.save_if_dirty(); !r) log::get("engine")->warn("{}", r.error().message());
   if (broker_.holding() && resume_.expected() == 0) {
     log::get("engine")->info("restart: every running process has re-registered");

@@ -56,8 +56,10 @@ class Server {
   void on_admin(Connection& c, const proto::Message& m);
   void on_process_exit(const watch::Exit& e);
   void on_sample();
-  /// Feeds the recorders a sample of every job (or only `only`) from the stats pages.
-  void sample(std::optional<broker::JobSerial> only, Nanos t);
+  /// Feeds the job's recorder a sample of each of its devices, summed over its processes'
+  /// stats pages.
+  void sample_job(const broker::Job& job, Nanos t);
+  void sample_job(broker::JobSerial serial, Nanos t);
   void on_deadline();
 
   /// Sends an Error and closes the connection (after this event is handled).
@@ -95,6 +97,7 @@ class Server {
   std::unique_ptr<Admin> admin_;
   uint64_t next_conn_id_ = 1;
   bool stop_ = false;
+  Nanos armed_deadline_ = broker::kNever;  ///< what the deadline timer is set to
   std::vector<unsigned char> rx_;
 };
 
