@@ -31,7 +31,7 @@ $(BUILD)/tests/$(1)-tests: $(call test_objs,$(wildcard tests/unit/$(1)/*.cpp tes
 
 .PHONY: test-$(1)
 test-$(1): $(PRODUCTS) $(TEST_PROGRAMS) $(BUILD)/tests/$(1)-tests
-	$(Q)$(TEST_ENV) $(BUILD)/tests/$(1)-tests $$(TEST_ARGS)
+	$(Q)$$(TEST_ENV) $(BUILD)/tests/$(1)-tests $$(TEST_ARGS)
 endef
 $(foreach a,$(TEST_AREAS),$(eval $(call test_area,$(a))))
 
