@@ -424,6 +424,47 @@ const std::vector<Step>& steps() {
            return cuLaunchKernel_ptsz(f, 1, 1, 1, 1, 1, 1, 0, nullptr, p, nullptr);
          });
        }},
+      {"launch-ex", 1,
+       [](const Args& a, State& s, json& o) {
+         return launch_n(s, std::stoull(a[0]), o, [](CUfunction f, void** p) {
+           CUlaunchConfig cfg{};
+           cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+           cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 1;
+           return cuLaunchKernelEx(&cfg, f, p, nullptr);
+         });
+       }},
+      {"launch-coop", 1,
+       [](const Args& a, State& s, json& o) {
+         return launch_n(s, std::stoull(a[0]), o, [](CUfunction f, void** p) {
+           return cuLaunchCooperativeKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, p);
+         });
+       }},
+      {"graph-launch", 1,
+       [](const Args& a, State& s, json& o) {
+         // Capture one spin launch on a new stream into a graph, then launch the graph N times.
+         CUfunction f;
+         if (CUresult r = spin_function(s, &f); r != CUDA_SUCCESS) return r;
+         CUstream st;
+         if (CUresult r = cuStreamCreate(&st, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) return r;
+         unsigned long long ns = 0;
+         void* params[] = {&ns};
+         CUgraph g;
+         CUgraphExec ge;
+         if (CUresult r = cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_GLOBAL); r != CUDA_SUCCESS) return r;
+         if (CUresult r = cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, st, params, nullptr); r != CUDA_SUCCESS) return r;
+         if (CUresult r = cuStreamEndCapture(st, &g); r != CUDA_SUCCESS) return r;
+         if (CUresult r = cuGraphInstantiateWithFlags(&ge, g, 0); r != CUDA_SUCCESS) return r;
+         uint64_t n = std::stoull(a[0]), done = 0;
+         CUresult r = CUDA_SUCCESS;
+         for (; done < n; ++done)
+           if ((r = cuGraphLaunch(ge, st)) != CUDA_SUCCESS) break;
+         o["launched"] = done;
+         if (r == CUDA_SUCCESS) r = cuStreamSynchronize(st);
+         cuGraphExecDestroy(ge);
+         cuGraphDestroy(g);
+         cuStreamDestroy_v2(st);
+         return r;
+       }},
       {"null-alloc", 0, [](const Args&, State&, json&) { return cuMemAlloc_v2(nullptr, 1 << 20); }},
       {"null-meminfo", 0,
        [](const Args&, State&, json& o) {

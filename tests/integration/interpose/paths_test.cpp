@@ -257,3 +257,28 @@ TEST_CASE("the 32-bit legacy entry points behave as the driver says, and are cou
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("interpose") {
+
+TEST_CASE("every launch entry point goes through the gate and is counted once") {
+  Job job;
+  job.env.set("SIMGPU_CALLS", job.dir / "calls.json");
+  auto ls = lines(job.run({client(), "init", "ctx", "0", "launch", "7", "launch-ptsz", "5", "launch-ex", "4",
+                           "launch-coop", "3", "graph-launch", "2"}));
+  for (const json& l : ls) CHECK(l["rc_name"] == "CUDA_SUCCESS");
+  json calls = job.ledger()["calls"];
+  // The graph step captures one cuLaunchKernel on its stream before launching the graph.
+  CHECK(calls["cuLaunchKernel"] == 7 + 1);
+  CHECK(calls["cuLaunchKernel_ptsz"] == 5);
+  CHECK(calls["cuLaunchKernelEx"] == 4);
+  CHECK(calls["cuLaunchCooperativeKernel"] == 3);
+  CHECK(calls["cuGraphLaunch"] == 2);
+  if (!real_driver()) {
+    json sim = simgpu_calls(job.dir / "calls.json");
+    for (const char* n : {"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
+                          "cuGraphLaunch"})
+      CHECK(sim[n] == calls[n]);  // every counted launch reached the driver, exactly once
+  }
+}
+
+}  // TEST_SUITE
