@@ -66,13 +66,31 @@ int attribute_value(unsigned attr, const DeviceState& dev) {
 }
 
 // simgpu's own handle, for dlsym(): what a real driver does when it resolves entry points.
-void* self_handle() {
-  static void* handle = [] {
+struct Self {
+  void* handle = nullptr;
+  void* base = nullptr;  // where simgpu is loaded
+};
+const Self& self() {
+  static const Self s = [] {
+    Self me;
     Dl_info info{};
-    if (!dladdr(reinterpret_cast<void*>(&simgpu_not_supported), &info) || !info.dli_fname) return (void*)nullptr;
-    return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (dladdr(reinterpret_cast<void*>(&simgpu_not_supported), &info) && info.dli_fname) {
+      me.handle = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+      me.base = info.dli_fbase;
+    }
+    return me;
   }();
-  return handle;
+  return s;
+}
+
+// The entry point simgpu exports as `name`, or null. dlsym() on a library's handle also searches
+// its dependencies (libc exports cuserid), so the symbol must be simgpu's own.
+void* own_symbol(const char* name) {
+  const Self& me = self();
+  void* f = me.handle ? dlsym(me.handle, name) : nullptr;
+  Dl_info info{};
+  if (!f || !dladdr(f, &info) || info.dli_fbase != me.base) return nullptr;
+  return f == reinterpret_cast<void*>(&simgpu_not_supported) ? nullptr : f;
 }
 
 CUresult get_proc_address(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
@@ -101,9 +119,8 @@ CUresult get_proc_address(const char* symbol, void** pfn, int cuda_version, cuui
       name = symbol;
       break;
   }
-  void* handle = self_handle();
-  void* f = handle ? dlsym(handle, name) : nullptr;
-  if (!f || f == reinterpret_cast<void*>(&simgpu_not_supported)) return CUDA_ERROR_NOT_FOUND;
+  void* f = own_symbol(name);
+  if (!f) return CUDA_ERROR_NOT_FOUND;  // not exported, or exported but not implemented
   *pfn = f;
   if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
   return CUDA_SUCCESS;

@@ -87,6 +87,9 @@ TEST_CASE("resolver: versions, _ptsz and _ptds as the driver picks them") {
   // Exported by the driver but not implemented by simgpu: not found, never a stub pointer.
   CHECK(a.cuGetProcAddress_v2("cuDeviceGetPCIBusId", &fn, 12000, 0, &status) == CUDA_ERROR_NOT_FOUND);
   CHECK(status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  CHECK(a.cuGetProcAddress_v2("cuserid", &fn, 12000, 0, &status) == CUDA_ERROR_NOT_FOUND);  // libc's, not the driver's
+  CHECK(a.cuGetProcAddress_v2("malloc", &fn, 12000, 0, &status) == CUDA_ERROR_NOT_FOUND);
+  CHECK(a.cuGetProcAddress_v2("", &fn, 12000, 0, &status) == CUDA_ERROR_NOT_FOUND);
   CHECK(a.cuGetProcAddress_v2("cuInit", &fn, 12000, 4, &status) == CUDA_ERROR_INVALID_VALUE);  // unknown flag bit
   CHECK(a.cuGetProcAddress_v2("cuInit", &fn, CUDA_VERSION + 10, 0, &status) == CUDA_ERROR_INVALID_VALUE);
   CHECK(a.cuGetProcAddress_v2("cuInit", &fn, 12000, 0, nullptr) == CUDA_SUCCESS);  // the status is optional
