@@ -7,7 +7,7 @@
 //   must equal the datagram's length. Integers are host byte order (the socket never leaves the
 //   machine). The daemon takes the peer's pid and uid from SO_PEERCRED, never from a message.
 //
-// Conversation (client side; see docs/ARCHITECTURE.md "Daemon protocol" for the full contract)
+// Conversation (client side; docs/daemon.md has the full contract)
 //   Register      -> RegisterReply (+ SCM_RIGHTS: control page fd, stats page fd; see pages.h)
 //   Attach        -> AttachReply   (admission; the reply may be deferred while the job waits)
 //   Grow          -> GrowReply     (may be deferred while the request is parked)

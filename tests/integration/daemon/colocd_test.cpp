@@ -7,6 +7,7 @@
 #include <pwd.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 
@@ -152,6 +153,12 @@ TEST_CASE("colocd: SIGKILL of the daemon with 3 running jobs, then a restart: th
   auto before = books();
   REQUIRE(before.size() == 3);
   json dev_before = d.status()["devices"][0];
+  // The daemon notes who is registered (at its next sample tick), so that after a restart it can
+  // hold new requests until these processes are back.
+  REQUIRE(wait_until([&] {
+    std::string clients = read_file(d.state() + "/clients");
+    return std::count(clients.begin(), clients.end(), '\n') == 3;
+  }));
   d.kill9();
   d.start();
   for (auto& j : jobs) REQUIRE(wait_until([&] { return has_event(*j, "reregistered"); }));
@@ -168,6 +175,21 @@ TEST_CASE("colocd: SIGKILL of the daemon with 3 running jobs, then a restart: th
   REQUIRE(wait_until([&] { return d.status()["jobs"].empty(); }));
   for (int i = 0; i < 3; ++i) CHECK(report_file(d, "j" + std::to_string(i))["exit_status"] == 0);
   CHECK(d.log().find("registered again") != std::string::npos);
+}
+
+TEST_CASE("colocd: a large admin answer comes in chunks and is reassembled") {
+  Colocd d;
+  std::vector<std::unique_ptr<Proc>> clients;
+  for (int i = 0; i < 40; ++i)
+    clients.push_back(d.client({"--job", "a-rather-long-job-name-to-fill-the-answer-" + std::to_string(i),
+                                "attach:" + std::to_string(1 + i % 4) + ":80GiB:1GiB", "hold"}));
+  for (auto& c : clients) REQUIRE(wait_until([&] { return has_event(*c, "holding"); }));
+  coloc::cli::Answer a = d.ask(coloc::proto::AdminOp::kStatus);
+  REQUIRE(a.kind == coloc::cli::Answer::Kind::kOk);
+  CHECK(a.text.size() > 2 * coloc::proto::kAdminChunk);  // three chunks or more
+  json st = json::parse(a.text);
+  CHECK(st["jobs"].size() == 40);
+  CHECK(st["devices"].size() == 4);
 }
 
 TEST_CASE("colocd: the previous protocol version is accepted") {
