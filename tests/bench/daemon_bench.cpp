@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -160,6 +161,14 @@ uint64_t status_kib(pid_t pid, const char* key) {
   return 0;
 }
 
+/// CPU time a process has run so far, ns (/proc/PID/schedstat, first field).
+uint64_t cpu_ns(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/schedstat");
+  uint64_t ns = 0;
+  in >> ns;
+  return ns;
+}
+
 std::string read_line(int fd) {
   std::string s;
   char ch;
@@ -168,6 +177,34 @@ std::string read_line(int fd) {
     s += ch;
   }
   return s;
+}
+
+/// The floor under any round trip: two processes ping-ponging a 48-byte datagram over an
+/// AF_UNIX SOCK_SEQPACKET socketpair (what a Grow and its reply cost without the daemon), in µs.
+std::vector<double> baseline_round_trips(int n) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) die("socketpair");
+  pid_t echo = ::fork();
+  if (echo == 0) {
+    ::close(sv[0]);
+    char b[64];
+    for (;;) {
+      ssize_t k = ::recv(sv[1], b, sizeof b, 0);
+      if (k <= 0 || ::send(sv[1], b, size_t(k), MSG_NOSIGNAL) != k) _exit(0);
+    }
+  }
+  ::close(sv[1]);
+  std::vector<double> out;
+  char b[48] = {};
+  for (int i = 0; i < n; ++i) {
+    uint64_t t0 = wire::now_ns();
+    if (::send(sv[0], b, sizeof b, 0) != ssize_t(sizeof b) || ::recv(sv[0], b, sizeof b, 0) != ssize_t(sizeof b)) die("echo");
+    out.push_back(double(wire::now_ns() - t0) / 1e3);
+  }
+  ::close(sv[0]);
+  int st;
+  ::waitpid(echo, &st, 0);
+  return out;
 }
 
 /// SIGKILL a job that holds most of a device while `waiter` waits for that memory; returns ms.
@@ -245,6 +282,9 @@ int main(int argc, char** argv) {
   double register_s = double(wire::now_ns() - t_reg0) / 1e9;
   uint64_t rss_registered = status_kib(daemon, "VmRSS:");
 
+  // 0. The floor: the same round trip without the daemon.
+  std::vector<double> base_us = baseline_round_trips(n_clients * rounds);
+
   // 1. Round trips, one at a time.
   std::vector<double> rtt_us;
   const int ops = n_clients * rounds;
@@ -262,6 +302,7 @@ int main(int argc, char** argv) {
 
   // 2. Throughput: everyone at once.
   uint64_t messages = 0;
+  uint64_t cpu0 = cpu_ns(daemon);
   uint64_t t_tp0 = wire::now_ns();
   for (int r = 0; r < rounds; ++r) {
     for (Conn& c : clients) send_grow(c, c.grant + 64 * MiB);
@@ -273,6 +314,7 @@ int main(int argc, char** argv) {
     messages += 3ull * uint64_t(n_clients);  // Grow, GrowReply, Shrink
   }
   double tp_s = double(wire::now_ns() - t_tp0) / 1e9;
+  double cpu_per_grant_us = double(cpu_ns(daemon) - cpu0) / 1e3 / double(messages / 3);
   uint64_t rss_after = status_kib(daemon, "VmRSS:");
   uint64_t hwm = status_kib(daemon, "VmHWM:");
 
@@ -302,8 +344,11 @@ int main(int argc, char** argv) {
          {"machine", {{"cpu", cpu}, {"cores", std::thread::hardware_concurrency()}, {"kernel", u.release}}},
          {"register_and_attach_s", register_s},
          {"grant_round_trip_us", {{"p50", pct(rtt_us, 50)}, {"p99", pct(rtt_us, 99)}, {"max", pct(rtt_us, 100)}, {"samples", rtt_us.size()}}},
+         {"socketpair_round_trip_us", {{"p50", pct(base_us, 50)}, {"p99", pct(base_us, 99)}, {"max", pct(base_us, 100)}}},
+         {"daemon_added_us_p50", pct(rtt_us, 50) - pct(base_us, 50)},
          {"messages_per_second", double(messages) / tp_s},
          {"grants_per_second", double(messages / 3) / tp_s},
+         {"daemon_cpu_us_per_grant", cpu_per_grant_us},
          {"daemon_rss_mib", {{"registered", double(rss_registered) / 1024}, {"after_load", double(rss_after) / 1024}, {"peak", double(hwm) / 1024}}},
          {"death_to_release_ms",
           {{"socket_hangup", {{"p50", pct(hangup_ms, 50)}, {"max", pct(hangup_ms, 100)}}},
@@ -316,7 +361,10 @@ int main(int argc, char** argv) {
   std::printf("  register+attach %d clients      %8.3f s\n", n_clients, register_s);
   std::printf("  grant round trip p50 / p99 / max  %6.1f / %6.1f / %6.1f us   (target p99 <= 50 us)\n", pct(rtt_us, 50),
               pct(rtt_us, 99), pct(rtt_us, 100));
+  std::printf("  bare socketpair ping-pong, same size  %6.1f / %6.1f / %6.1f us   (the floor: kernel + scheduler)\n",
+              pct(base_us, 50), pct(base_us, 99), pct(base_us, 100));
   std::printf("  messages per second (all at once) %8.0f  (%0.0f grants/s)\n", double(messages) / tp_s, double(messages / 3) / tp_s);
+  std::printf("  colocd CPU per grant (Grow + reply + Shrink, kernel included)  %5.2f us\n", cpu_per_grant_us);
   std::printf("  colocd RSS registered / after / peak  %5.1f / %5.1f / %5.1f MiB   (target <= 64 MiB)\n",
               double(rss_registered) / 1024, double(rss_after) / 1024, double(hwm) / 1024);
   std::printf("  SIGKILL to release, socket hang-up    p50 %5.2f ms, max %5.2f ms   (target <= 100 ms)\n", pct(hangup_ms, 50),
