@@ -36,7 +36,7 @@ endef
 $(foreach a,$(TEST_AREAS),$(eval $(call test_area,$(a))))
 
 # TSan needs to be told that tests fork; ASan keeps going past leaks in helper children.
-TEST_ENV := $(if $(filter tsan,$(SAN)),TSAN_OPTIONS='die_after_fork=0 halt_on_error=1 second_deadlock_stack=1') \
+TEST_ENV := $(if $(filter tsan,$(SAN)),TSAN_OPTIONS='die_after_fork=0 halt_on_error=1 second_deadlock_stack=1 atexit_sleep_ms=0') \
             $(if $(filter asan,$(SAN)),ASAN_OPTIONS='detect_leaks=0' UBSAN_OPTIONS='print_stacktrace=1')
 
 .PHONY: test
