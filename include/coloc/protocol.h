@@ -76,23 +76,35 @@ inline constexpr uint64_t kNoLimit = UINT64_MAX;
 /// Default socket path; COLOC_SOCKET (environment) or --socket override it.
 inline constexpr const char* kDefaultSocket = "/run/coloc/colocd.sock";
 
+/// The manifest: every message type, once. X(name, number, layout struct, member of
+/// Message::Body, who receives it). The MsgType enum, the names, the traits, the Message union and
+/// the decoder's and re-encoder's dispatch table are generated from it.
+#define COLOC_PROTO_MESSAGES(X)                                      \
+  /* client -> daemon */                                             \
+  X(Register, 1, RegisterMsg, reg, kDaemon)                          \
+  X(Attach, 2, AttachMsg, attach, kDaemon)                           \
+  X(Grow, 3, GrowMsg, grow, kDaemon)                                 \
+  X(Shrink, 4, ShrinkMsg, shrink, kDaemon)                           \
+  X(DriverOom, 5, DriverOomMsg, driver_oom, kDaemon)                 \
+  X(Cancel, 6, CancelMsg, cancel, kDaemon)                           \
+  X(Goodbye, 7, GoodbyeMsg, goodbye, kDaemon)                        \
+  X(Admin, 16, AdminMsg, admin, kDaemon)                             \
+  /* daemon -> client */                                             \
+  X(RegisterReply, 129, RegisterReplyMsg, register_reply, kClient)   \
+  X(AttachReply, 130, AttachReplyMsg, attach_reply, kClient)         \
+  X(GrowReply, 131, GrowReplyMsg, grow_reply, kClient)               \
+  X(AdminReply, 144, AdminReplyMsg, admin_reply, kClient)            \
+  X(Error, 255, ErrorMsg, error, kClient)
+
 enum class MsgType : uint16_t {
-  // client -> daemon
-  kRegister = 1,
-  kAttach = 2,
-  kGrow = 3,
-  kShrink = 4,
-  kDriverOom = 5,
-  kCancel = 6,
-  kGoodbye = 7,
-  kAdmin = 16,
-  // daemon -> client
-  kRegisterReply = 129,
-  kAttachReply = 130,
-  kGrowReply = 131,
-  kAdminReply = 144,
-  kError = 255,
+#define COLOC_PROTO_ENUM(name, number, T, member, who) k##name = number,
+  COLOC_PROTO_MESSAGES(COLOC_PROTO_ENUM)
+#undef COLOC_PROTO_ENUM
 };
+
+/// Which side receives a message: a daemon accepts only client -> daemon types, a client only
+/// the daemon's.
+enum class Receiver : uint8_t { kDaemon, kClient };
 
 /// Job priority: admission order, and who loses a broken deadlock.
 enum class Priority : uint8_t { kBestEffort = 0, kNormal = 1, kHigh = 2 };
@@ -410,25 +422,13 @@ struct Status {
   constexpr explicit operator bool() const noexcept { return error == Error::kNone; }
 };
 
+/// Result of encode(): the datagram length, or 0 with `status` saying why.
+struct Encoded {
+  size_t size = 0;
+  Status status;
+};
+
 /// Names for logs and reports. Never NULL; "?" for values outside the enum.
-inline const char* type_name(uint16_t t) noexcept {
-  switch (MsgType(t)) {
-    case MsgType::kRegister: return "Register";
-    case MsgType::kAttach: return "Attach";
-    case MsgType::kGrow: return "Grow";
-    case MsgType::kShrink: return "Shrink";
-    case MsgType::kDriverOom: return "DriverOom";
-    case MsgType::kCancel: return "Cancel";
-    case MsgType::kGoodbye: return "Goodbye";
-    case MsgType::kAdmin: return "Admin";
-    case MsgType::kRegisterReply: return "RegisterReply";
-    case MsgType::kAttachReply: return "AttachReply";
-    case MsgType::kGrowReply: return "GrowReply";
-    case MsgType::kAdminReply: return "AdminReply";
-    case MsgType::kError: return "Error";
-  }
-  return "?";
-}
 inline const char* reason_name(Reason r) noexcept {
   switch (r) {
     case Reason::kNone: return "none";
@@ -694,26 +694,15 @@ inline Status validate(const ErrorMsg& m) noexcept {
 // ---- type traits: which struct is which message ---------------------------------------------
 
 template <class T> struct MsgTraits;
-#define COLOC_PROTO_TRAIT(T, ty) \
-  template <> struct MsgTraits<T> { static constexpr MsgType kType = MsgType::ty; }
-COLOC_PROTO_TRAIT(RegisterMsg, kRegister);
-COLOC_PROTO_TRAIT(RegisterReplyMsg, kRegisterReply);
-COLOC_PROTO_TRAIT(AttachMsg, kAttach);
-COLOC_PROTO_TRAIT(AttachReplyMsg, kAttachReply);
-COLOC_PROTO_TRAIT(GrowMsg, kGrow);
-COLOC_PROTO_TRAIT(GrowReplyMsg, kGrowReply);
-COLOC_PROTO_TRAIT(ShrinkMsg, kShrink);
-COLOC_PROTO_TRAIT(DriverOomMsg, kDriverOom);
-COLOC_PROTO_TRAIT(CancelMsg, kCancel);
-COLOC_PROTO_TRAIT(GoodbyeMsg, kGoodbye);
-COLOC_PROTO_TRAIT(AdminMsg, kAdmin);
-COLOC_PROTO_TRAIT(ErrorMsg, kError);
+#define COLOC_PROTO_TRAIT(name, number, T, member, who)       \
+  template <> struct MsgTraits<T> {                           \
+    static constexpr MsgType kType = MsgType::k##name;        \
+    static constexpr Receiver kReceiver = Receiver::who;      \
+  };
+COLOC_PROTO_MESSAGES(COLOC_PROTO_TRAIT)
 #undef COLOC_PROTO_TRAIT
 
-// ---- decode ---------------------------------------------------------------------------------
-
-/// Which side is decoding: a daemon accepts only client -> daemon types, a client only replies.
-enum class Receiver : uint8_t { kDaemon, kClient };
+// ---- decode ----------------------------------------------------------------------------------
 
 /// A decoded message: the header as received and the body in the current (v2) layout. A v1
 /// Register arrives here upgraded (see the version history). For AdminReply, `payload` points
@@ -721,19 +710,9 @@ enum class Receiver : uint8_t { kDaemon, kClient };
 struct Message {
   Header h{};
   union Body {
-    RegisterMsg reg;
-    RegisterReplyMsg register_reply;
-    AttachMsg attach;
-    AttachReplyMsg attach_reply;
-    GrowMsg grow;
-    GrowReplyMsg grow_reply;
-    ShrinkMsg shrink;
-    DriverOomMsg driver_oom;
-    CancelMsg cancel;
-    GoodbyeMsg goodbye;
-    AdminMsg admin;
-    AdminReplyMsg admin_reply;
-    ErrorMsg error;
+#define COLOC_PROTO_MEMBER(name, number, T, member, who) T member;
+    COLOC_PROTO_MESSAGES(COLOC_PROTO_MEMBER)
+#undef COLOC_PROTO_MEMBER
   } body;
   const char* payload = nullptr;
   uint32_t payload_len = 0;
@@ -755,15 +734,103 @@ inline Status decode_header(const void* data, size_t len, Header* out) noexcept 
   return {};
 }
 
-namespace detail {
 template <class T>
-inline Status take(const void* data, size_t len, T* out) noexcept {
-  if (len < sizeof(T)) return fail(Error::kShort, type_name(uint16_t(MsgTraits<T>::kType)));
-  if (len > sizeof(T)) return fail(Error::kTooLong, type_name(uint16_t(MsgTraits<T>::kType)));
-  std::memcpy(out, data, sizeof(T));
-  return validate(*out);
+inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_t version = kVersion) noexcept;
+inline Encoded encode_admin_reply(AdminReplyMsg reply, const char* payload, size_t len, uint32_t seq, void* buf,
+                                  size_t cap, uint16_t version = kVersion) noexcept;
+
+namespace detail {
+
+/// Decodes a body of layout T into `*into` (exact size, then validate()).
+template <class T>
+inline Status decode_body(const void* data, size_t len, Message* out, T* into) noexcept {
+  if (len < sizeof(T)) return fail(Error::kShort, "body");
+  if (len > sizeof(T)) return fail(Error::kTooLong, "body");
+  std::memcpy(into, data, sizeof(T));
+  return validate(*into);
 }
+
+/// Register: v1 has its own layout, upgraded with defaults.
+inline Status decode_body(const void* data, size_t len, Message* out, RegisterMsg* into) noexcept {
+  if (out->h.version != 1) {
+    if (len < sizeof(RegisterMsg)) return fail(Error::kShort, "Register");
+    if (len > sizeof(RegisterMsg)) return fail(Error::kTooLong, "Register");
+    std::memcpy(into, data, sizeof(RegisterMsg));
+    return validate(*into);
+  }
+  RegisterV1 v1;
+  if (len < sizeof v1) return fail(Error::kShort, "Register(v1)");
+  if (len > sizeof v1) return fail(Error::kTooLong, "Register(v1)");
+  std::memcpy(&v1, data, sizeof v1);
+  if (Status s = validate(v1); !s) return s;
+  std::memset(into, 0, sizeof *into);
+  into->h = v1.h;
+  into->limit = v1.limit;
+  into->cmdline_hash = v1.cmdline_hash;
+  into->wait_timeout_ns = 0;  // the daemon's default
+  into->priority = v1.priority;
+  into->on_full = v1.on_full;
+  into->flags = v1.flags;
+  into->n_ledger = v1.n_ledger;
+  std::memcpy(into->job, v1.job, sizeof into->job);
+  std::memcpy(into->ledger, v1.ledger, sizeof into->ledger);
+  return {};
+}
+
+/// AdminReply: a fixed part, then `length` bytes of payload.
+inline Status decode_body(const void* data, size_t len, Message* out, AdminReplyMsg* into) noexcept {
+  if (len < sizeof(AdminReplyMsg)) return fail(Error::kShort, "AdminReply");
+  std::memcpy(into, data, sizeof(AdminReplyMsg));
+  if (Status s = validate(*into); !s) return s;
+  if (len != sizeof(AdminReplyMsg) + into->length) return fail(Error::kSizeMismatch, "AdminReply.length");
+  out->payload = static_cast<const char*>(data) + sizeof(AdminReplyMsg);
+  out->payload_len = into->length;
+  return {};
+}
+
+template <class T, T Message::Body::*Member>
+inline Status decode_as(const void* data, size_t len, Message* out) noexcept {
+  return decode_body(data, len, out, &(out->body.*Member));
+}
+
+template <class T, T Message::Body::*Member>
+inline Encoded reencode_as(const Message& m, void* buf, size_t cap) noexcept {
+  return encode(m.body.*Member, m.h.seq, buf, cap, m.h.version);
+}
+template <>
+inline Encoded reencode_as<AdminReplyMsg, &Message::Body::admin_reply>(const Message& m, void* buf, size_t cap) noexcept {
+  return encode_admin_reply(m.body.admin_reply, m.payload, m.payload_len, m.h.seq, buf, cap, m.h.version);
+}
+
+/// One row per message type, generated from the manifest.
+struct MessageInfo {
+  MsgType type;
+  const char* name;
+  Receiver receiver;
+  Status (*decode)(const void* data, size_t len, Message* out) noexcept;
+  Encoded (*reencode)(const Message& m, void* buf, size_t cap) noexcept;
+};
+
+inline constexpr MessageInfo kMessages[] = {
+#define COLOC_PROTO_ROW(name, number, T, member, who) \
+  {MsgType::k##name, #name, Receiver::who, &decode_as<T, &Message::Body::member>, &reencode_as<T, &Message::Body::member>},
+    COLOC_PROTO_MESSAGES(COLOC_PROTO_ROW)
+#undef COLOC_PROTO_ROW
+};
+
+inline const MessageInfo* find_message(uint16_t type) noexcept {
+  for (const MessageInfo& m : kMessages)
+    if (uint16_t(m.type) == type) return &m;
+  return nullptr;
+}
+
 }  // namespace detail
+
+/// The message type's name ("Grow"), or "?".
+inline const char* type_name(uint16_t t) noexcept {
+  const detail::MessageInfo* info = detail::find_message(t);
+  return info ? info->name : "?";
+}
 
 /// Decodes one datagram into `*out`. Checks everything listed under "Validation" above; on
 /// failure `*out` holds no meaningful body. Never reads beyond `len`, never allocates or throws.
@@ -775,71 +842,27 @@ inline Status decode(const void* data, size_t len, Receiver who, Message* out) n
   }
   out->payload = nullptr;
   out->payload_len = 0;
-  const uint16_t t = out->h.type;
-  const bool daemon_side = who == Receiver::kDaemon;
-  switch (MsgType(t)) {
-    case MsgType::kRegister:
-      if (!daemon_side) break;
-      if (out->h.version == 1) {
-        RegisterV1 v1;
-        if (len < sizeof v1) return detail::fail(Error::kShort, "Register(v1)");
-        if (len > sizeof v1) return detail::fail(Error::kTooLong, "Register(v1)");
-        std::memcpy(&v1, data, sizeof v1);
-        if (Status vs = validate(v1); !vs) return vs;
-        RegisterMsg& r = out->body.reg;
-        std::memset(&r, 0, sizeof r);
-        r.h = v1.h;
-        r.limit = v1.limit;
-        r.cmdline_hash = v1.cmdline_hash;
-        r.wait_timeout_ns = 0;  // the daemon's default
-        r.priority = v1.priority;
-        r.on_full = v1.on_full;
-        r.flags = v1.flags;
-        r.n_ledger = v1.n_ledger;
-        std::memcpy(r.job, v1.job, sizeof r.job);
-        std::memcpy(r.ledger, v1.ledger, sizeof r.ledger);
-        return {};
-      }
-      return detail::take(data, len, &out->body.reg);
-    case MsgType::kAttach: if (!daemon_side) break; return detail::take(data, len, &out->body.attach);
-    case MsgType::kGrow: if (!daemon_side) break; return detail::take(data, len, &out->body.grow);
-    case MsgType::kShrink: if (!daemon_side) break; return detail::take(data, len, &out->body.shrink);
-    case MsgType::kDriverOom: if (!daemon_side) break; return detail::take(data, len, &out->body.driver_oom);
-    case MsgType::kCancel: if (!daemon_side) break; return detail::take(data, len, &out->body.cancel);
-    case MsgType::kGoodbye: if (!daemon_side) break; return detail::take(data, len, &out->body.goodbye);
-    case MsgType::kAdmin: if (!daemon_side) break; return detail::take(data, len, &out->body.admin);
-    case MsgType::kRegisterReply: if (daemon_side) break; return detail::take(data, len, &out->body.register_reply);
-    case MsgType::kAttachReply: if (daemon_side) break; return detail::take(data, len, &out->body.attach_reply);
-    case MsgType::kGrowReply: if (daemon_side) break; return detail::take(data, len, &out->body.grow_reply);
-    case MsgType::kError: if (daemon_side) break; return detail::take(data, len, &out->body.error);
-    case MsgType::kAdminReply: {
-      if (daemon_side) break;
-      if (len < sizeof(AdminReplyMsg)) return detail::fail(Error::kShort, "AdminReply");
-      std::memcpy(&out->body.admin_reply, data, sizeof(AdminReplyMsg));
-      if (Status vs = validate(out->body.admin_reply); !vs) return vs;
-      if (len != sizeof(AdminReplyMsg) + out->body.admin_reply.length) return detail::fail(Error::kSizeMismatch, "AdminReply.length");
-      out->payload = static_cast<const char*>(data) + sizeof(AdminReplyMsg);
-      out->payload_len = out->body.admin_reply.length;
-      return {};
-    }
-  }
-  return detail::fail(Error::kBadType, "Header.type");
+  const detail::MessageInfo* info = detail::find_message(out->h.type);
+  if (!info || info->receiver != who) return detail::fail(Error::kBadType, "Header.type");
+  return info->decode(data, len, out);
+}
+
+/// Encodes a decoded message again, at its own version and seq (the decoder is canonical: this
+/// gives back the bytes it came from). Errors as encode().
+inline Encoded encode_message(const Message& m, void* buf, size_t cap) noexcept {
+  const detail::MessageInfo* info = detail::find_message(m.h.type);
+  if (!info) return Encoded{0, detail::fail(Error::kBadType, "Header.type")};
+  return info->reencode(m, buf, cap);
 }
 
 // ---- encode ---------------------------------------------------------------------------------
-
-/// Result of encode(): the datagram length, or 0 with `status` saying why.
-struct Encoded {
-  size_t size = 0;
-  Status status;
-};
 
 /// Writes `msg` with a filled-in header (magic, `version`, type, size, `seq`) into `buf` (cap
 /// bytes). The body is validated first; `msg.h` is ignored. `version` must be in
 /// kMinVersion..kVersion; a Register at version 1 is written in the RegisterV1 layout, dropping
 /// wait_timeout_ns and cmdline.
 template <class T>
-inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_t version = kVersion) noexcept {
+inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_t version) noexcept {
   Encoded r;
   if (version < kMinVersion || version > kVersion) { r.status = detail::fail(Error::kBadVersion, "version"); return r; }
   T copy = msg;
@@ -874,7 +897,7 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
 /// Writes one AdminReply chunk: the header struct followed by `len` payload bytes (len <=
 /// kAdminChunk). `reply.length` is set from `len`.
 inline Encoded encode_admin_reply(AdminReplyMsg reply, const char* payload, size_t len, uint32_t seq, void* buf,
-                                  size_t cap, uint16_t version = kVersion) noexcept {
+                                  size_t cap, uint16_t version) noexcept {
   Encoded r;
   if (version < kMinVersion || version > kVersion) { r.status = detail::fail(Error::kBadVersion, "version"); return r; }
   if (len > kAdminChunk) { r.status = detail::fail(Error::kBadValue, "AdminReply.length"); return r; }
