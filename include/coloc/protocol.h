@@ -734,6 +734,8 @@ inline Status decode_header(const void* data, size_t len, Header* out) noexcept 
   return {};
 }
 
+/// The message type's name ("Grow"), or "?".
+inline const char* type_name(uint16_t t) noexcept;
 template <class T>
 inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_t version = kVersion) noexcept;
 inline Encoded encode_admin_reply(AdminReplyMsg reply, const char* payload, size_t len, uint32_t seq, void* buf,
@@ -743,9 +745,9 @@ namespace detail {
 
 /// Decodes a body of layout T into `*into` (exact size, then validate()).
 template <class T>
-inline Status decode_body(const void* data, size_t len, Message* out, T* into) noexcept {
-  if (len < sizeof(T)) return fail(Error::kShort, "body");
-  if (len > sizeof(T)) return fail(Error::kTooLong, "body");
+inline Status decode_body(const void* data, size_t len, Message* /*out*/, T* into) noexcept {
+  if (len < sizeof(T)) return fail(Error::kShort, type_name(uint16_t(MsgTraits<T>::kType)));
+  if (len > sizeof(T)) return fail(Error::kTooLong, type_name(uint16_t(MsgTraits<T>::kType)));
   std::memcpy(into, data, sizeof(T));
   return validate(*into);
 }
@@ -826,7 +828,6 @@ inline const MessageInfo* find_message(uint16_t type) noexcept {
 
 }  // namespace detail
 
-/// The message type's name ("Grow"), or "?".
 inline const char* type_name(uint16_t t) noexcept {
   const detail::MessageInfo* info = detail::find_message(t);
   return info ? info->name : "?";
