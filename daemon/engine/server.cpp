@@ -250,7 +250,13 @@ Result<void> Server::start() {
 int Server::run() {
   auto lg = log::get("engine");
   while (!stop_) {
-    auto r = loop_->run_once(-1);
+    Result<int> r = 0;
+    try {
+      r = loop_->run_once(-1);
+    } catch (const std::exception& e) {  // nothing should throw here; if it does, stop cleanly
+      lg->critical("unexpected error: {}; stopping (jobs keep running on their grants)", e.what());
+      return 1;
+    }
     if (!r) {
       lg->critical("event loop: {}", r.error().message());
       return 1;
@@ -550,7 +556,13 @@ void Server::on_register(Connection& c, const proto::Message& m) {
 
 void Server::on_admin(Connection& c, const proto::Message& m) {
   Caller caller{c.uid(), c.gid(), c.groups()};
-  AdminAnswer a = admin_->handle(m.body.admin, caller, now());
+  AdminAnswer a;
+  try {
+    a = admin_->handle(m.body.admin, caller, now());
+  } catch (const std::exception& e) {  // e.g. a report file that is not what we wrote
+    a = {proto::AdminStatus::kInternal, std::string("colocd could not answer: ") + e.what()};
+    log::get("engine")->error("admin request from {}: {}", c.describe(), e.what());
+  }
   if (a.status != proto::AdminStatus::kOk)
     log::get("engine")->info("admin request from {} refused: {}", c.describe(), a.text);
   std::vector<unsigned char> buf(proto::kMaxMessage);

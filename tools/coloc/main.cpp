@@ -117,7 +117,17 @@ int do_run(const coloc::cli::RunOptions& opt) {
 
 }  // namespace
 
+int run_cli(int argc, char** argv);
+
 int main(int argc, char** argv) {
+  try {
+    return run_cli(argc, argv);
+  } catch (const std::exception& e) {  // e.g. an answer from a colocd of another version
+    return fail(kFailed, std::string("unexpected answer from colocd: ") + e.what());
+  }
+}
+
+int run_cli(int argc, char** argv) {
   const char* lvl = std::getenv("COLOC_LOG_LEVEL");
   coloc::log::set_level(lvl && *lvl ? lvl : "warn");
 
