@@ -558,7 +558,10 @@ void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<std::pair<u
   replies_.push_back(std::move(r));
 }
 
-void Broker::park(Client& c, Waiter w, Nanos now) {
+bool Broker::park(Client& c, Waiter w, Nanos now) {
+  size_t mine = 0;
+  for (const Waiter& x : waiters_) mine += x.client == c.id;
+  if (mine >= kMaxParkedPerClient) return false;  // a client flooding the queue gets refusals
   Job& job = job_of(c);
   w.order = next_order_++;
   w.client = c.id;
@@ -572,6 +575,7 @@ void Broker::park(Client& c, Waiter w, Nanos now) {
   log::get("broker")->info("job {} (pid {}) waits for {} on {}", job.key.str(), c.pid,
                            w.admission ? "admission" : "memory", devices_[*dev].uuid.str());
   waiters_.push_back(std::move(w));
+  return true;
 }
 
 void Broker::clear_floors(Client& c) {
@@ -624,7 +628,7 @@ void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> re
   w.need = total;
   w.device_short = d.device_short || !d.full.over_user_cap;
   w.devices = std::move(devs);
-  park(c, std::move(w), now);
+  if (!park(c, std::move(w), now)) refuse(c, seq, Reply::Kind::kAttach, 0, Reason::kBadRequest, total, std::nullopt, 0, now);
 }
 
 void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes physical_free, Nanos now) {
@@ -667,7 +671,10 @@ void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes ph
   w.slot = slot;
   w.need = need;
   w.device_short = d.device_short || !d.full.over_user_cap;
-  park(c, std::move(w), now);
+  if (!park(c, std::move(w), now)) {
+    refuse(c, seq, Reply::Kind::kGrow, slot, Reason::kBadRequest, need, dev, 0, now);
+    return;
+  }
   if (!holding()) break_deadlock(dev, now);
 }
 

@@ -127,6 +127,9 @@ struct Waiter {
 
 class Broker {
  public:
+  /// Parked requests one client may have at once; more are refused (kBadRequest).
+  static constexpr size_t kMaxParkedPerClient = 64;
+
   Broker(BrokerConfig config, const MemoryPolicy& policy);
 
   // ---- clients --------------------------------------------------------------------------------
@@ -234,7 +237,8 @@ class Broker {
   Decision decide_attach(Client& c, const std::vector<std::pair<uint32_t, Bytes>>& devs, Nanos now, bool queued);
   void grant_attach(Client& c, uint32_t seq, const std::vector<std::pair<uint32_t, Bytes>>& devs,
                     const std::vector<Bytes>& grants, Nanos waited, Nanos now);
-  void park(Client& c, Waiter w, Nanos now);
+  /// Parks `w`; false (nothing parked) when the client already has kMaxParkedPerClient waiting.
+  bool park(Client& c, Waiter w, Nanos now);
   void answer_waiter(size_t index, bool granted, Reason reason, Nanos now);
   void pump(Nanos now);
   void break_deadlock(uint32_t device, Nanos now);

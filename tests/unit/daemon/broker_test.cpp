@@ -467,6 +467,21 @@ TEST_CASE("broker: processes of one job share its reservation and limit") {
   CHECK(b.broker.devices().at(0).committed == 0);
 }
 
+TEST_CASE("broker: a client cannot flood the queue") {
+  Bench b;
+  ClientId hog = b.add("hog");
+  REQUIRE(b.granted(b.attach(hog, {{1, 10 * GiB, 9 * GiB}})));
+  ClientId c = b.add("c");
+  REQUIRE(b.granted(b.attach(c, {{1, 10 * GiB, 0}})));
+  std::vector<uint32_t> seqs;
+  for (size_t i = 0; i < Broker::kMaxParkedPerClient + 5; ++i) seqs.push_back(b.grow(c, 0, 2 * GiB));
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (i < Broker::kMaxParkedPerClient) CHECK(b.pending(seqs[i]));
+    else CHECK(b.refused(seqs[i], Reason::kBadRequest));
+  }
+  CHECK(b.broker.waiters().size() == Broker::kMaxParkedPerClient);
+}
+
 TEST_CASE("broker: bad requests are refused without harm") {
   Bench b;
   ClientId a = b.add("a");
