@@ -19,9 +19,11 @@ namespace {
 constinit NoDestroy<LocalBroker> g_local_broker;
 constinit std::atomic<Broker*> g_broker{nullptr};
 constinit std::atomic<uint64_t> g_surplus_floor[kMaxDevices] = {};
+constinit std::atomic<uint64_t> g_local_limit[kMaxDevices] = {};  // set at attach, before any charge
 }  // namespace
 
 std::atomic<uint64_t>& surplus_floor(int slot) { return g_surplus_floor[slot]; }
+std::atomic<uint64_t>& local_limit(int slot) { return g_local_limit[slot]; }
 
 const char* refusal_name(Refusal r) {
   switch (r) {
@@ -30,6 +32,10 @@ const char* refusal_name(Refusal r) {
     case Refusal::device_full: return "device full";
     case Refusal::deadlock_broken: return "deadlock broken";
     case Refusal::not_admitted: return "not admitted";
+    case Refusal::timeout: return "timeout";
+    case Refusal::cancelled: return "interrupted by a signal";
+    case Refusal::user_cap: return "user cap";
+    case Refusal::no_daemon: return "no daemon";
   }
   return "?";
 }
@@ -41,7 +47,8 @@ Broker& broker() {
 
 void set_broker(Broker* b) { g_broker.store(b, std::memory_order_release); }
 
-int LocalBroker::attach_device(const DeviceInfo& d) {
+int LocalBroker::attach_device(const DeviceInfo& d, Refusal* why) {
+  *why = Refusal::none;
   int slot = next_slot_.load(std::memory_order_relaxed);
   if (slot >= kMaxDevices) return -1;
   next_slot_.store(slot + 1, std::memory_order_relaxed);  // callers are serialised by Devices
@@ -51,12 +58,13 @@ int LocalBroker::attach_device(const DeviceInfo& d) {
   c.limit.store(limit, std::memory_order_relaxed);
   c.grant.store(limit, std::memory_order_relaxed);
   c.reservation.store(0, std::memory_order_relaxed);
+  local_limit(slot).store(kNoLimit, std::memory_order_relaxed);  // the limit is on the control area
   surplus_floor(slot).store(0, std::memory_order_relaxed);
   c.attached.store(1, std::memory_order_release);
   return slot;
 }
 
-Refusal LocalBroker::admit(int, uint64_t) { return Refusal::none; }
+uint64_t LocalBroker::unattached_limit(int ordinal) { return limit_for_ordinal(options(), ordinal); }
 
 // The grant equals the limit, so wanting more than the grant is wanting more than the limit.
 Refusal LocalBroker::grow(int, uint64_t) { return Refusal::own_limit; }

@@ -16,24 +16,20 @@
 // mmap(MAP_FIXED | MAP_SHARED) and the hooks keep reading and writing the same addresses with the
 // same single atomic operations: no pointer to follow, no branch to add.
 //
-// A daemon-backed broker (next issue) plugs in like this:
-//   - runtime init installs it with set_broker() instead of LocalBroker (e.g. when COLOC_SOCKET is
-//     set). It connects and registers; when the daemon is absent it behaves like LocalBroker
-//     (limits from the environment), i.e. fail-open.
-//   - It maps the control page over control() (PROT_READ) and the stats page over stats()
-//     (PROT_READ | PROT_WRITE), both before the first device is attached, so nothing has been
-//     charged yet: the switch loses no update. On a reconnect (daemon restarted) it keeps its
-//     mappings and re-registers with the exact ledger (ledger().counts(slot)), then re-sends
-//     parked requests.
-//   - attach_device() sends Attach for one device and returns the slot the daemon chose; admit()
-//     and grow() are blocking round trips; surplus() and driver_oom() are one-way messages.
+// Brokers: LocalBroker (limits from the environment, below) and DaemonBroker (daemon_broker.h: the
+// node daemon's grants, through its shared pages). The daemon's pages are mapped over ControlArea
+// and StatsArea with mmap(MAP_FIXED) (daemon_pages.h), so the hooks keep the same addresses.
+//   - Slots are the daemon's: a device gets its slot when it is attached (admission), not when a
+//     hook first looks at it. Queries of a device the process does not use (cuDeviceTotalMem on
+//     another GPU) attach nothing and admit nothing: they see unattached_limit().
 //   - The fast-path rule of pages.h holds: the ledger adds to stats().slots[s].in_use with a
 //     sequentially consistent read-modify-write and only then re-reads the grant (seq_cst), so a
 //     grant the daemon lowers is either seen by the client or the client's bytes by the daemon.
-//   - Fork: after_fork_child() runs first in the child, before the ledger resets: it must replace
-//     the shared stats mapping by a private anonymous page (the child must never write the
-//     parent's books), drop the parent's socket without writing to it, and leave the control page
-//     mapped (same job); the child registers as its own process if it touches CUDA.
+//   - The effective limit of a slot is min(the control page's limit, local_limit(slot)): the
+//     environment can only lower what the daemon assigned (limit_of()).
+//   - Fork: after_fork_child() runs first in the child, before the ledger resets: a daemon broker
+//     replaces the shared stats mapping by a private page (the child never writes the parent's
+//     books) and drops the parent's connection without writing to it.
 #pragma once
 
 #include <atomic>
@@ -68,11 +64,22 @@ inline pages::ControlPage& control() { return g_control_area.page; }
 inline pages::StatsPage& stats() { return g_stats_area.page; }
 
 /// Why memory was refused (in logs and reports).
-enum class Refusal : uint8_t { none, own_limit, device_full, deadlock_broken, not_admitted };
-/// "none", "own limit", "device full", "deadlock broken", "not admitted".
+enum class Refusal : uint8_t {
+  none,
+  own_limit,        ///< the job's own limit (never waits)
+  device_full,      ///< no room on the device (--on-full fail, or it can never fit)
+  deadlock_broken,  ///< every job on the device waited; this one was chosen to fail
+  not_admitted,     ///< admission refused for another reason (a bad request, a forked child)
+  timeout,          ///< waited COLOC_WAIT_TIMEOUT without room
+  cancelled,        ///< the wait was ended by SIGINT or SIGTERM
+  user_cap,         ///< over the per-user cap of the daemon (--max-per-user)
+  no_daemon,        ///< the daemon is away and the job asked to fail (--on-full fail)
+};
+/// "none", "own limit", "device full", "deadlock broken", "not admitted", "timeout",
+/// "interrupted by a signal", "user cap", "no daemon".
 const char* refusal_name(Refusal r);
 
-/// What the hooks tell the broker about a device when they first see it.
+/// What the hooks tell the broker about a device the process is about to use.
 struct DeviceInfo {
   int slot = -1;                ///< the slot the broker chose (filled in by Devices)
   int ordinal = -1;             ///< the device's ordinal as this process numbers it
@@ -84,29 +91,47 @@ struct DeviceInfo {
 /// never). Written by the broker, read after every free (relaxed).
 std::atomic<uint64_t>& surplus_floor(int slot);
 
+/// The environment's limit for a slot (bytes; kNoLimit = none), set by the broker when it attaches
+/// the slot, before anything is charged there.
+std::atomic<uint64_t>& local_limit(int slot);
+
+/// The effective limit of `slot` in bytes: min(control page's limit, local_limit(slot)). Two relaxed
+/// loads.
+inline uint64_t limit_of(int slot) {
+  uint64_t daemon = control().slots[slot].limit.load(std::memory_order_relaxed);
+  uint64_t local = local_limit(slot).load(std::memory_order_relaxed);
+  return local < daemon ? local : daemon;
+}
+
 class Broker {
  public:
 
-  /// Called once per device, when the hooks first see it and before anything is charged on it.
-  /// Returns the slot (0..kMaxDevices-1) the device gets, with control().slots[slot] filled in
-  /// (uuid, limit, grant <= limit, then attached) and surplus_floor(slot) set; -1 when no slot is
-  /// free (the device is then not accounted). Called with Devices' slot lock held, one device at a
-  /// time. May block for one round trip.
-  virtual int attach_device(const DeviceInfo& d) = 0;
+  /// cuInit, before the real driver's: a daemon broker registers here (once). False makes cuInit
+  /// fail with CUDA_ERROR_NOT_INITIALIZED without calling the driver (COLOC_REQUIRE_DAEMON and no
+  /// daemon). May block (registration; COLOC_REQUIRE_DAEMON waits up to COLOC_WAIT_TIMEOUT).
+  virtual bool on_init() { return true; }
 
-  /// Admission: called once per device before the process's first context on it is created
-  /// (cuDevicePrimaryCtxRetain or cuCtxCreate*), with the context's configured cost. May block
-  /// until the job is admitted. Refusal::none = go ahead; anything else makes the context call
-  /// fail with CUDA_ERROR_OUT_OF_MEMORY.
-  virtual Refusal admit(int slot, uint64_t context_bytes) = 0;
+  /// Attaches a device the process is about to use (its first context, or a first allocation on
+  /// it), before anything is charged on it: this is admission, and it may block until the job is
+  /// admitted. Returns the slot (0..kMaxDevices-1), with control().slots[slot] describing the
+  /// device (uuid, limit, grant, attached), local_limit(slot) and surplus_floor(slot) set. Returns
+  /// -1 with *why == Refusal::none when no slot is free (the device is then not accounted), or -1
+  /// with *why saying why the job was not admitted (the caller fails with
+  /// CUDA_ERROR_OUT_OF_MEMORY). Devices calls it once per device, one device at a time, with no
+  /// lock of its own held but its attach lock.
+  virtual int attach_device(const DeviceInfo& d, Refusal* why) = 0;
 
-  /// Called when a charge would take the device's in-use to `wanted` bytes, above the grant but not
-  /// above the limit (the own limit never waits: the hooks refuse that without asking). May block
-  /// (wait policy). Refusal::none = the grant was raised (the hooks re-read it and retry);
-  /// otherwise the allocation fails with CUDA_ERROR_OUT_OF_MEMORY.
+  /// The limit a device the process has not attached shows through cuDeviceTotalMem (bytes;
+  /// kNoLimit = none). Never blocks.
+  virtual uint64_t unattached_limit(int ordinal) = 0;
+
+  /// Called when a charge would take the device's in-use to `wanted` bytes, above the grant or
+  /// above limit_of(slot). May block (wait policy). Refusal::none = try again (the grant or the
+  /// limit was raised); otherwise the allocation fails with CUDA_ERROR_OUT_OF_MEMORY. Going over
+  /// the job's own limit never waits.
   virtual Refusal grow(int slot, uint64_t wanted) = 0;
 
-  /// Called after a free when in-use fell below control().surplus_floor[slot]. Must not block.
+  /// Called after a free when in-use fell below surplus_floor(slot). Must not block.
   virtual void surplus(int slot, uint64_t in_use) = 0;
 
   /// The driver returned CUDA_ERROR_OUT_OF_MEMORY for `bytes` that the grant allowed: the books
@@ -116,6 +141,11 @@ class Broker {
   /// Called by a launch when control().gate is not pages::GateState::kRun, with the state read.
   /// May block (timeslice, paused); returns when the launch may go ahead.
   virtual void gate_wait(uint32_t state) = 0;
+
+  /// Called now and then by launches (every kLaunchFlushEvery launches of one entry point on one
+  /// thread) and before the process ends: adds the launches counted since the last flush to the
+  /// stats page. Must not block.
+  virtual void flush_launches() {}
 
   /// Fork protocol (fork.cpp): before fork, after fork in the parent, after fork in the child
   /// (called first in the child, before the ledger and devices reset).
@@ -127,18 +157,19 @@ class Broker {
   ~Broker() = default;  // brokers live for the whole process; never deleted through this type
 };
 
-/// The broker of this process (LocalBroker until the daemon issue adds another).
+/// The broker of this process (LocalBroker unless runtime init installed a DaemonBroker).
 Broker& broker();
 /// Replaces the broker (runtime init; tests). `b` must live for the rest of the process.
 void set_broker(Broker* b);
 
 /// Limits from the environment (COLOC_MEM_LIMIT, COLOC_MEM_LIMIT_<n>); slots in the order devices
-/// are met; grant = limit, so it is never asked to grow; admits at once; the gate stays RUN.
+/// are attached; grant = limit, so growing is always going over the limit; admits at once; the
+/// gate stays RUN. Writes the control area: usable only while no daemon page is mapped over it.
 class LocalBroker final : public Broker {
  public:
   constexpr LocalBroker() = default;
-  int attach_device(const DeviceInfo& d) override;
-  Refusal admit(int slot, uint64_t context_bytes) override;
+  int attach_device(const DeviceInfo& d, Refusal* why) override;
+  uint64_t unattached_limit(int ordinal) override;
   Refusal grow(int slot, uint64_t wanted) override;
   void surplus(int slot, uint64_t in_use) override;
   void driver_oom(int slot, uint64_t bytes) override;

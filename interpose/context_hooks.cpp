@@ -5,8 +5,9 @@
 // never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
 // limits exactly as it was.
 //
-// - cuCtxCreate*: admission (first context on the device), charge, create; cuCtxDestroy*: credit,
-//   and drop the records of the allocations that died with the context.
+// - cuCtxCreate*: admission (attaching the device: Devices::attach, at the first context on it),
+//   charge, create; cuCtxDestroy*: credit, and drop the records of the allocations that died with
+//   the context.
 // - The primary context is charged while retained (retains minus releases > 0) or while a retain
 //   is in flight. Its lock is never held across a driver or broker call: a flag claims the charge,
 //   and reconcile() repairs the books after each call, whatever the interleaving.
@@ -26,24 +27,27 @@ namespace coloc::interpose {
 
 namespace {
 
-constinit std::atomic<bool> g_admitted[kMaxDevices] = {};
-
 uint64_t context_cost() { return options().context_bytes; }
 
 Record context_record(int slot) { return Record{context_cost(), 0, kNoPool, uint16_t(slot), Kind::context}; }
 
-// Admission (once per device), then the charge of one context.
-CUresult charge_context(int slot) {
-  if (!g_admitted[slot].load(std::memory_order_acquire)) {
-    Refusal why = broker().admit(slot, context_cost());
-    if (why != Refusal::none) {
-      ledger().count_failed(slot, true);
-      logf(LogLevel::warn, "job %s not admitted on device %d (%s): returning CUDA_ERROR_OUT_OF_MEMORY",
-           options().job, devices().info(slot).ordinal, refusal_name(why));
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    g_admitted[slot].store(true, std::memory_order_release);
+// The slot of device `dev` for a context about to be made there: attaching the device is admission
+// (it may wait). -1 with CUDA_ERROR_OUT_OF_MEMORY in *refused when the job was not admitted; -1 with
+// CUDA_SUCCESS when the device is not accounted (the driver answers alone).
+int admitted_slot(CUdevice dev, CUresult* refused) {
+  Refusal why = Refusal::none;
+  int slot = devices().attach(dev, &why);
+  *refused = CUDA_SUCCESS;
+  if (slot < 0 && why != Refusal::none) {
+    logf(LogLevel::warn, "job %s not admitted on device %d (%s): returning CUDA_ERROR_OUT_OF_MEMORY",
+         options().job, int(dev), refusal_name(why));
+    *refused = CUDA_ERROR_OUT_OF_MEMORY;
   }
+  return slot;
+}
+
+// The charge of one context.
+CUresult charge_context(int slot) {
   if (CUresult r = charge(slot, context_cost(), "context creation"); r != CUDA_SUCCESS) return r;
   ledger().commit(Key{0, Space::none}, context_record(slot));
   return CUDA_SUCCESS;
@@ -66,7 +70,9 @@ void reconcile_primary_locked(int slot, ContextBooks& b) {
 
 template <class Create>
 CUresult create(CUcontext* pctx, CUdevice dev, Create&& driver_create) {
-  int slot = devices().slot_for_ordinal(dev);
+  CUresult refused;
+  int slot = admitted_slot(dev, &refused);
+  if (refused != CUDA_SUCCESS) return refused;
   if (slot < 0) return driver_create();
   if (CUresult r = charge_context(slot); r != CUDA_SUCCESS) return r;
   CUresult r = driver_create();
@@ -108,7 +114,7 @@ template <Fn id>
 CUresult primary_release(CUdevice dev) {
   CUresult r = call<id>(dev);
   if (r != CUDA_SUCCESS) return r;
-  int slot = devices().slot_for_ordinal(dev);
+  int slot = devices().find_slot(dev);
   if (slot < 0) return r;
   CUcontext gone = nullptr;
   {
@@ -130,7 +136,7 @@ template <Fn id>
 CUresult primary_reset(CUdevice dev) {
   CUresult r = call<id>(dev);
   if (r != CUDA_SUCCESS) return r;
-  int slot = devices().slot_for_ordinal(dev);
+  int slot = devices().find_slot(dev);
   if (slot < 0) return r;
   CUcontext primary = nullptr;
   {
@@ -167,7 +173,9 @@ CUresult cuCtxDestroy(CUcontext ctx) { return destroy<Fn::cuCtxDestroy>(ctx); }
 CUresult cuCtxDestroy_v2(CUcontext ctx) { return destroy<Fn::cuCtxDestroy_v2>(ctx); }
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
-  int slot = devices().slot_for_ordinal(dev);
+  CUresult refused;
+  int slot = admitted_slot(dev, &refused);
+  if (refused != CUDA_SUCCESS) return refused;
   if (slot < 0) return call<Fn::cuDevicePrimaryCtxRetain>(pctx, dev);
   Mutex& m = devices().context_mutex(slot);
   ContextBooks& b = devices().context_books(slot);

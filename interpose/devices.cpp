@@ -37,9 +37,18 @@ void format_uuid(const unsigned char u[16], char* buf) {
                 u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
-int Devices::slot_for_ordinal(CUdevice ordinal) {
-  bool cacheable = ordinal >= 0 && ordinal < kMaxOrdinals;
-  if (cacheable) {
+int Devices::slot_of_uuid_locked(const unsigned char uuid[16]) const {
+  for (int i = 0; i < kMaxDevices; ++i)
+    if (used_[i].load(std::memory_order_relaxed) && std::memcmp(info_[i].uuid, uuid, 16) == 0) return i;
+  return -1;
+}
+
+void Devices::cache_ordinal(CUdevice ordinal, int slot) {
+  if (ordinal >= 0 && ordinal < kMaxOrdinals) ordinal_slot_[ordinal].store(slot + 1, std::memory_order_release);
+}
+
+int Devices::find_slot(CUdevice ordinal) {
+  if (ordinal >= 0 && ordinal < kMaxOrdinals) {
     int s = ordinal_slot_[ordinal].load(std::memory_order_acquire);
     if (s) return s - 1;
   }
@@ -47,19 +56,43 @@ int Devices::slot_for_ordinal(CUdevice ordinal) {
   CUresult r = call<Fn::cuDeviceGetUuid_v2>(&uuid, ordinal);
   if (r == CUDA_ERROR_NOT_SUPPORTED) r = call<Fn::cuDeviceGetUuid>(&uuid, ordinal);
   if (r != CUDA_SUCCESS) return -1;
+  int slot;
+  {
+    MutexLock g(slots_mutex_);
+    slot = slot_of_uuid_locked(reinterpret_cast<const unsigned char*>(uuid.bytes));
+  }
+  if (slot >= 0) cache_ordinal(ordinal, slot);
+  return slot;
+}
+
+int Devices::attach(CUdevice ordinal, Refusal* why) {
+  *why = Refusal::none;
+  if (int s = find_slot(ordinal); s >= 0) return s;
+  CUuuid uuid{};
+  CUresult r = call<Fn::cuDeviceGetUuid_v2>(&uuid, ordinal);
+  if (r == CUDA_ERROR_NOT_SUPPORTED) r = call<Fn::cuDeviceGetUuid>(&uuid, ordinal);
+  if (r != CUDA_SUCCESS) return -1;
   size_t total = 0;
   if (call<Fn::cuDeviceTotalMem_v2>(&total, ordinal) != CUDA_SUCCESS) total = 0;
 
-  MutexLock g(slots_mutex_);
-  int slot = -1;
-  for (int i = 0; i < kMaxDevices && slot < 0; ++i)
-    if (used_[i].load(std::memory_order_relaxed) && std::memcmp(info_[i].uuid, uuid.bytes, 16) == 0) slot = i;
-  if (slot < 0) {
-    DeviceInfo d;
-    d.ordinal = ordinal;
-    std::memcpy(d.uuid, uuid.bytes, 16);
-    d.total_bytes = total;
-    slot = broker().attach_device(d);  // sets the limit before anyone can charge the slot
+  // One attach at a time: admission may wait, and the broker must see each device once. The slots
+  // lock is not held meanwhile (fork and lookups go on).
+  MutexLock a(attach_mutex_);
+  {
+    MutexLock g(slots_mutex_);
+    if (int s = slot_of_uuid_locked(reinterpret_cast<const unsigned char*>(uuid.bytes)); s >= 0) {  // attached by another thread meanwhile
+      cache_ordinal(ordinal, s);
+      return s;
+    }
+  }
+  DeviceInfo d;
+  d.ordinal = ordinal;
+  std::memcpy(d.uuid, uuid.bytes, 16);
+  d.total_bytes = total;
+  int slot = broker().attach_device(d, why);  // sets the limit before anyone can charge the slot
+  if (slot < 0 && *why != Refusal::none) return -1;
+  {
+    MutexLock g(slots_mutex_);
     if (slot < 0 || slot >= kMaxDevices || used_[slot].load(std::memory_order_relaxed)) {
       if (!g_warned_full.exchange(true, std::memory_order_relaxed))
         logf(LogLevel::error, "no device slot left (at most %d devices): memory on device %d is not accounted",
@@ -69,19 +102,19 @@ int Devices::slot_for_ordinal(CUdevice ordinal) {
     d.slot = slot;
     info_[slot] = d;
     used_[slot].store(true, std::memory_order_release);
-    if (log_enabled(LogLevel::debug)) {
-      char id[41];
-      format_uuid(d.uuid, id);
-      uint64_t limit = control().slots[slot].limit.load(std::memory_order_relaxed);
-      if (limit == kNoLimit)
-        logf(LogLevel::debug, "device %d is %s (slot %d, %llu bytes, no limit)", ordinal, id, slot,
-             (unsigned long long)total);
-      else
-        logf(LogLevel::debug, "device %d is %s (slot %d, %llu bytes, limit %llu bytes)", ordinal, id, slot,
-             (unsigned long long)total, (unsigned long long)limit);
-    }
   }
-  if (cacheable) ordinal_slot_[ordinal].store(slot + 1, std::memory_order_release);
+  cache_ordinal(ordinal, slot);
+  if (log_enabled(LogLevel::debug)) {
+    char id[41];
+    format_uuid(d.uuid, id);
+    uint64_t limit = limit_of(slot);
+    if (limit == kNoLimit)
+      logf(LogLevel::debug, "device %d is %s (slot %d, %llu bytes, no limit)", ordinal, id, slot,
+           (unsigned long long)total);
+    else
+      logf(LogLevel::debug, "device %d is %s (slot %d, %llu bytes, limit %llu bytes)", ordinal, id, slot,
+           (unsigned long long)total, (unsigned long long)limit);
+  }
   return slot;
 }
 
@@ -114,10 +147,13 @@ void Devices::forget_context(CUcontext ctx) {
   epoch_.fetch_add(1, std::memory_order_acq_rel);
 }
 
+// A current context on a device the process has not attached (made before our hooks could see
+// it): attach it now, so its memory is accounted from here on.
 int Devices::describe_current_device() {
   CUdevice dev = 0;
   if (call<Fn::cuCtxGetDevice>(&dev) != CUDA_SUCCESS) return -1;
-  return slot_for_ordinal(dev);
+  Refusal why;
+  return attach(dev, &why);
 }
 
 Where Devices::current() {
@@ -132,6 +168,13 @@ Where Devices::current() {
   }
   if (slot >= 0) tl_ctx = CtxCache{ctx, slot, epoch};
   return Where{slot, ctx};
+}
+
+int Devices::known_current_slot() {
+  CUcontext ctx = nullptr;
+  if (call<Fn::cuCtxGetCurrent>(&ctx) != CUDA_SUCCESS || !ctx) return -1;
+  if (tl_ctx.ctx == ctx && tl_ctx.epoch == epoch_.load(std::memory_order_acquire)) return tl_ctx.slot;
+  return lookup_context(ctx);
 }
 
 int Devices::slot_of_context(CUcontext ctx) {
@@ -157,6 +200,7 @@ Where Devices::of_stream(CUstream stream) {
 }
 
 void Devices::reset_in_child() {
+  attach_mutex_.reinit_in_child();
   for (int i = 0; i < kMaxDevices; ++i) {
     context_mutex_[i].reinit_in_child();
     context_books_[i] = ContextBooks{};

@@ -6,8 +6,10 @@
 // limits exactly as it was.
 //
 // Devices are keyed by UUID (cuDeviceGetUuid): ordinals are per process (CUDA_VISIBLE_DEVICES
-// renumbers them), UUIDs are not. A slot is created the first time a hook meets a device; its
-// limit comes from the broker (Broker::attach_device) before anything is charged on it.
+// renumbers them), UUIDs are not. A device gets a slot when the process starts using it: its
+// first context, or a first allocation on it (attach(): Broker::attach_device, which is admission
+// and may wait). Its limit comes from the broker before anything is charged on it. Looking at a
+// device (cuDeviceTotalMem) attaches nothing (find_slot()).
 //
 // An allocation happens on the device of the current context. Finding it costs one driver call
 // (cuCtxGetCurrent) and a compare with this thread's cached (context, slot, epoch); on a miss, the
@@ -46,12 +48,20 @@ class Devices {
 
   constexpr Devices() = default;
 
-  /// The slot of device `ordinal`, creating it on first sight (UUID and capacity from the driver;
-  /// slot and limit from the broker). -1 when the driver cannot describe the ordinal (invalid
-  /// ordinal, not initialised) or the broker has no slot left.
-  int slot_for_ordinal(CUdevice ordinal);
-  /// This thread's current context and its slot; slot -1 when there is no current context.
+  /// The slot of device `ordinal` if the process has attached it, else -1. Never attaches.
+  int find_slot(CUdevice ordinal);
+  /// The slot of device `ordinal`, attaching it on first use (UUID and capacity from the driver;
+  /// slot and limit from the broker: admission, which may wait). -1 when the driver cannot describe
+  /// the ordinal (invalid ordinal, not initialised; *why = none), no slot is left (*why = none),
+  /// or the job was not admitted (*why says why: the caller fails with CUDA_ERROR_OUT_OF_MEMORY).
+  /// Attaches are serialised (one admission at a time per process).
+  int attach(CUdevice ordinal, Refusal* why);
+  /// This thread's current context and its slot; slot -1 when there is no current context. A
+  /// current context on a device not attached yet attaches it (see attach()).
   Where current();
+  /// The slot of this thread's current context if it is known, else -1. Never attaches, never
+  /// waits: for paths that must not block (a launch).
+  int known_current_slot();
   /// The slot of context `ctx`, current or not; -1 when unknown to the driver.
   int slot_of_context(CUcontext ctx);
   /// The context and slot a stream's work runs on (null stream handles: the current context).
@@ -76,7 +86,8 @@ class Devices {
   void lock_slots() { slots_mutex_.lock(); }
   void unlock_slots() { slots_mutex_.unlock(); }
   /// In the child (slots lock held): forgets every context (the child owns none), makes the other
-  /// locks new, and releases the slots lock.
+  /// locks new (the attach lock too: a parent's thread may have been waiting for admission), and
+  /// releases the slots lock.
   void reset_in_child();
 
  private:
@@ -86,7 +97,10 @@ class Devices {
   };
   int lookup_context(CUcontext ctx);
   int describe_current_device();  // slot of the current context's device, via cuCtxGetDevice
+  int slot_of_uuid_locked(const unsigned char uuid[16]) const;  // slots_mutex_ held; -1 if none
+  void cache_ordinal(CUdevice ordinal, int slot);
 
+  Mutex attach_mutex_;  // held across Broker::attach_device (which may wait for admission)
   Mutex slots_mutex_;
   DeviceInfo info_[kMaxDevices] = {};
   std::atomic<bool> used_[kMaxDevices] = {};

@@ -70,6 +70,13 @@ uint64_t total_calls(Fn id) {
   return sum;
 }
 
+uint64_t total_launches() {
+  uint64_t sum = 0;
+  for (unsigned i = 0; i < kHookCount; ++i)
+    if (kPolicy[i] == Policy::launch) sum += total_calls(Fn(i));
+  return sum;
+}
+
 void reset_calls_in_child() {
   for (ThreadCalls* b = g_blocks.load(std::memory_order_acquire); b; b = b->next.load(std::memory_order_acquire)) {
     for (auto& c : b->calls) c.store(0, std::memory_order_relaxed);

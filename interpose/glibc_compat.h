@@ -9,7 +9,9 @@
 // glibc 2.34 moved libdl and libpthread into libc and gave their functions new default versions
 // (dlopen@@GLIBC_2.34, pthread_once@@GLIBC_2.34, ...); the old versions stay exported by libc for
 // compatibility, and on older glibc they live in libdl.so.2 / libpthread.so.0, which libcoloc.so
-// keeps as NEEDED. Include this header in every file that calls one of these functions. Sanitizer
+// keeps as NEEDED. Include this header in every file that calls one of these functions.
+// stat/fstat are versioned GLIBC_2.33 (older glibc had them inline over __xstat): libcoloc.so does
+// not call them (lseek for sizes, access for existence, the fstat system call for identities). Sanitizer
 // builds (which only run here) keep the default versions, which the sanitizer runtimes intercept.
 #pragma once
 
@@ -33,5 +35,13 @@ COLOC_OLD_SYMBOL(pthread_once)
 COLOC_OLD_SYMBOL(pthread_key_create)
 COLOC_OLD_SYMBOL(pthread_setspecific)
 COLOC_OLD_SYMBOL(pthread_getspecific)
+COLOC_OLD_SYMBOL(pthread_create)
+COLOC_OLD_SYMBOL(pthread_attr_setstacksize)
+COLOC_OLD_SYMBOL(pthread_sigmask)
+COLOC_OLD_SYMBOL(pthread_rwlock_init)
+COLOC_OLD_SYMBOL(pthread_rwlock_rdlock)
+COLOC_OLD_SYMBOL(pthread_rwlock_tryrdlock)
+COLOC_OLD_SYMBOL(pthread_rwlock_wrlock)
+COLOC_OLD_SYMBOL(pthread_rwlock_unlock)
 #undef COLOC_OLD_SYMBOL
 #endif

@@ -8,7 +8,8 @@
 // cuda_api.h makes cuda.h declare every real export name; each definition below must match that
 // declaration exactly (extern "C" functions cannot be overloaded), so the compiler checks every
 // signature in hooks.def. Policies:
-//   launch   count on this thread, pass the launch gate, call the driver (no other work);
+//   launch   count on this thread (every 4096th also flushes launch counts to the stats page), pass
+//            the launch gate, call the driver (no other work);
 //   others   HookScope (count, lazy init, nesting), then coloc::interpose::<policy>::<name> (handlers.h).
 #include "driver.h"
 #include "gate.h"
@@ -21,7 +22,7 @@ namespace ci = coloc::interpose;
 
 #define COLOC_DEFINE_launch(name, params, args)         \
   extern "C" COLOC_EXPORT CUresult CUDAAPI name params { \
-    ci::count_call(ci::Fn::name);                        \
+    ci::count_launch(ci::Fn::name);                      \
     ci::gate_pass();                                     \
     return ci::call<ci::Fn::name> args;                  \
   }

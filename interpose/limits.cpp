@@ -78,7 +78,7 @@ CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt
   pages::ControlSlot& c = control().slots[slot];
   bool refreshed = false;
   for (int round = 0;; ++round) {
-    uint64_t limit = c.limit.load(std::memory_order_relaxed);
+    uint64_t limit = limit_of(slot);
     uint64_t grant = c.grant.load(std::memory_order_seq_cst);
     uint64_t seen = 0, wanted = 0;
     if (attempt.attempt(grant < limit ? grant : limit, &seen, &wanted)) {
@@ -91,8 +91,9 @@ CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt
       refreshed = true;
       if (refresh_pools(slot)) continue;
     }
-    Refusal why = Refusal::own_limit;
-    if (!over_limit) why = round < kMaxGrowRounds ? broker().grow(slot, seen + wanted) : Refusal::device_full;
+    // The broker answers at once past the own limit (a daemon records the event), else it may wait.
+    uint64_t total = wanted > UINT64_MAX - seen ? UINT64_MAX : seen + wanted;
+    Refusal why = round < kMaxGrowRounds ? broker().grow(slot, total) : Refusal::device_full;
     if (why == Refusal::none) continue;
     ledger().count_failed(slot, true);
     warn_refused(slot, request, seen, limit, why, what);

@@ -11,8 +11,10 @@
 //                        meanwhile sends the request to the slow path);
 //   u + n >  L           refused at once: a job's own limit never waits. Before refusing, pool
 //                        readings on the device are refreshed (they can only be too high), and the
-//                        check repeats;
+//                        check repeats; then Broker::grow, which refuses at once (a daemon broker
+//                        tells the daemon, which records the event and may have raised the limit);
 //   g < u + n <= L       Broker::grow (may wait); then the check repeats.
+// L is limit_of(slot): the daemon's limit, lowered by the environment's.
 // A refusal counts a failed and refused allocation and logs one rate-limited warning naming the
 // job, device, request, use and limit.
 #pragma once

@@ -296,7 +296,7 @@ CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream
 // below zero. Without a limit the driver's answer is left exactly as it was.
 template <class T>
 void job_view(int slot, T* free, T* total) {
-  uint64_t limit = control().slots[slot].limit.load(std::memory_order_relaxed);
+  uint64_t limit = limit_of(slot);
   if (limit == kNoLimit) return;
   uint64_t phys_total = total ? uint64_t(*total) : devices().info(slot).total_bytes;
   uint64_t phys_free = free ? uint64_t(*free) : phys_total;
@@ -323,8 +323,14 @@ template <Fn id, class T>
 CUresult device_total_mem(T* bytes, CUdevice dev) {
   CUresult r = call<id>(bytes, dev);
   if (r != CUDA_SUCCESS || !bytes) return r;
-  int slot = devices().slot_for_ordinal(dev);
-  if (slot >= 0) job_view<T>(slot, nullptr, bytes);
+  // Looking at a device does not attach it (no admission for a query): a device the process does
+  // not use shows the limit it would get.
+  int slot = devices().find_slot(dev);
+  if (slot >= 0) {
+    job_view<T>(slot, nullptr, bytes);
+  } else if (uint64_t limit = broker().unattached_limit(dev); limit < uint64_t(*bytes)) {
+    *bytes = T(limit);
+  }
   return r;
 }
 
@@ -386,7 +392,9 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
   // Only device-located memory is device memory; host-located handles are remembered (so their
   // release is not "untracked") but charge nothing.
   bool on_device = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
-  int slot = on_device ? devices().slot_for_ordinal(prop->location.id) : -1;
+  Refusal why = Refusal::none;
+  int slot = on_device ? devices().attach(prop->location.id, &why) : -1;
+  if (on_device && slot < 0 && why != Refusal::none) return CUDA_ERROR_OUT_OF_MEMORY;  // not admitted
   if (on_device && slot < 0) return call<Fn::cuMemCreate>(handle, size, prop, flags);
   uint64_t bytes = on_device ? size : 0;
   if (on_device) {
@@ -475,7 +483,8 @@ namespace pool {
 CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
   CUresult r = call<Fn::cuMemPoolCreate>(pool, poolProps);
   if (r != CUDA_SUCCESS || !poolProps || poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return r;
-  int slot = devices().slot_for_ordinal(poolProps->location.id);
+  Refusal why = Refusal::none;
+  int slot = devices().attach(poolProps->location.id, &why);  // a pool is about to take memory there
   if (slot >= 0 && track_pool(*pool, slot) < 0)
     logf(LogLevel::warn, "more than %d memory pools: allocations from the others count their bytes only",
          Ledger::kMaxPools);
@@ -520,7 +529,12 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
 
 namespace init {
 
-CUresult cuInit(unsigned int Flags) { return call<Fn::cuInit>(Flags); }
+// Registration with the daemon comes first: COLOC_REQUIRE_DAEMON without a daemon fails cuInit
+// before the driver is initialised, so the process cannot use the GPU outside coloc.
+CUresult cuInit(unsigned int Flags) {
+  if (!broker().on_init()) return CUDA_ERROR_NOT_INITIALIZED;
+  return call<Fn::cuInit>(Flags);
+}
 
 }  // namespace init
 

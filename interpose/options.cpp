@@ -47,6 +47,7 @@ const char* apply_level(Options& o, const char* value, int) {
 
 const char* apply_job(Options& o, const char* value, int) {
   if (!*value) return "empty";
+  o.job_set = true;
   size_t n = std::strlen(value);
   if (n >= sizeof o.job) n = sizeof o.job - 1;
   std::memcpy(o.job, value, n);
@@ -68,6 +69,52 @@ const char* apply_context_bytes(Options& o, const char* value, int) {
   SizeParse p = parse_size(value);
   o.context_bytes = p ? *p.bytes : kDefaultContextBytes;
   return p ? nullptr : p.error;
+}
+
+const char* apply_socket(Options& o, const char* value, int) {
+  size_t n = std::strlen(value);
+  if (n >= sizeof o.socket) {
+    o.socket[0] = '\0';
+    return "path too long for a Unix socket (at most 107 bytes)";
+  }
+  std::memcpy(o.socket, value, n + 1);
+  return nullptr;
+}
+
+const char* apply_priority(Options& o, const char* value, int) {
+  if (proto::parse_priority(value, &o.priority)) return nullptr;
+  o.priority = proto::Priority::kNormal;
+  return "not one of high, normal, best-effort";
+}
+
+const char* apply_on_full(Options& o, const char* value, int) {
+  if (std::strcmp(value, "wait") == 0) o.on_full = proto::OnFull::kWait;
+  else if (std::strcmp(value, "fail") == 0) o.on_full = proto::OnFull::kFail;
+  else {
+    o.on_full = proto::OnFull::kWait;
+    return "not one of wait, fail";
+  }
+  return nullptr;
+}
+
+const char* apply_wait_timeout(Options& o, const char* value, int) {
+  uint64_t ns = 0;
+  const char* err = parse_duration(value, &ns);
+  if (!err && ns == 0) err = "must be more than 0";
+  o.wait_timeout_ns = err ? 0 : ns;
+  return err;
+}
+
+const char* apply_require_daemon(Options& o, const char* value, int) {
+  for (const char* yes : {"1", "yes", "true", "on"})
+    if (std::strcmp(value, yes) == 0) {
+      o.require_daemon = true;
+      return nullptr;
+    }
+  o.require_daemon = false;
+  for (const char* no : {"0", "no", "false", "off", ""})
+    if (std::strcmp(value, no) == 0) return nullptr;
+  return "not one of 1, 0, yes, no, true, false";
 }
 
 // libstdc++'s string_view::starts_with goes through substr(), which can throw: not in here.
@@ -96,6 +143,11 @@ const char* fallback_of(const OptionSpec& s) {
   if (s.apply == apply_level) return "using warn";
   if (s.apply == apply_context_bytes) return "using the default 512 MiB";
   if (s.apply == apply_report) return "no report will be written";
+  if (s.apply == apply_socket) return "looking for the daemon at the default socket";
+  if (s.apply == apply_priority) return "using normal";
+  if (s.apply == apply_on_full) return "using wait";
+  if (s.apply == apply_wait_timeout) return "using the daemon's default";
+  if (s.apply == apply_require_daemon) return "not required";
   return "ignored";
 }
 
@@ -110,6 +162,15 @@ const OptionSpec kOptionSpecs[] = {
     {"COLOC_REPORT", "path of the JSON ledger written at exit; %p is replaced by the pid", apply_report},
     {"COLOC_CONTEXT_BYTES", "device memory charged per CUDA context (size, default 512MiB)",
      apply_context_bytes},
+    {"COLOC_SOCKET", "the daemon's socket (default /run/coloc/colocd.sock, when it exists)", apply_socket},
+    {"COLOC_PRIORITY", "high|normal|best-effort (default normal): admission order, deadlock victim",
+     apply_priority},
+    {"COLOC_ON_FULL", "wait|fail (default wait): what an allocation does when the device is full",
+     apply_on_full},
+    {"COLOC_WAIT_TIMEOUT", "how long an allocation or admission may wait (250ms, 5s, 2m; default 300s)",
+     apply_wait_timeout},
+    {"COLOC_REQUIRE_DAEMON", "1: wait up to COLOC_WAIT_TIMEOUT for the daemon, else fail cuInit",
+     apply_require_daemon},
 };
 const int kOptionSpecCount = int(sizeof kOptionSpecs / sizeof kOptionSpecs[0]);
 
@@ -152,6 +213,45 @@ void read_options(char* const* env, int pid, Options* out) {
     const char* cmd = program_invocation_short_name;
     std::snprintf(o.job, sizeof o.job, "%s-%d", cmd && *cmd ? cmd : "job", pid);
   }
+}
+
+const char* parse_duration(const char* text, uint64_t* ns) {
+  std::string_view s(text ? text : "");
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) s.remove_suffix(1);
+  if (s.empty()) return "empty duration";
+  // The number: digits, optionally a fraction.
+  unsigned __int128 whole = 0, frac = 0, frac_scale = 1;
+  size_t i = 0;
+  bool digits = false;
+  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
+    whole = whole * 10 + unsigned(s[i] - '0');
+    digits = true;
+    if (whole > UINT64_MAX) return "duration too long";
+  }
+  if (i < s.size() && s[i] == '.') {
+    for (++i; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
+      digits = true;
+      if (frac_scale < (unsigned __int128)1000000000000000000ULL) {
+        frac = frac * 10 + unsigned(s[i] - '0');
+        frac_scale *= 10;
+      }
+    }
+  }
+  if (!digits) return "not a duration (e.g. 250ms, 5s, 2m, or seconds)";
+  std::string_view unit(s.data() + i, s.size() - i);
+  static constexpr struct { const char* name; uint64_t ns; } units[] = {
+      {"", 1000000000ull}, {"s", 1000000000ull}, {"ms", 1000000ull}, {"us", 1000ull},
+      {"ns", 1ull},        {"m", 60000000000ull}, {"h", 3600000000000ull},
+  };
+  for (const auto& u : units) {
+    if (unit != std::string_view(u.name)) continue;
+    unsigned __int128 total = whole * u.ns + frac * u.ns / frac_scale;
+    if (total > UINT64_MAX - 1) return "duration too long";
+    *ns = uint64_t(total);
+    return nullptr;
+  }
+  return "unknown unit (use ns, us, ms, s, m or h)";
 }
 
 uint64_t limit_for_ordinal(const Options& o, int ordinal) {

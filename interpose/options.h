@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "coloc/protocol.h"
 #include "log.h"
 
 namespace coloc::interpose {
@@ -34,6 +35,14 @@ struct Options {
   char job[64] = {};                           ///< COLOC_JOB, or "<command>-<pid>"
   char report[512] = {};                       ///< COLOC_REPORT path ("%p" = pid); empty = none
   uint64_t context_bytes = kDefaultContextBytes;  ///< COLOC_CONTEXT_BYTES
+  bool job_set = false;                        ///< COLOC_JOB was given (else the process is its own job)
+
+  // The daemon (docs/daemon.md, "The client contract").
+  char socket[108] = {};                       ///< COLOC_SOCKET (sockaddr_un's size); empty = not given
+  proto::Priority priority = proto::Priority::kNormal;  ///< COLOC_PRIORITY: high|normal|best-effort
+  proto::OnFull on_full = proto::OnFull::kWait;         ///< COLOC_ON_FULL: wait|fail
+  uint64_t wait_timeout_ns = 0;                ///< COLOC_WAIT_TIMEOUT in ns; 0 = the daemon's default (300 s)
+  bool require_daemon = false;                 ///< COLOC_REQUIRE_DAEMON=1: no daemon fails cuInit
 
   static constexpr int kMaxErrors = 8;
   char errors[kMaxErrors][256] = {};           ///< messages for malformed values, to log once
@@ -43,6 +52,11 @@ struct Options {
 /// Fills `out` from `env` (KEY=VALUE strings, NULL-terminated, like environ) and `pid` (for the
 /// default job name). Unknown COLOC_* variables are ignored. Allocation-free.
 void read_options(char* const* env, int pid, Options* out);
+
+/// Parses a duration: "250ms", "5s", "2m", "1h", "1.5s", "300us", "10ns", or a plain number of
+/// seconds. Stores nanoseconds in *ns (saturating at 2^64-1 is an error: at most ~584 years).
+/// Returns nullptr, or a static message saying what is wrong. Allocation-free.
+const char* parse_duration(const char* text, uint64_t* ns);
 
 /// The limit in bytes for the device this process numbers `ordinal`: COLOC_MEM_LIMIT_<ordinal>
 /// when given (kNoLimit if it was malformed), else COLOC_MEM_LIMIT, else kNoLimit.

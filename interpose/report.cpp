@@ -104,7 +104,7 @@ long render_report(char* buf, size_t cap) {
     DeviceCounts c = ledger().counts(s);
     char uuid[41];
     format_uuid(d.uuid, uuid);
-    uint64_t limit = control().slots[s].limit.load(std::memory_order_relaxed);
+    uint64_t limit = limit_of(s);
     if (!first) o.raw(",");
     first = false;
     o.raw("{").key("slot").u64(uint64_t(s));

@@ -12,6 +12,7 @@
 #include <atomic>
 
 #include "broker.h"
+#include "daemon_broker.h"
 #include "dlsym_entry.h"
 #include "log.h"
 #include "no_destroy.h"
@@ -34,12 +35,26 @@ __thread bool tl_initialising __attribute__((tls_model("initial-exec"))) = false
 
 void exit_hook() { report_at_exit(); }
 
+// The daemon broker when a daemon is configured: COLOC_SOCKET, or the default socket exists, or
+// COLOC_REQUIRE_DAEMON=1 (then at the default path when COLOC_SOCKET is not given). Else the
+// LocalBroker stays: no socket, no thread, nothing.
+void install_broker(const Options& o) {
+  const char* path = o.socket[0] ? o.socket : nullptr;
+  // (access, not stat: stat is versioned GLIBC_2.33; glibc_compat.h.)
+  if (!path && ::access(proto::kDefaultSocket, F_OK) == 0) path = proto::kDefaultSocket;
+  if (!path && o.require_daemon) path = proto::kDefaultSocket;
+  if (!path) return;
+  daemon_broker().set_socket(path);
+  set_broker(&daemon_broker());
+}
+
 void bring_up(const char* why) {
   Options o;
   read_options(environ, int(getpid()), &o);
   set_options(o);
   log_start(o.log_level, o.job);
   for (int i = 0; i < o.n_errors; ++i) logf(LogLevel::error, "%s", o.errors[i]);
+  install_broker(options());
   install_fork_handlers();
   atexit(exit_hook);
   logf(LogLevel::debug, "initialised from %s", why);

@@ -57,7 +57,68 @@ TEST_CASE("options: every variable of the table") {
   CHECK(std::string(o.job) == "train");
   CHECK(std::string(o.report) == "/tmp/r.%p.json");
   CHECK(o.context_bytes == 300000000ull);
-  CHECK(kOptionSpecCount == 6);
+  CHECK(kOptionSpecCount == 11);
+  CHECK(o.job_set);
+}
+
+TEST_CASE("options: the daemon's variables") {
+  Options d = read({"PATH=/bin"});
+  CHECK(d.socket[0] == '\0');
+  CHECK(d.priority == coloc::proto::Priority::kNormal);
+  CHECK(d.on_full == coloc::proto::OnFull::kWait);
+  CHECK(d.wait_timeout_ns == 0);  // the daemon's default
+  CHECK_FALSE(d.require_daemon);
+  CHECK_FALSE(d.job_set);
+
+  Options o = read({"COLOC_SOCKET=/tmp/c.sock", "COLOC_PRIORITY=best-effort", "COLOC_ON_FULL=fail",
+                    "COLOC_WAIT_TIMEOUT=2m", "COLOC_REQUIRE_DAEMON=1"});
+  CHECK(o.n_errors == 0);
+  CHECK(std::string(o.socket) == "/tmp/c.sock");
+  CHECK(o.priority == coloc::proto::Priority::kBestEffort);
+  CHECK(o.on_full == coloc::proto::OnFull::kFail);
+  CHECK(o.wait_timeout_ns == 120ull * 1000000000ull);
+  CHECK(o.require_daemon);
+
+  Options bad = read({"COLOC_SOCKET=/" + std::string(200, 's'), "COLOC_PRIORITY=urgent", "COLOC_ON_FULL=panic",
+                      "COLOC_WAIT_TIMEOUT=soon", "COLOC_REQUIRE_DAEMON=maybe"});
+  CHECK(bad.n_errors == 5);
+  CHECK(bad.socket[0] == '\0');
+  CHECK(bad.priority == coloc::proto::Priority::kNormal);
+  CHECK(bad.on_full == coloc::proto::OnFull::kWait);
+  CHECK(bad.wait_timeout_ns == 0);
+  CHECK_FALSE(bad.require_daemon);
+  CHECK(has_error(bad, "COLOC_PRIORITY=\"urgent\": not one of high, normal, best-effort; using normal"));
+  CHECK(has_error(bad, "COLOC_ON_FULL=\"panic\""));
+  CHECK(has_error(bad, "COLOC_WAIT_TIMEOUT=\"soon\""));
+  CHECK(has_error(bad, "COLOC_REQUIRE_DAEMON=\"maybe\""));
+  CHECK(has_error(bad, "too long for a Unix socket"));
+  CHECK(read({"COLOC_WAIT_TIMEOUT=0"}).n_errors == 1);  // a zero timeout is not a timeout
+}
+
+TEST_CASE("options: durations") {
+  uint64_t ns = 0;
+  CHECK(parse_duration("250ms", &ns) == nullptr);
+  CHECK(ns == 250000000ull);
+  CHECK(parse_duration("5s", &ns) == nullptr);
+  CHECK(ns == 5000000000ull);
+  CHECK(parse_duration("1.5s", &ns) == nullptr);
+  CHECK(ns == 1500000000ull);
+  CHECK(parse_duration("300", &ns) == nullptr);  // plain seconds
+  CHECK(ns == 300000000000ull);
+  CHECK(parse_duration(" 2m ", &ns) == nullptr);
+  CHECK(ns == 120000000000ull);
+  CHECK(parse_duration("1h", &ns) == nullptr);
+  CHECK(ns == 3600000000000ull);
+  CHECK(parse_duration("10us", &ns) == nullptr);
+  CHECK(ns == 10000ull);
+  CHECK(parse_duration("7ns", &ns) == nullptr);
+  CHECK(ns == 7ull);
+  CHECK(parse_duration("", &ns) != nullptr);
+  CHECK(parse_duration("ms", &ns) != nullptr);
+  CHECK(parse_duration("-1s", &ns) != nullptr);
+  CHECK(parse_duration("5 parsecs", &ns) != nullptr);
+  CHECK(parse_duration("99999999999999999999s", &ns) != nullptr);
+  CHECK(parse_duration("100000000000h", &ns) != nullptr);  // past 2^64 ns
 }
 
 TEST_CASE("options: a malformed value is one clear error and means no limit") {

@@ -1,0 +1,430 @@
+// interpose/daemon_broker.cpp — see daemon_broker.h.
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+#include "daemon_broker.h"
+
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "daemon_pages.h"
+#include "devices.h"
+#include "driver.h"
+#include "gate.h"
+#include "log.h"
+#include "no_destroy.h"
+#include "options.h"
+#include "runtime.h"
+#include "signal_wait.h"
+
+namespace coloc::interpose {
+
+namespace {
+
+constexpr uint64_t kDefaultWaitNs = 300ull * 1000000000ull;  // the daemon's default wait timeout
+
+constinit NoDestroy<DaemonBroker> g_daemon_broker;
+constinit std::atomic<bool> g_on_exit_installed{false};
+
+void goodbye_hook(int status, void*) { g_daemon_broker.value.goodbye(status); }
+
+Refusal refusal_of(uint32_t reason) {
+  switch (proto::Reason(reason)) {
+    case proto::Reason::kOwnLimit: return Refusal::own_limit;
+    case proto::Reason::kDeviceFull: return Refusal::device_full;
+    case proto::Reason::kDeadlockBroken: return Refusal::deadlock_broken;
+    case proto::Reason::kTimeout: return Refusal::timeout;
+    case proto::Reason::kCancelled: return Refusal::cancelled;
+    case proto::Reason::kUserCap: return Refusal::user_cap;
+    case proto::Reason::kNone:
+    case proto::Reason::kBadRequest: break;
+  }
+  return Refusal::not_admitted;
+}
+
+Refusal refusal_of(DaemonLink::Outcome o) {
+  switch (o) {
+    case DaemonLink::Outcome::stopped: return Refusal::cancelled;
+    case DaemonLink::Outcome::timed_out: return Refusal::timeout;
+    default: return Refusal::no_daemon;
+  }
+}
+
+uint64_t round_up(uint64_t v, uint64_t step) {
+  if (step == 0) return v;
+  uint64_t r = v % step;
+  return r == 0 || v > UINT64_MAX - (step - r) ? v : v + (step - r);
+}
+
+}  // namespace
+
+DaemonBroker& daemon_broker() { return g_daemon_broker.value; }
+
+void DaemonBroker::set_socket(const char* path) {
+  size_t n = std::strlen(path);
+  if (n >= sizeof socket_) n = sizeof socket_ - 1;
+  std::memcpy(socket_, path, n);
+  socket_[n] = '\0';
+}
+
+// ---- registration -------------------------------------------------------------------------------
+
+void DaemonBroker::fill_register(bool resume, proto::RegisterMsg* m) {
+  const Options& o = options();
+  m->limit = o.mem_limit == 0 ? 1 : o.mem_limit;  // the protocol has no zero limit; 1 byte admits nothing
+  m->priority = uint8_t(o.priority);
+  m->on_full = uint8_t(o.on_full);
+  m->wait_timeout_ns = o.wait_timeout_ns;
+  if (o.job_set) {  // the job's name, with what the protocol does not allow replaced
+    for (size_t i = 0; i < sizeof m->job - 1 && o.job[i]; ++i) {
+      auto c = static_cast<unsigned char>(o.job[i]);
+      m->job[i] = (c > 0x20 && c < 0x7f && c != '/' && c != '\\') ? char(c) : '_';
+    }
+  }
+  m->cmdline_hash = cmdline_.hash;
+  std::memcpy(m->cmdline, cmdline_.text, sizeof m->cmdline);
+  if (!resume) return;
+
+  // The exact ledger, slot i as entry i. A grant the dead daemon wrote for an Attach whose reply
+  // never came is on the old control page: keep it.
+  {
+    MutexLock g(attach_mutex_);
+    if (attach_pending_) {
+      for (int s = 0; s < kMaxDevices; ++s) {
+        const pages::ControlSlot& c = control().slots[s];
+        if (c.attached.load(std::memory_order_acquire) && std::memcmp(c.uuid, attach_uuid_, 16) == 0 &&
+            recorded_slot(attach_uuid_) < 0) {
+          record_slot(s, attach_uuid_, attach_capacity_);
+          break;
+        }
+      }
+    }
+  }
+  m->flags = proto::kRegResume;
+  uint32_t prio = control().priority.load(std::memory_order_relaxed);
+  if (prio <= uint32_t(proto::Priority::kHigh)) m->priority = uint8_t(prio);  // a live `coloc set` survives
+  uint32_t n = 0;
+  while (n < uint32_t(kMaxDevices) && slots_[n].attached.load(std::memory_order_acquire)) ++n;
+  for (uint32_t i = n; i < uint32_t(kMaxDevices); ++i)
+    if (slots_[i].attached.load(std::memory_order_acquire))
+      logf(LogLevel::error, "device slot %u is not contiguous with the others: it is left out of the ledger", i);
+  m->n_ledger = n;
+  for (uint32_t i = 0; i < n; ++i) {
+    proto::LedgerEntry& e = m->ledger[i];
+    std::memcpy(e.device.uuid, slots_[i].uuid, 16);
+    e.device.capacity = slots_[i].capacity;
+    e.device.physical_free = proto::kUnknown;
+    e.in_use = stats().slots[i].in_use.load(std::memory_order_seq_cst);
+    e.grant = control().slots[i].grant.load(std::memory_order_seq_cst);
+    uint64_t peak = stats().slots[i].peak.load(std::memory_order_relaxed);
+    e.peak = peak > e.in_use ? peak : e.in_use;
+    e.limit = control().slots[i].limit.load(std::memory_order_relaxed);
+    if (e.limit == 0) e.limit = 1;
+  }
+}
+
+bool DaemonBroker::adopt(const proto::RegisterReplyMsg& reply, int control_fd, int stats_fd, bool resume) {
+  int rc = daemon_pages::adopt(control_fd, stats_fd);
+  if (rc != 0) {
+    logf(LogLevel::error, "cannot map colocd's pages: %s",
+         rc == -EPROTO ? "they are not the layout this library knows" : std::strerror(-rc));
+    return false;
+  }
+  job_limit_.store(reply.limit, std::memory_order_relaxed);
+  if (resume)
+    for (int s = 0; s < kMaxDevices; ++s)
+      if (slots_[s].attached.load(std::memory_order_acquire)) set_floor(s);
+  return true;
+}
+
+void DaemonBroker::register_now() {
+  const Options& o = options();
+  wire::read_cmdline(&cmdline_);
+  SignalWindow w;
+  uint64_t deadline = monotonic_ns() + (o.require_daemon ? wait_deadline() - monotonic_ns() : 0);
+  char why[256] = {};
+  int rc = link_.start(socket_, o.require_daemon, deadline, this, w, why, sizeof why);
+  if (rc == 0) {
+    mode_.store(Mode::daemon, std::memory_order_release);
+    if (!g_on_exit_installed.exchange(true, std::memory_order_acq_rel)) on_exit(goodbye_hook, nullptr);
+    logf(LogLevel::info, "registered with colocd at %s", socket_);
+    return;
+  }
+  // The pages may be mapped already (a failure after the registration): take private copies, so
+  // that standalone limits can be written.
+  daemon_pages::privatize();
+  if (o.require_daemon) {
+    logf(LogLevel::error,
+         "COLOC_REQUIRE_DAEMON=1 and no coloc daemon at %s (%s%s): cuInit returns CUDA_ERROR_NOT_INITIALIZED",
+         socket_, why, rc == -ETIMEDOUT ? ", waited COLOC_WAIT_TIMEOUT" : "");
+    mode_.store(Mode::failed, std::memory_order_release);
+    return;
+  }
+  logf(LogLevel::warn, "no coloc daemon at %s (%s): running with standalone limits from the environment", socket_,
+       why);
+  mode_.store(Mode::standalone, std::memory_order_release);
+}
+
+DaemonBroker::Mode DaemonBroker::registered_mode() {
+  Mode m = mode_.load(std::memory_order_acquire);
+  if (m != Mode::unregistered) return m;
+  MutexLock g(register_mutex_);
+  m = mode_.load(std::memory_order_acquire);
+  if (m != Mode::unregistered) return m;
+  register_now();
+  return mode_.load(std::memory_order_acquire);
+}
+
+bool DaemonBroker::on_init() { return registered_mode() != Mode::failed; }
+
+uint64_t DaemonBroker::wait_deadline() const {
+  uint64_t t = options().wait_timeout_ns;
+  return monotonic_ns() + (t ? t : kDefaultWaitNs);
+}
+
+// ---- slots --------------------------------------------------------------------------------------
+
+void DaemonBroker::record_slot(int slot, const unsigned char uuid[16], uint64_t capacity) {
+  SlotRecord& r = slots_[slot];
+  std::memcpy(r.uuid, uuid, 16);
+  r.capacity = capacity;
+  r.attached.store(true, std::memory_order_release);
+}
+
+int DaemonBroker::recorded_slot(const unsigned char uuid[16]) const {
+  for (int s = 0; s < kMaxDevices; ++s)
+    if (slots_[s].attached.load(std::memory_order_acquire) && std::memcmp(slots_[s].uuid, uuid, 16) == 0) return s;
+  return -1;
+}
+
+void DaemonBroker::set_floor(int slot) {
+  uint64_t step = link_.grant_step();
+  uint64_t grant = control().slots[slot].grant.load(std::memory_order_relaxed);
+  surplus_floor(slot).store(grant > 2 * step ? grant - 2 * step : 0, std::memory_order_relaxed);
+}
+
+uint64_t DaemonBroker::physical_free(int slot) {
+  if (devices().known_current_slot() != slot) return proto::kUnknown;
+  size_t free = 0, total = 0;
+  if (call<Fn::cuMemGetInfo_v2>(&free, &total) != CUDA_SUCCESS) return proto::kUnknown;
+  return free <= slots_[slot].capacity ? uint64_t(free) : proto::kUnknown;
+}
+
+int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
+  *why = Refusal::none;
+  Mode m = registered_mode();
+  if (m == Mode::standalone) return local_.attach_device(d, why);
+  if (m != Mode::daemon || d.total_bytes == 0) {
+    *why = Refusal::not_admitted;
+    return -1;
+  }
+  if (int s = recorded_slot(d.uuid); s >= 0) return s;
+
+  proto::AttachMsg a;
+  std::memset(&a, 0, sizeof a);
+  a.n_devices = 1;
+  std::memcpy(a.devices[0].device.uuid, d.uuid, 16);
+  a.devices[0].device.capacity = d.total_bytes;
+  a.devices[0].device.physical_free = proto::kUnknown;  // no context there yet to ask
+  uint64_t request = options().context_bytes;
+  a.devices[0].request = request < d.total_bytes ? request : d.total_bytes;
+  {
+    MutexLock g(attach_mutex_);
+    attach_pending_ = true;
+    std::memcpy(attach_uuid_, d.uuid, 16);
+    attach_capacity_ = d.total_bytes;
+  }
+
+  SignalWindow w;
+  const uint64_t t0 = monotonic_ns(), deadline = wait_deadline();
+  uint64_t waited = 0;
+  int slot = -1;
+  for (;;) {
+    if (!link_.connected()) {  // the daemon restarts: admission waits for it
+      if (options().on_full == proto::OnFull::kFail) {
+        *why = Refusal::no_daemon;
+        break;
+      }
+      DaemonLink::Outcome o = link_.wait_connected(w, deadline);
+      if (o != DaemonLink::Outcome::replied) {
+        *why = refusal_of(o);
+        break;
+      }
+    }
+    if ((slot = recorded_slot(d.uuid)) >= 0) break;  // granted just before the daemon died
+    LinkReply r;
+    DaemonLink::Outcome o = link_.request(a, &r, w, 0);
+    if (o == DaemonLink::Outcome::lost) continue;
+    if (o != DaemonLink::Outcome::replied) {
+      *why = refusal_of(o);
+      break;
+    }
+    waited = r.attach.waited_ns;
+    if (r.attach.outcome == uint32_t(proto::Outcome::kGranted) && r.attach.n_devices == 1 &&
+        r.attach.devices[0].slot < uint32_t(kMaxDevices)) {
+      slot = int(r.attach.devices[0].slot);
+      record_slot(slot, d.uuid, d.total_bytes);
+    } else {
+      *why = refusal_of(r.attach.reason);
+    }
+    break;
+  }
+  {
+    MutexLock g(attach_mutex_);
+    attach_pending_ = false;
+  }
+  if (slot < 0) return -1;
+  local_limit(slot).store(limit_for_ordinal(options(), d.ordinal), std::memory_order_relaxed);
+  set_floor(slot);
+  // The daemon's measure of the wait, or ours when the daemon was away meanwhile.
+  uint64_t total = monotonic_ns() - t0;
+  if (waited < total && total - waited > 50000000ull) waited = total;
+  stats().slots[slot].wait_admission_ns.fetch_add(waited, std::memory_order_relaxed);
+  if (waited > 1000000ull)
+    logf(LogLevel::info, "admitted on device %d after waiting %.2f s", d.ordinal, double(waited) / 1e9);
+  return slot;
+}
+
+uint64_t DaemonBroker::unattached_limit(int ordinal) {
+  if (mode_.load(std::memory_order_acquire) == Mode::standalone) return local_.unattached_limit(ordinal);
+  uint64_t env = limit_for_ordinal(options(), ordinal);
+  uint64_t job = job_limit_.load(std::memory_order_relaxed);
+  return env < job ? env : job;
+}
+
+// ---- memory -------------------------------------------------------------------------------------
+
+Refusal DaemonBroker::grow(int slot, uint64_t wanted) {
+  Mode m = mode_.load(std::memory_order_acquire);
+  if (m == Mode::standalone) return local_.grow(slot, wanted);
+  if (m != Mode::daemon) return Refusal::no_daemon;
+  // Past a limit only the environment sets (lower than the daemon's): refused here, unrecorded.
+  uint64_t local = local_limit(slot).load(std::memory_order_relaxed);
+  if (wanted > local && local < control().slots[slot].limit.load(std::memory_order_relaxed)) return Refusal::own_limit;
+  SignalWindow w;
+  const uint64_t t0 = monotonic_ns(), deadline = wait_deadline();
+  uint64_t parked = 0;
+  Refusal result = Refusal::none;
+  for (;;) {
+    const pages::ControlSlot& c = control().slots[slot];
+    if (wanted <= c.grant.load(std::memory_order_seq_cst) && wanted <= limit_of(slot)) break;  // raised meanwhile
+    if (!link_.connected()) {  // the daemon restarts: growth waits for it (or fails, --on-full fail)
+      if (options().on_full == proto::OnFull::kFail) {
+        result = Refusal::no_daemon;
+        break;
+      }
+      DaemonLink::Outcome o = link_.wait_connected(w, deadline);
+      if (o != DaemonLink::Outcome::replied) result = refusal_of(o);
+      break;  // connected again: the caller retries on the resumed grant, and asks again if need be
+    }
+    proto::GrowMsg g;
+    std::memset(&g, 0, sizeof g);
+    g.slot = uint32_t(slot);
+    g.need = wanted == 0 ? 1 : (wanted >= proto::kUnknown ? proto::kUnknown - 1 : wanted);
+    g.in_use = stats().slots[slot].in_use.load(std::memory_order_seq_cst);
+    if (g.in_use == proto::kUnknown) g.in_use = proto::kUnknown - 1;
+    g.physical_free = physical_free(slot);
+    LinkReply r;
+    DaemonLink::Outcome o = link_.request(g, &r, w, 0);
+    if (o == DaemonLink::Outcome::lost) continue;
+    if (o != DaemonLink::Outcome::replied) {
+      result = refusal_of(o);
+      break;
+    }
+    parked = r.grow.waited_ns;
+    if (r.grow.outcome == uint32_t(proto::Outcome::kGranted)) set_floor(slot);
+    else result = refusal_of(r.grow.reason);
+    break;
+  }
+  // Time parked in the daemon; or all of it, when the daemon was away.
+  uint64_t total = monotonic_ns() - t0;
+  uint64_t waited = parked;
+  if (waited < total && total - waited > 50000000ull) waited = total;
+  if (waited) stats().slots[slot].wait_memory_ns.fetch_add(waited, std::memory_order_relaxed);
+  return result;
+}
+
+void DaemonBroker::surplus(int slot, uint64_t in_use) {
+  if (mode_.load(std::memory_order_acquire) != Mode::daemon || !link_.connected()) return;
+  uint64_t step = link_.grant_step();
+  uint64_t grant = control().slots[slot].grant.load(std::memory_order_seq_cst);
+  if (grant <= in_use || grant - in_use <= 2 * step) {
+    set_floor(slot);
+    return;
+  }
+  uint64_t keep = round_up(in_use, step) + step;
+  proto::ShrinkMsg s;
+  std::memset(&s, 0, sizeof s);
+  s.slot = uint32_t(slot);
+  s.grant = keep;
+  s.in_use = in_use;
+  if (link_.post(s)) surplus_floor(slot).store(keep > 2 * step ? keep - 2 * step : 0, std::memory_order_relaxed);
+}
+
+void DaemonBroker::driver_oom(int slot, uint64_t bytes) {
+  Mode m = mode_.load(std::memory_order_acquire);
+  if (m == Mode::standalone) return local_.driver_oom(slot, bytes);
+  if (m != Mode::daemon) return;
+  proto::DriverOomMsg o;
+  std::memset(&o, 0, sizeof o);
+  o.slot = uint32_t(slot);
+  o.request = bytes;
+  o.in_use = stats().slots[slot].in_use.load(std::memory_order_relaxed);
+  if (o.in_use == proto::kUnknown) o.in_use = proto::kUnknown - 1;
+  o.physical_free = physical_free(slot);
+  link_.post(o);
+  logf(LogLevel::info, "the driver is out of memory on device slot %d (request %llu bytes, within the grant): told colocd",
+       slot, (unsigned long long)bytes);
+}
+
+// The daemon sets only RUN in this release (pages.h); a launch never waits.
+void DaemonBroker::gate_wait(uint32_t) {}
+
+void DaemonBroker::flush_launches() {
+  if (mode_.load(std::memory_order_acquire) != Mode::daemon) return;
+  uint64_t total = total_launches();
+  uint64_t prev = launches_flushed_.load(std::memory_order_relaxed);
+  if (total <= prev) return;
+  int slot = devices().known_current_slot();
+  if (slot < 0 || slot >= kMaxDevices || !slots_[slot].attached.load(std::memory_order_acquire)) {
+    slot = -1;
+    for (int s = 0; s < kMaxDevices && slot < 0; ++s)
+      if (slots_[s].attached.load(std::memory_order_acquire)) slot = s;
+  }
+  if (slot < 0) return;  // nothing attached yet: counted at the next flush
+  if (!launches_flushed_.compare_exchange_strong(prev, total, std::memory_order_relaxed)) return;  // racing flush
+  stats().slots[slot].launches.fetch_add(total - prev, std::memory_order_relaxed);
+}
+
+// ---- exit and fork ------------------------------------------------------------------------------
+
+void DaemonBroker::goodbye(int status) {
+  if (mode_.load(std::memory_order_acquire) != Mode::daemon) return;
+  flush_launches();
+  proto::GoodbyeMsg g;
+  std::memset(&g, 0, sizeof g);
+  g.exit_status = status & 0xff;  // what the parent's waitpid sees
+  g.has_status = 1;
+  link_.post(g);
+  mode_.store(Mode::exiting, std::memory_order_release);
+  link_.close_for_exit();
+}
+
+void DaemonBroker::after_fork_child() {
+  daemon_pages::privatize();
+  link_.reset_in_child();
+  register_mutex_.reinit_in_child();
+  attach_mutex_.reinit_in_child();
+  attach_pending_ = false;
+  launches_flushed_.store(0, std::memory_order_relaxed);
+  Mode m = mode_.load(std::memory_order_relaxed);
+  if (m != Mode::daemon && m != Mode::exiting) return;  // standalone, failed, inherited: as the parent
+  bool any = false;
+  for (const SlotRecord& r : slots_) any |= r.attached.load(std::memory_order_relaxed);
+  mode_.store(any ? Mode::inherited : Mode::unregistered, std::memory_order_relaxed);
+}
+
+}  // namespace coloc::interpose

@@ -1,0 +1,118 @@
+// interpose/daemon_broker.h — the Broker that takes its grants from colocd (docs/daemon.md, "The
+// client contract"), and falls back to standalone limits when there is no daemon.
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+//
+// Runtime init installs it when COLOC_SOCKET is set, when the default socket
+// (/run/coloc/colocd.sock) exists, or when COLOC_REQUIRE_DAEMON=1. Then, per process:
+//
+//   cuInit         registers (once): job COLOC_JOB (or none: the process is its own job), limit
+//                  COLOC_MEM_LIMIT, COLOC_PRIORITY, COLOC_ON_FULL, COLOC_WAIT_TIMEOUT, command
+//                  line and fingerprint; maps the daemon's pages over the areas (daemon_pages.h)
+//                  and starts the link thread (daemon_link.h). Registration happens at the first
+//                  cuInit rather than at load: LD_PRELOAD reaches every program a job starts
+//                  (shells, tools), and only CUDA processes belong in the daemon's books.
+//                  No daemon: one warning, then standalone limits from the environment (as
+//                  LocalBroker), for the rest of the process. COLOC_REQUIRE_DAEMON=1: waits up to
+//                  COLOC_WAIT_TIMEOUT (back-off), then cuInit fails with
+//                  CUDA_ERROR_NOT_INITIALIZED and an error line saying why.
+//   first context  Attach (admission; may wait). The slot is the daemon's.
+//   allocation     the fast path never asks; past the grant: Grow (may be parked: wait policy);
+//                  past the daemon's limit: Grow too (the daemon answers own-limit at once and
+//                  records it); past only the environment's lower limit: refused locally.
+//   free           when the grant exceeds in-use by more than two grant steps: Shrink to in-use
+//                  rounded up plus one step (lazy return; at most one message per two steps).
+//   driver OOM     DriverOom with cuMemGetInfo's free memory.
+//   launches       flushed to the stats page every 4096 launches per entry point and thread, and
+//                  at exit, onto the slot of the flushing thread's current context.
+//   exit           on_exit: launches flushed, Goodbye with the exit status.
+//   waits          a pending SIGINT/SIGTERM ends any wait (signal_wait.h): a Cancel is sent, its
+//                  reply read; a grant that raced with it is kept (the allocation succeeds).
+//   restart        the link thread reconnects and re-registers with the exact ledger; meanwhile
+//                  the job runs on its grants, and a growth or admission waits for the reconnect
+//                  (up to COLOC_WAIT_TIMEOUT; --on-full fail: fails at once).
+//   fork           the child takes private copies of the areas (never writes the parent's books),
+//                  drops the parent's connection unread, and registers anew at its own cuInit if
+//                  the parent had no device attached. A child of a process that attached devices
+//                  cannot use CUDA anyway (the driver refuses it): it keeps the parent's view of
+//                  the limits and is never admitted anywhere.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "broker.h"
+#include "coloc/wire.h"
+#include "daemon_link.h"
+#include "mutex.h"
+
+namespace coloc::interpose {
+
+class DaemonBroker final : public Broker, private LinkOwner {
+ public:
+  constexpr DaemonBroker() = default;
+
+  /// Where the daemon listens (copied; at most 107 bytes). Runtime init, before any hook uses it.
+  void set_socket(const char* path);
+
+  bool on_init() override;
+  int attach_device(const DeviceInfo& d, Refusal* why) override;
+  uint64_t unattached_limit(int ordinal) override;
+  Refusal grow(int slot, uint64_t wanted) override;
+  void surplus(int slot, uint64_t in_use) override;
+  void driver_oom(int slot, uint64_t bytes) override;
+  void gate_wait(uint32_t state) override;
+  void flush_launches() override;
+  void after_fork_child() override;
+
+  /// At exit (on_exit): flushes the launch counts and says Goodbye with `status`.
+  void goodbye(int status);
+
+ private:
+  enum class Mode : uint8_t {
+    unregistered,  ///< cuInit not seen yet
+    daemon,        ///< registered (connected, or reconnecting)
+    standalone,    ///< no daemon: limits from the environment (fail-open)
+    inherited,     ///< a forked child of a registered process with devices
+    failed,        ///< COLOC_REQUIRE_DAEMON and no daemon: cuInit fails
+    exiting,       ///< after Goodbye
+  };
+  struct SlotRecord {
+    std::atomic<bool> attached{false};
+    unsigned char uuid[16] = {};
+    uint64_t capacity = 0;
+  };
+
+  void fill_register(bool resume, proto::RegisterMsg* m) override;
+  bool adopt(const proto::RegisterReplyMsg& reply, int control_fd, int stats_fd, bool resume) override;
+  void register_now();
+  Mode registered_mode();
+  void set_floor(int slot);
+  void record_slot(int slot, const unsigned char uuid[16], uint64_t capacity);
+  int recorded_slot(const unsigned char uuid[16]) const;
+  uint64_t physical_free(int slot);
+  uint64_t wait_deadline() const;
+
+  std::atomic<Mode> mode_{Mode::unregistered};
+  Mutex register_mutex_;
+  char socket_[108] = {};
+  DaemonLink link_;
+  LocalBroker local_;
+  wire::Cmdline cmdline_;
+  std::atomic<uint64_t> job_limit_{kNoLimit};  // the daemon's limit for the job (RegisterReply)
+  std::atomic<uint64_t> launches_flushed_{0};
+  SlotRecord slots_[kMaxDevices];
+  // An Attach in flight: its device, so that a grant the daemon wrote on the control page just
+  // before dying (reply lost) is found and kept at re-registration.
+  Mutex attach_mutex_;
+  bool attach_pending_ = false;
+  unsigned char attach_uuid_[16] = {};
+  uint64_t attach_capacity_ = 0;
+};
+
+/// The process's DaemonBroker (installed by runtime init when a daemon is configured).
+DaemonBroker& daemon_broker();
+
+}  // namespace coloc::interpose

@@ -1,0 +1,538 @@
+// interpose/daemon_link.cpp — see daemon_link.h.
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+#include "daemon_link.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "coloc/wire.h"
+#include "glibc_compat.h"
+#include "log.h"
+
+namespace coloc::interpose {
+
+namespace {
+
+constexpr uint64_t kMs = 1000000ull;
+constexpr uint64_t kRegisterTimeoutNs = 10000 * kMs;  // a live daemon answers in microseconds
+constexpr uint64_t kCancelGraceNs = 5000 * kMs;       // the reply that must follow a Cancel
+constexpr int kIdlePollMs = 2000;                     // the link thread's look at "am I alone?"
+#if defined(COLOC_SANITIZED)
+constexpr size_t kLinkStack = 4u << 20;
+#else
+constexpr size_t kLinkStack = 256u << 10;
+#endif
+
+constinit RateLimit g_reconnect_warnings{30000 * kMs};
+constinit std::atomic<bool> g_warned_malformed{false};
+
+void* link_main(void* self) {
+  static_cast<DaemonLink*>(self)->run();
+  return nullptr;
+}
+
+void set_why(char* why, size_t cap, const char* fmt, const char* a = "", const char* b = "") {
+  if (why && cap) std::snprintf(why, cap, fmt, a, b);
+}
+
+void drain(int efd) {
+  if (efd < 0) return;
+  uint64_t v;
+  while (::read(efd, &v, sizeof v) == ssize_t(sizeof v)) {
+  }
+}
+
+// Encodes `m` and sends it without blocking. True when the datagram went out whole.
+template <class T>
+bool send_now(int fd, const T& m, uint32_t seq, uint16_t version) {
+  alignas(8) unsigned char buf[sizeof(T)];
+  proto::Encoded e = proto::encode(m, seq, buf, sizeof buf, version);
+  if (!e.status) return false;
+  ssize_t n;
+  do n = ::send(fd, buf, e.size, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  return n == ssize_t(e.size);
+}
+
+// fstat through the system call (glibc's fstat is versioned GLIBC_2.33: glibc_compat.h).
+bool identify(int fd, uint64_t* dev, uint64_t* ino) {
+  struct stat st{};
+  if (fd < 0 || ::syscall(SYS_fstat, fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
+  *dev = uint64_t(st.st_dev);
+  *ino = uint64_t(st.st_ino);
+  return true;
+}
+
+bool same_socket(int fd, uint64_t dev, uint64_t ino) {
+  uint64_t d = 0, i = 0;
+  return identify(fd, &d, &i) && d == dev && i == ino;
+}
+
+}  // namespace
+
+// ---- registration -------------------------------------------------------------------------------
+
+int DaemonLink::register_on(int fd, bool resume, SignalWindow* w, uint64_t deadline_ns, char* why, size_t cap) {
+  proto::RegisterMsg m;
+  std::memset(&m, 0, sizeof m);
+  owner_->fill_register(resume, &m);
+  const uint32_t seq = seq_.fetch_add(1, std::memory_order_relaxed) + 1;
+  proto::Status st;
+  if (int rc = wire::send(fd, m, seq, version_.load(std::memory_order_relaxed), &st); rc != 0) {
+    if (rc == -EINVAL) set_why(why, cap, "cannot encode the registration (%s: %s)", proto::error_name(st.error), st.field);
+    else set_why(why, cap, "%s", std::strerror(-rc));
+    return rc;
+  }
+  for (;;) {
+    uint64_t now = monotonic_ns();
+    if (now >= deadline_ns) {
+      set_why(why, cap, "colocd did not answer the registration");
+      return -ETIMEDOUT;
+    }
+    int ms = int((deadline_ns - now) / kMs) + 1;
+    int ready;
+    if (w) {
+      ready = w->wait(fd, ms);
+    } else {
+      pollfd p{fd, POLLIN, 0};
+      ready = ::poll(&p, 1, ms > 1000 ? 1000 : ms) > 0 ? 1 : 0;
+    }
+    if (ready < 0) {
+      set_why(why, cap, "interrupted by a signal");
+      return -EINTR;
+    }
+    if (ready == 0) continue;
+    proto::Message msg;
+    alignas(8) unsigned char buf[1024];
+    int fds[2] = {-1, -1};
+    size_t nfds = 0;
+    proto::Status ps;
+    int rc = wire::recv_message(fd, &msg, buf, sizeof buf, 0, fds, 2, &nfds, &ps);
+    if (rc == -ETIMEDOUT || rc == -EAGAIN) continue;
+    if (rc != 0) {
+      set_why(why, cap, rc == -ECONNRESET ? "colocd closed the connection" : "%s", std::strerror(-rc));
+      return rc == -EPROTO ? -EPROTO : (rc == -ECONNRESET ? -ECONNRESET : rc);
+    }
+    if (msg.type() == proto::MsgType::kError) {
+      const proto::ErrorMsg& e = msg.body.error;
+      set_why(why, cap, "colocd refused the registration: %s", e.text);
+      uint16_t mine = version_.load(std::memory_order_relaxed);
+      if (e.code == uint32_t(proto::ErrorCode::kVersion) && e.max_version >= proto::kMinVersion && e.max_version < mine) {
+        version_.store(e.max_version, std::memory_order_relaxed);  // an older daemon: speak its version
+        return -EAGAIN;
+      }
+      return -EPERM;
+    }
+    if (msg.type() != proto::MsgType::kRegisterReply || msg.h.seq != seq) {
+      for (size_t i = 0; i < nfds; ++i) ::close(fds[i]);
+      continue;
+    }
+    if (nfds != 2) {
+      for (size_t i = 0; i < nfds; ++i) ::close(fds[i]);
+      set_why(why, cap, "colocd's answer carried no pages");
+      return -EPROTO;
+    }
+    if (!owner_->adopt(msg.body.register_reply, fds[0], fds[1], resume)) {
+      set_why(why, cap, "colocd's pages are not usable");
+      return -EPROTO;
+    }
+    if (msg.body.register_reply.grant_step > 0)
+      grant_step_.store(msg.body.register_reply.grant_step, std::memory_order_relaxed);
+    return 0;
+  }
+}
+
+int DaemonLink::start(const char* path, bool retry, uint64_t deadline_ns, LinkOwner* owner, SignalWindow& w,
+                      char* why, size_t cap) {
+  owner_ = owner;
+  size_t n = std::strlen(path);
+  if (n == 0 || n >= sizeof path_) {
+    set_why(why, cap, "the socket path is empty or too long");
+    return -ENAMETOOLONG;
+  }
+  std::memcpy(path_, path, n + 1);
+  wire::Backoff backoff;
+  for (;;) {
+    int fd = -1;
+    int rc = wire::connect_socket(path_, &fd);
+    if (rc == 0) {
+      rc = register_on(fd, false, &w, monotonic_ns() + kRegisterTimeoutNs, why, cap);
+      if (rc == 0) {
+        identify(fd, &fd_dev_, &fd_ino_);
+        fd_.store(fd, std::memory_order_release);
+        state_.store(kConnected, std::memory_order_release);
+        // The link thread: every signal blocked (it inherits the creator's mask), detached.
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, kLinkStack);
+        pthread_t t;
+        int err = pthread_create(&t, &attr, link_main, this);
+        pthread_attr_destroy(&attr);
+        pthread_sigmask(SIG_SETMASK, &old, nullptr);
+        if (err == 0) return 0;
+        // Without the thread nobody would read the replies: give the connection up (no other
+        // thread uses the descriptor yet).
+        state_.store(kClosed, std::memory_order_release);
+        fd_.store(-1, std::memory_order_release);
+        ::close(fd);
+        set_why(why, cap, "cannot start the link thread: %s", std::strerror(err));
+        return -err;
+      }
+      ::close(fd);
+      if (rc == -EAGAIN) continue;  // an older daemon: register again at its version
+      if (rc == -EINTR || rc != -ECONNRESET || !retry) return rc;
+    } else {
+      bool absent = rc == -ENOENT || rc == -ECONNREFUSED || rc == -EAGAIN;
+      set_why(why, cap, "%s", std::strerror(-rc));
+      if (!absent || !retry) return rc;
+    }
+    uint64_t now = monotonic_ns();
+    if (now >= deadline_ns) return -ETIMEDOUT;
+    uint64_t d = backoff.next();
+    if (!w.sleep(d < deadline_ns - now ? d : deadline_ns - now)) {
+      set_why(why, cap, "interrupted by a signal");
+      return -EINTR;
+    }
+  }
+}
+
+// ---- requests -----------------------------------------------------------------------------------
+
+DaemonLink::Pending* DaemonLink::acquire() {
+  MutexLock g(table_mutex_);
+  Pending* pick = nullptr;
+  for (Pending& p : pending_) {
+    if (p.state.load(std::memory_order_relaxed) != kEntryFree) continue;
+    if (p.efd >= 0) {  // one with its eventfd already made
+      pick = &p;
+      break;
+    }
+    if (!pick) pick = &p;
+  }
+  if (!pick) return nullptr;
+  if (pick->efd < 0) pick->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);  // -1: waits poll by time
+  pick->seq = 0;
+  pick->state.store(kEntryWaiting, std::memory_order_release);
+  return pick;
+}
+
+void DaemonLink::release(Pending* p) {
+  MutexLock g(table_mutex_);
+  drain(p->efd);
+  p->state.store(kEntryFree, std::memory_order_release);
+}
+
+void DaemonLink::notify(Pending* p) {
+  if (p->efd < 0) return;
+  uint64_t one = 1;
+  ssize_t n = ::write(p->efd, &one, sizeof one);
+  (void)n;  // a full counter is still readable
+}
+
+bool DaemonLink::wait_entry(Pending* p, SignalWindow& w, uint64_t deadline_ns, bool interruptible) {
+  for (;;) {
+    if (p->state.load(std::memory_order_acquire) != kEntrySent) return true;
+    int ms = SignalWindow::kSliceMs;
+    if (deadline_ns) {
+      uint64_t now = monotonic_ns();
+      if (now >= deadline_ns) return false;
+      uint64_t left = (deadline_ns - now) / kMs + 1;
+      if (left < uint64_t(ms)) ms = int(left);
+    }
+    int r = interruptible ? w.wait(p->efd, ms) : w.wait_uninterrupted(p->efd, ms);
+    if (r < 0) return false;
+    if (r > 0) drain(p->efd);
+  }
+}
+
+template <class T>
+DaemonLink::Outcome DaemonLink::request_impl(const T& m, LinkReply* reply, SignalWindow& w, uint64_t deadline_ns) {
+  Pending* e = acquire();
+  if (!e) return Outcome::closed;  // 64 requests in flight from one process: the daemon would refuse it
+  bool cancelled = false;
+  uint64_t cancel_deadline = 0;
+  for (;;) {
+    uint32_t st = e->state.load(std::memory_order_acquire);
+    if (st == kEntryDone) {
+      *reply = e->reply;
+      release(e);
+      return Outcome::replied;
+    }
+    if (st == kEntryLost) {
+      release(e);
+      return Outcome::lost;
+    }
+    if (st == kEntryWaiting) {  // not sent yet
+      uint8_t cs = state_.load(std::memory_order_acquire);
+      if (cs != kConnected) {
+        release(e);
+        return cs == kLost ? Outcome::lost : Outcome::closed;
+      }
+      int rc = -ENOTCONN;
+      pthread_rwlock_rdlock(&conn_lock_);
+      if (state_.load(std::memory_order_acquire) == kConnected) {
+        e->seq = seq_.fetch_add(1, std::memory_order_relaxed) + 1;
+        e->state.store(kEntrySent, std::memory_order_release);
+        rc = wire::send(fd_.load(std::memory_order_relaxed), m, e->seq, version_.load(std::memory_order_relaxed));
+      }
+      pthread_rwlock_unlock(&conn_lock_);
+      if (rc == -EINVAL) {  // cannot be encoded: a bug of ours, never the daemon's fault
+        release(e);
+        return Outcome::closed;
+      }
+      if (rc != 0 && rc != -ENOTCONN) lose(std::strerror(-rc));  // the daemon is going away (marks e lost)
+      continue;
+    }
+    // Sent: wait for the reply.
+    if (cancelled) {
+      if (!wait_entry(e, w, cancel_deadline, false)) {
+        release(e);  // no reply to the Cancel: the connection is gone or going
+        return w.stopped() ? Outcome::stopped : Outcome::timed_out;
+      }
+      continue;
+    }
+    if (!wait_entry(e, w, deadline_ns, true)) {
+      // A stop signal or our deadline: cancel, then read the reply that must still come (refused
+      // "cancelled", or a grant that raced with the Cancel).
+      proto::CancelMsg c;
+      std::memset(&c, 0, sizeof c);
+      c.target_seq = e->seq;
+      c.why = uint32_t(w.stopped() ? proto::CancelWhy::kSignal : proto::CancelWhy::kTimeout);
+      post_impl(c);
+      cancelled = true;
+      cancel_deadline = monotonic_ns() + kCancelGraceNs;
+    }
+  }
+}
+
+DaemonLink::Outcome DaemonLink::request(const proto::AttachMsg& m, LinkReply* reply, SignalWindow& w,
+                                        uint64_t deadline_ns) {
+  return request_impl(m, reply, w, deadline_ns);
+}
+
+DaemonLink::Outcome DaemonLink::request(const proto::GrowMsg& m, LinkReply* reply, SignalWindow& w,
+                                        uint64_t deadline_ns) {
+  return request_impl(m, reply, w, deadline_ns);
+}
+
+DaemonLink::Outcome DaemonLink::wait_connected(SignalWindow& w, uint64_t deadline_ns) {
+  Pending* e = acquire();
+  for (;;) {
+    uint8_t cs = state_.load(std::memory_order_acquire);
+    Outcome o = Outcome::replied;
+    bool done = true;
+    if (cs == kConnected) o = Outcome::replied;
+    else if (cs != kLost) o = Outcome::closed;
+    else if (deadline_ns && monotonic_ns() >= deadline_ns) o = Outcome::timed_out;
+    else done = false;
+    if (!done) {
+      int r = w.wait(e ? e->efd : -1, SignalWindow::kSliceMs);
+      if (r < 0) {
+        o = Outcome::stopped;
+        done = true;
+      } else if (r > 0) {
+        drain(e->efd);
+      }
+    }
+    if (done) {
+      if (e) release(e);
+      return o;
+    }
+  }
+}
+
+// ---- one-way messages ---------------------------------------------------------------------------
+
+template <class T>
+bool DaemonLink::post_impl(const T& m) {
+  if (state_.load(std::memory_order_acquire) != kConnected) return false;
+  if (pthread_rwlock_tryrdlock(&conn_lock_) != 0) return false;  // the link thread is switching
+  bool ok = false;
+  if (state_.load(std::memory_order_acquire) == kConnected)
+    ok = send_now(fd_.load(std::memory_order_relaxed), m, seq_.fetch_add(1, std::memory_order_relaxed) + 1,
+                  version_.load(std::memory_order_relaxed));
+  pthread_rwlock_unlock(&conn_lock_);
+  return ok;
+}
+
+bool DaemonLink::post(const proto::ShrinkMsg& m) { return post_impl(m); }
+bool DaemonLink::post(const proto::DriverOomMsg& m) { return post_impl(m); }
+bool DaemonLink::post(const proto::GoodbyeMsg& m) { return post_impl(m); }
+
+void DaemonLink::close_for_exit() {
+  state_.store(kClosed, std::memory_order_release);
+  MutexLock g(table_mutex_);
+  for (Pending& p : pending_)
+    if (p.state.load(std::memory_order_relaxed) != kEntryFree) notify(&p);
+}
+
+void DaemonLink::reset_in_child() {
+  // The parent's descriptors: closing the child's copies leaves the parent's connection untouched.
+  int fd = fd_.exchange(-1, std::memory_order_relaxed);
+  if (fd >= 0) ::close(fd);
+  state_.store(kIdle, std::memory_order_relaxed);
+  pthread_rwlock_init(&conn_lock_, nullptr);
+  table_mutex_.reinit_in_child();
+  for (Pending& p : pending_) {
+    if (p.efd >= 0) ::close(p.efd);  // shared with the parent's: never ours to write
+    p.efd = -1;
+    p.seq = 0;
+    p.state.store(kEntryFree, std::memory_order_relaxed);
+  }
+}
+
+// ---- the link thread ----------------------------------------------------------------------------
+
+void DaemonLink::dispatch(const proto::Message& m) {
+  if (m.type() == proto::MsgType::kError) {
+    logf(LogLevel::warn, "colocd: %s", m.body.error.text);
+    return;  // it closes the connection next: the hang-up follows
+  }
+  bool attach = m.type() == proto::MsgType::kAttachReply;
+  if (!attach && m.type() != proto::MsgType::kGrowReply) return;  // nothing else comes unasked
+  MutexLock g(table_mutex_);
+  for (Pending& p : pending_) {
+    if (p.state.load(std::memory_order_relaxed) != kEntrySent || p.seq != m.h.seq) continue;
+    if (attach) p.reply.attach = m.body.attach_reply;
+    else p.reply.grow = m.body.grow_reply;
+    p.state.store(kEntryDone, std::memory_order_release);
+    notify(&p);
+    return;
+  }
+}
+
+void DaemonLink::lose(const char* why) {
+  pthread_rwlock_wrlock(&conn_lock_);
+  bool was = state_.load(std::memory_order_relaxed) == kConnected;
+  if (was) state_.store(kLost, std::memory_order_release);
+  pthread_rwlock_unlock(&conn_lock_);
+  if (!was) return;
+  {
+    MutexLock g(table_mutex_);
+    for (Pending& p : pending_) {
+      uint32_t sent = kEntrySent;
+      p.state.compare_exchange_strong(sent, kEntryLost, std::memory_order_acq_rel);
+      if (p.state.load(std::memory_order_relaxed) != kEntryFree) notify(&p);
+    }
+  }
+  logf(LogLevel::warn, "lost the connection to colocd (%s): running on the current grants, reconnecting", why);
+}
+
+bool DaemonLink::reconnect() {
+  int nfd = -1;
+  if (wire::connect_socket(path_, &nfd) != 0) return false;
+  char why[200] = {};
+  int rc = register_on(nfd, true, nullptr, monotonic_ns() + kRegisterTimeoutNs, why, sizeof why);
+  if (rc != 0) {
+    ::close(nfd);
+    uint64_t suppressed = 0;
+    if (rc != -EAGAIN && g_reconnect_warnings.allow(monotonic_ns(), &suppressed))
+      logf(LogLevel::warn, "could not re-register with colocd: %s; trying again", why);
+    return false;
+  }
+  uint64_t new_dev = 0, new_ino = 0;
+  identify(nfd, &new_dev, &new_ino);
+  pthread_rwlock_wrlock(&conn_lock_);
+  int old = fd_.exchange(nfd, std::memory_order_acq_rel);
+  uint64_t old_dev = fd_dev_, old_ino = fd_ino_;
+  fd_dev_ = new_dev;
+  fd_ino_ = new_ino;
+  state_.store(kConnected, std::memory_order_release);
+  pthread_rwlock_unlock(&conn_lock_);
+  // Only our own socket is closed: an application that closed it may have reused the number.
+  if (same_socket(old, old_dev, old_ino)) ::close(old);
+  {
+    MutexLock g(table_mutex_);
+    for (Pending& p : pending_)
+      if (p.state.load(std::memory_order_relaxed) != kEntryFree) notify(&p);  // re-send, or go on
+  }
+  logf(LogLevel::info, "registered again with colocd after it restarted");
+  return true;
+}
+
+bool DaemonLink::last_thread() const {
+  int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[1024];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  // Fields after the command (which may hold spaces and parentheses): state is field 3,
+  // num_threads field 20.
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return false;
+  int field = 2;
+  for (; *p && field < 20; ++p)
+    if (*p == ' ') ++field;
+  return field == 20 && std::strtol(p, nullptr, 10) == 1;
+}
+
+void DaemonLink::run() {
+  prctl(PR_SET_NAME, "coloc-link", 0, 0, 0);
+  alignas(8) unsigned char buf[1024];
+  wire::Backoff backoff;
+  uint64_t next_try = 0;
+  for (;;) {
+    uint8_t st = state_.load(std::memory_order_acquire);
+    if (st == kClosed || st == kIdle) return;
+    if (st == kLost) {
+      uint64_t now = monotonic_ns();
+      if (now < next_try) {
+        uint64_t d = next_try - now;
+        wire::sleep_ns(d < 1000 * kMs ? d : 1000 * kMs);
+        continue;
+      }
+      if (reconnect()) {
+        backoff.reset();
+      } else {
+        next_try = monotonic_ns() + backoff.next();
+        if (last_thread()) return;
+      }
+      continue;
+    }
+    int fd = fd_.load(std::memory_order_acquire);
+    pollfd p{fd, POLLIN, 0};
+    int rc = ::poll(&p, 1, kIdlePollMs);
+    if (rc == 0) {
+      if (last_thread()) return;  // the application is gone (pthread_exit): never keep it alive
+      continue;
+    }
+    if (rc < 0) continue;
+    if (p.revents & POLLNVAL) {  // the application closed our descriptor
+      lose("its socket was closed by the application");
+      continue;
+    }
+    proto::Message m;
+    proto::Status ps;
+    rc = wire::recv_message(fd, &m, buf, sizeof buf, 0, nullptr, 0, nullptr, &ps);
+    if (rc == 0) {
+      dispatch(m);
+    } else if (rc == -EPROTO || rc == -EMSGSIZE) {
+      if (!g_warned_malformed.exchange(true, std::memory_order_relaxed))
+        logf(LogLevel::warn, "ignoring a malformed message from colocd (%s %s)", proto::error_name(ps.error), ps.field);
+    } else if (rc != -ETIMEDOUT && rc != -EAGAIN && rc != -EINTR) {
+      lose(rc == -ECONNRESET ? "colocd went away" : std::strerror(-rc));
+    }
+  }
+}
+
+}  // namespace coloc::interpose

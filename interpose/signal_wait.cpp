@@ -1,0 +1,81 @@
+// interpose/signal_wait.cpp — see signal_wait.h.
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+#include "signal_wait.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <time.h>
+
+#include "glibc_compat.h"
+#include "log.h"
+
+namespace coloc::interpose {
+
+SignalWindow::SignalWindow() {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, &old_);
+  sigfillset(&inside_);
+  // Only what the thread accepted before the wait may interrupt it.
+  if (!sigismember(&old_, SIGINT)) sigdelset(&inside_, SIGINT);
+  if (!sigismember(&old_, SIGTERM)) sigdelset(&inside_, SIGTERM);
+}
+
+SignalWindow::~SignalWindow() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+
+bool SignalWindow::stop_pending() {
+  sigset_t pending;
+  if (sigpending(&pending) != 0) return false;
+  return sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1;
+}
+
+namespace {
+
+// ppoll on fd (or nothing) with `mask`; 1 readable, 0 time passed, -1 interrupted by a handler.
+int poll_masked(int fd, int timeout_ms, const sigset_t* mask) {
+  if (timeout_ms < 0 || timeout_ms > SignalWindow::kSliceMs) timeout_ms = SignalWindow::kSliceMs;
+  timespec ts{timeout_ms / 1000, long(timeout_ms % 1000) * 1000000L};
+  pollfd p{fd, POLLIN, 0};
+  int saved = errno;
+  int rc = ::ppoll(fd >= 0 ? &p : nullptr, fd >= 0 ? 1 : 0, &ts, mask);
+  int err = errno;
+  errno = saved;
+  if (rc < 0) return err == EINTR ? -1 : 0;  // ENOMEM and the like: treat as time passing
+  return rc > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+int SignalWindow::wait(int fd, int timeout_ms) {
+  if (stopped_ || stop_pending()) {
+    stopped_ = true;
+    return -1;
+  }
+  int r = poll_masked(fd, timeout_ms, &inside_);
+  if (r < 0) stopped_ = true;  // only SIGINT/SIGTERM can interrupt it (the mask)
+  return r;
+}
+
+int SignalWindow::wait_uninterrupted(int fd, int timeout_ms) {
+  sigset_t all;
+  sigfillset(&all);
+  return poll_masked(fd, timeout_ms, &all) > 0 ? 1 : 0;
+}
+
+bool SignalWindow::sleep(uint64_t ns) {
+  uint64_t end = monotonic_ns() + ns;
+  for (;;) {
+    uint64_t now = monotonic_ns();
+    if (now >= end) return true;
+    uint64_t left_ms = (end - now + 999999) / 1000000;
+    if (wait(-1, int(left_ms > uint64_t(kSliceMs) ? kSliceMs : left_ms)) < 0) return false;
+  }
+}
+
+}  // namespace coloc::interpose

@@ -1,0 +1,69 @@
+// interpose/signal_wait.h — waiting inside the host's thread so that Ctrl-C still works.
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+//
+// A wait for the daemon (admission, a parked grow, a daemon that is restarting) can last minutes.
+// A pending SIGINT or SIGTERM must end it (the hook then returns CUDA_ERROR_OUT_OF_MEMORY and the
+// application's own handling of the signal runs). We may not install a handler (the signals are
+// the application's), nor use a signalfd (it needs the signal blocked in every thread and consumes
+// it), nor consume the signal with sigwait. Instead, the pselect pattern:
+//
+//   - For the whole wait the thread blocks SIGINT and SIGTERM (pthread_sigmask), so one that
+//     arrives between two waits stays pending instead of being lost.
+//   - Each wait is a ppoll() whose temporary mask blocks every signal EXCEPT the SIGINT/SIGTERM
+//     that the thread had unblocked before the wait. So ppoll returns EINTR only when one of those
+//     two was delivered to this thread (its handler ran, or the default action ended the
+//     process): the application saw its signal exactly once, and the wait ends.
+//   - Before each ppoll, sigpending() is checked: a SIGINT/SIGTERM pending for this thread or the
+//     process (e.g. blocked everywhere by an application that handles it with sigwait elsewhere)
+//     ends the wait too, and is left pending for the application.
+//   - Other signals stay blocked only while inside ppoll: they are delivered when it returns (every
+//     wait is at most kSliceMs long) or go to another thread that accepts them. A wait never
+//     changes a signal's disposition.
+//
+// The kernel gives a process-directed signal (kill, a terminal's Ctrl-C) to the main thread when
+// that thread accepts it, so a wait in the main thread (Python's, where KeyboardInterrupt is
+// raised) is the case this covers exactly. A wait in another thread ends only if the signal is
+// delivered to it, or at the grant, the timeout, or the process's exit; documented.
+#pragma once
+
+#include <signal.h>
+
+#include <cstdint>
+
+namespace coloc::interpose {
+
+class SignalWindow {
+ public:
+  /// Longest single ppoll (ms): other signals wait at most this long for delivery.
+  static constexpr int kSliceMs = 100;
+
+  /// Blocks SIGINT and SIGTERM in this thread until destruction (remembering the old mask).
+  SignalWindow();
+  /// Restores the thread's signal mask; a SIGINT/SIGTERM left pending is then delivered.
+  ~SignalWindow();
+  SignalWindow(const SignalWindow&) = delete;
+  SignalWindow& operator=(const SignalWindow&) = delete;
+
+  /// Waits until `fd` is readable (fd < 0: nothing to read, only time), `timeout_ms` passes (capped
+  /// at kSliceMs), or SIGINT/SIGTERM arrives. Returns 1 (readable), 0 (time passed) or -1 (a
+  /// stop signal: stopped() is true from then on).
+  int wait(int fd, int timeout_ms);
+  /// The same wait, but SIGINT/SIGTERM stay blocked (for the reply that must follow a Cancel):
+  /// returns 1 or 0, never -1.
+  int wait_uninterrupted(int fd, int timeout_ms);
+  /// Sleeps `ns` nanoseconds unless a stop signal comes first. False when one did.
+  bool sleep(uint64_t ns);
+  /// True once a SIGINT/SIGTERM ended a wait or was seen pending.
+  bool stopped() const { return stopped_; }
+
+ private:
+  bool stop_pending();
+  sigset_t old_;
+  sigset_t inside_;  // the mask during ppoll
+  bool stopped_ = false;
+};
+
+}  // namespace coloc::interpose
