@@ -6,13 +6,17 @@
 //
 // Each step takes a fixed number of arguments (see kSteps). It calls every ABI by its exact export
 // name (cuMemAlloc_v2, cuMemAlloc, cuLaunchKernel_ptsz), so a test can reach each path the
-// interposer hooks. Exit status: 0 when every step ran (a CUDA error is a result, not a failure),
+// interposer hooks. For the end-to-end tests with colocd: "catch-signals" installs SIGINT/SIGTERM
+// handlers that only count, "signals" prints the counts, "touch PATH" / "hold-file PATH" are
+// barriers, "fork-run STEP..." forks and runs the rest of the line in the child. Exit status: 0 when every step ran (a CUDA error is a result, not a failure),
 // 2 for a malformed script.
 //
 // Linked against libcuda.so.1 by SONAME: simgpu with LD_LIBRARY_PATH=build/sim, the real driver
 // on a GPU machine.
 #define __CUDA_API_VERSION_INTERNAL 1  // declare every ABI under its own export name
 #include <cuda.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -213,6 +217,43 @@ CUresult fork_thread_step(const Args& a, State&, json& out) {
   th.join();
   return result;
 }
+
+// Signal handlers that only count (as Python's do: the application decides later what a signal
+// means), so a test can see that a wait ended by SIGINT/SIGTERM left the application its signal.
+std::atomic<int> g_sigint{0}, g_sigterm{0};
+
+void count_signal(int sig) {
+  if (sig == SIGINT) g_sigint.fetch_add(1);
+  else g_sigterm.fetch_add(1);
+}
+
+CUresult catch_signals_step(const Args&, State&, json&) {
+  struct sigaction sa{};
+  sa.sa_handler = count_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  return CUDA_SUCCESS;
+}
+
+// Blocks until PATH exists (polling: a test's barrier).
+CUresult hold_file_step(const Args& a, State&, json&) {
+  struct stat st;
+  while (stat(a[0].c_str(), &st) != 0) usleep(2000);
+  return CUDA_SUCCESS;
+}
+
+CUresult touch_step(const Args& a, State&, json&) {
+  FILE* f = std::fopen(a[0].c_str(), "w");
+  if (f) std::fclose(f);
+  return CUDA_SUCCESS;
+}
+
+int run_script(int argc, char** argv, int first);
+
+// fork; the child runs the rest of the command line as its own script and exits 0; the parent
+// waits for it and reports how it ended.
+CUresult fork_run_step(const Args&, State&, json&) { return CUDA_SUCCESS; }  // see run_script
 
 // fork + exec of the rest of the command line; waits for it.
 CUresult fork_exec_step(const Args& a, State&, json& out) {
@@ -487,20 +528,44 @@ const std::vector<Step>& steps() {
       {"threads", 4, threads_step},
       {"fork-thread", 2, fork_thread_step},
       {"fork-exec", -1, fork_exec_step},
+      {"fork-run", -1, fork_run_step},
+      {"catch-signals", 0, catch_signals_step},
+      {"signals", 0,
+       [](const Args&, State&, json& o) {
+         o["sigint"] = g_sigint.load();
+         o["sigterm"] = g_sigterm.load();
+         return CUDA_SUCCESS;
+       }},
+      {"hold-file", 1, hold_file_step},
+      {"touch", 1, touch_step},
   };
   return kSteps;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_script(int argc, char** argv, int first) {
   State state;
-  for (int i = 1; i < argc;) {
+  for (int i = first; i < argc;) {
     std::string name = argv[i++];
     const Step* step = nullptr;
     for (const Step& s : steps())
       if (name == s.name) step = &s;
     if (!step) script_error("unknown step \"" + name + "\"");
+    if (name == "fork-run") {  // the rest of the line is the child's script
+      std::fflush(stdout);
+      pid_t pid = fork();
+      if (pid == 0) std::exit(run_script(argc, argv, i));
+      int status = 0;
+      waitpid(pid, &status, 0);
+      json out;
+      out["step"] = name;
+      out["child_exit"] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      out["child_signal"] = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      out["rc"] = 0;
+      out["rc_name"] = "CUDA_SUCCESS";
+      std::printf("%s\n", out.dump().c_str());
+      std::fflush(stdout);
+      return 0;
+    }
     Args args;
     int n = step->args < 0 ? argc - i : step->args;
     if (i + n > argc) script_error("step \"" + name + "\" takes " + std::to_string(n) + " arguments");
@@ -515,3 +580,7 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return run_script(argc, argv, 1); }

@@ -1,0 +1,195 @@
+// End-to-end: the client side of the daemon contract inside real jobs — the daemon's restart,
+// fork, Ctrl-C during a wait, and life without a daemon (fail-open, COLOC_REQUIRE_DAEMON).
+#include "e2e.h"
+
+using namespace coloc::test;
+using namespace coloc::test::e2e;
+
+namespace {
+
+uint64_t sum_in_use(const json& status) {
+  uint64_t sum = 0;
+  for (const json& j : status["jobs"]) sum += j["in_use"].get<uint64_t>();
+  return sum;
+}
+
+}  // namespace
+
+TEST_SUITE("e2e") {
+
+TEST_CASE("e2e: SIGKILL of colocd with 3 running jobs, then a restart: the books match live usage, the jobs finish") {
+  Node n("16GiB");
+  struct Job {
+    std::string name;
+    std::vector<std::string> opts;
+    uint64_t first;  // bytes held before the restart (context included)
+  };
+  std::vector<Job> jobs = {{"limited", {"--mem", "6GiB"}, 3 * GiB + kContext},
+                           {"unlimited", {}, 2 * GiB + kContext},
+                           {"small", {"--mem", "4GiB", "--priority", "high"}, 1 * GiB + kContext}};
+  std::vector<std::unique_ptr<Proc>> procs;
+  for (const Job& j : jobs) {
+    std::vector<std::string> opts = j.opts;
+    opts.insert(opts.end(), {"--job", j.name});
+    procs.push_back(n.run(opts, {cuprobe(), "init", "ctx", "0", "alloc", std::to_string(j.first - kContext), "a",
+                                 "touch", n.file(j.name + "-ready"), "hold-file", n.file("go"), "alloc", "1GiB", "b",
+                                 "launch-noop", "100"}));
+    REQUIRE(reached(*procs.back(), n.file(j.name + "-ready")));
+  }
+  uint64_t expected = 0;
+  for (const Job& j : jobs) expected += j.first;
+  REQUIRE(n.status()["devices"][0]["in_use"] == expected);
+
+  n.kill_daemon();
+  n.start_daemon();
+  // The jobs notice, reconnect with back-off and re-register their exact ledgers.
+  bool rebuilt = wait_until([&] {
+    json s = n.status();
+    return s["jobs"].size() == jobs.size() && s["devices"].size() == 1 && s["devices"][0]["in_use"] == expected &&
+           !s["daemon"]["holding_for_restart"].get<bool>();
+  }, 20s, 20ms);
+  json s = n.status();
+  REQUIRE_MESSAGE(rebuilt, s.dump(1), "\n", n.log());
+  CHECK(sum_in_use(s) == expected);
+  json dev = s["devices"][0];
+  CHECK(dev["granted"].get<uint64_t>() >= expected);
+  CHECK(dev["granted"].get<uint64_t>() <= dev["usable"].get<uint64_t>());
+  for (const Job& j : jobs) {
+    json jj = n.job(j.name);
+    CAPTURE(j.name);
+    CHECK(jj["in_use"] == j.first);
+    CHECK(jj["state"] == "running");
+  }
+  CHECK(n.job("limited")["limit"] == 6 * GiB);
+  CHECK(n.job("small")["priority"] == "high");
+
+  write_file(n.file("go"), "");
+  for (auto& p : procs) {
+    ProcResult r = finish(*p);
+    CHECK(step(r.out, "alloc", 1)["rc_name"] == "CUDA_SUCCESS");  // growth through the new daemon
+    CHECK(r.err.find("lost the connection to colocd") != std::string::npos);
+  }
+  for (const Job& j : jobs) {
+    json d = n.report(j.name)["devices"][0];
+    CAPTURE(j.name);
+    CHECK(d["peak"] == j.first + GiB);  // the counters came through the restart
+    CHECK(d["kernel_launches"] == 100);
+  }
+}
+
+TEST_CASE("e2e: a forked child never touches its parent's connection or books; an unregistered parent's child registers") {
+  Node n("16GiB");
+  // A child of a registered process: CUDA refuses it (simgpu like the driver); the parent's books
+  // and connection are unchanged.
+  auto parent = n.run({"--job", "forker", "--mem", "8GiB"},
+                      {client(), "init", "ctx", "0", "alloc", "1GiB", "a", "fork-thread", "64MiB", "touch", "touch",
+                       n.file("forked"), "hold-file", n.file("go"), "alloc", "2GiB", "b"});
+  REQUIRE(reached(*parent, n.file("forked")));
+  CHECK(step(parent->out_so_far(), "fork-thread")["child_exit"] == 3 /* CUDA_ERROR_NOT_INITIALIZED */);
+  json j = n.job("forker");
+  CHECK(j["in_use"] == GiB + kContext);
+  CHECK(j["pids"].size() == 1);
+  write_file(n.file("go"), "");
+  ProcResult r = finish(*parent);
+  CHECK(step(r.out, "alloc", 1)["rc_name"] == "CUDA_SUCCESS");  // its connection still works
+  CHECK(n.report("forker")["processes"].size() == 1);
+
+  // A child of a process that never called cuInit registers on its own when it uses CUDA.
+  auto launcher = n.run({"--job", "launcher"}, {client(), "fork-run", "init", "ctx", "0", "alloc", "1GiB", "a"});
+  ProcResult rl = finish(*launcher);
+  json child_init = step(rl.out, "init");
+  REQUIRE(!child_init.is_null());
+  CHECK(step(rl.out, "fork-run")["child_exit"] == 0);
+  json rep = n.report("launcher");
+  REQUIRE(rep["processes"].size() == 1);
+  CHECK(rep["processes"][0]["pid"] == child_init["pid"]);
+  CHECK(rep["devices"][0]["peak"] == GiB + kContext);
+}
+
+TEST_CASE("e2e: SIGINT or SIGTERM ends a wait with CUDA_ERROR_OUT_OF_MEMORY, and the application still gets its signal") {
+  Node n("16GiB");
+  auto hog = n.run({"--job", "hog", "--mem", "14GiB"}, {cuprobe(), "init", "ctx", "0", "alloc", "12GiB", "a", "touch",
+                                                         n.file("ready"), "hold-file", n.file("never")});
+  REQUIRE(reached(*hog, n.file("ready")));
+
+  SUBCASE("SIGINT during admission") {
+    auto p = n.run({"--job", "admit", "--mem", "4GiB"}, {client(), "init", "catch-signals", "ctx", "0", "signals"});
+    REQUIRE(n.wait_state("admit", "admission-pending"));
+    p->kill(SIGINT);
+    ProcResult r = finish(*p, 5s);
+    CHECK(step(r.out, "ctx")["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");
+    CHECK(step(r.out, "signals")["sigint"] == 1);  // the application's handler ran, once
+    CHECK(r.err.find("interrupted by a signal") != std::string::npos);
+  }
+  SUBCASE("SIGTERM during a parked growth") {
+    auto p = n.run({"--job", "grow"}, {client(), "init", "catch-signals", "ctx", "0", "alloc", "4GiB", "x", "signals"});
+    REQUIRE(n.wait_state("grow", "waiting"));
+    p->kill(SIGTERM);
+    ProcResult r = finish(*p, 5s);
+    CHECK(step(r.out, "alloc")["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");
+    CHECK(step(r.out, "signals")["sigterm"] == 1);
+    json d = n.report("grow")["devices"][0];
+    REQUIRE(d["waits"].size() >= 1);
+    CHECK(d["waits"].back()["outcome"] == "cancelled");
+  }
+  SUBCASE("a default disposition still ends the process at once") {
+    auto p = n.run({"--job", "plain", "--mem", "4GiB"}, {client(), "init", "ctx", "0"});
+    REQUIRE(n.wait_state("plain", "admission-pending"));
+    p->kill(SIGINT);
+    ProcResult r = p->wait(5s);
+    CHECK(r.signal == SIGINT);
+    CHECK_FALSE(r.timed_out);
+  }
+  CHECK(n.job("hog")["in_use"] == 12 * GiB + kContext);
+}
+
+TEST_CASE("e2e: without a daemon a job fails open: one warning, then the limits of its environment") {
+  TempDir dir("coloc-e2e-nodaemon");
+  Env env;
+  env.simgpu(dir, "16GiB").preload_coloc().set("COLOC_SOCKET", dir / "nobody.sock").set("COLOC_MEM_LIMIT", "2GiB");
+  ProcResult r = run({cuprobe(), "init", "ctx", "0", "alloc", "1GiB", "a", "alloc", "1GiB", "b", "meminfo"}, env);
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK(step(r.out, "alloc", 0)["rc_name"] == "CUDA_SUCCESS");
+  CHECK(step(r.out, "alloc", 1)["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");  // 1.5 GiB + 1 GiB > 2 GiB
+  CHECK(step(r.out, "meminfo")["total"] == 2 * GiB);
+  size_t warnings = 0;
+  for (size_t at = 0; (at = r.err.find("no coloc daemon at", at)) != std::string::npos; ++at) ++warnings;
+  CHECK(warnings == 1);
+  CHECK(r.err.find("standalone limits") != std::string::npos);
+}
+
+TEST_CASE("e2e: COLOC_REQUIRE_DAEMON waits for the daemon, then fails cuInit with a clear message") {
+  TempDir dir("coloc-e2e-require");
+  Env env;
+  env.simgpu(dir, "16GiB").preload_coloc().set("COLOC_SOCKET", dir / "colocd.sock").set("COLOC_REQUIRE_DAEMON", "1");
+
+  SUBCASE("no daemon: cuInit fails after COLOC_WAIT_TIMEOUT") {
+    env.set("COLOC_WAIT_TIMEOUT", "300ms");
+    auto t0 = std::chrono::steady_clock::now();
+    ProcResult r = run({cuprobe(), "init", "ctx", "0"}, env);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO(describe(r));
+    REQUIRE(r.exit_code == 0);
+    CHECK(step(r.out, "init")["rc_name"] == "CUDA_ERROR_NOT_INITIALIZED");
+    CHECK(step(r.out, "ctx")["rc_name"] != "CUDA_SUCCESS");  // the driver was never initialised
+    CHECK(s >= 0.3);
+    CHECK(r.err.find("COLOC_REQUIRE_DAEMON=1 and no coloc daemon at " + (dir / "colocd.sock")) != std::string::npos);
+    CHECK(r.err.find("cuInit returns CUDA_ERROR_NOT_INITIALIZED") != std::string::npos);
+  }
+  SUBCASE("a daemon that comes up during the wait is used") {
+    env.set("COLOC_WAIT_TIMEOUT", "60s").set("COLOC_JOB", "patient");
+    Proc p({cuprobe(), "init", "ctx", "0", "alloc", "1GiB", "a"}, env);
+    Proc d({build_path("bin/colocd"), "--socket", dir / "colocd.sock", "--state-dir", dir / "state"}, Env());
+    ProcResult r = p.wait(60s);
+    INFO(describe(r));
+    REQUIRE(r.exit_code == 0);
+    CHECK(step(r.out, "init")["rc_name"] == "CUDA_SUCCESS");
+    CHECK(step(r.out, "alloc")["rc_name"] == "CUDA_SUCCESS");
+    CHECK(wait_until([&] { return file_exists(dir / "state/reports/patient.json"); }));
+    d.kill(SIGTERM);
+    d.wait(10s);
+  }
+}
+
+}  // TEST_SUITE
