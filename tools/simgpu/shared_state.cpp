@@ -73,7 +73,7 @@ void init_layout(shm::Layout* l, const std::vector<DeviceSpec>& devices) {
     d.owner = kNone;
     for (auto& c : d.contexts) c = {kNone, 0};
   }
-  std::atomic_thread_fence(std::memory_order_release);
+  // Readers look only after taking the creation flock we hold, which orders these stores.
   l->magic = shm::kMagic;
 }
 
