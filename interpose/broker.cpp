@@ -71,9 +71,11 @@ Refusal LocalBroker::grow(int, uint64_t) { return Refusal::own_limit; }
 
 void LocalBroker::surplus(int, uint64_t) {}
 
-void LocalBroker::driver_oom(int slot, uint64_t bytes) {
-  logf(LogLevel::info, "the driver is out of memory on device slot %d (request %llu bytes, within the limit)",
-       slot, (unsigned long long)bytes);
+bool LocalBroker::driver_oom(int slot, uint64_t bytes, int attempt) {
+  if (attempt == 0)
+    logf(LogLevel::info, "the driver is out of memory on device slot %d (request %llu bytes, within the limit)",
+         slot, (unsigned long long)bytes);
+  return false;
 }
 
 void LocalBroker::gate_wait(uint32_t) {}

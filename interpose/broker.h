@@ -134,9 +134,12 @@ class Broker {
   /// Called after a free when in-use fell below surplus_floor(slot). Must not block.
   virtual void surplus(int slot, uint64_t in_use) = 0;
 
-  /// The driver returned CUDA_ERROR_OUT_OF_MEMORY for `bytes` that the grant allowed: the books
-  /// missed memory used outside this job. Must not block.
-  virtual void driver_oom(int slot, uint64_t bytes) = 0;
+  /// The driver returned CUDA_ERROR_OUT_OF_MEMORY for `bytes` that the grant allowed (`attempt`
+  /// times before: 0 the first time): the books missed memory used outside this job, or a process
+  /// that just died has not given its memory back yet. Returns true to have the driver call tried
+  /// again (the charge stays meanwhile), false to return the driver's error. May wait a little
+  /// (DaemonBroker, wait policy: at most about 2.5 s over all attempts; a stop signal ends it).
+  virtual bool driver_oom(int slot, uint64_t bytes, int attempt) = 0;
 
   /// Called by a launch when control().gate is not pages::GateState::kRun, with the state read.
   /// May block (timeslice, paused); returns when the launch may go ahead.
@@ -172,7 +175,7 @@ class LocalBroker final : public Broker {
   uint64_t unattached_limit(int ordinal) override;
   Refusal grow(int slot, uint64_t wanted) override;
   void surplus(int slot, uint64_t in_use) override;
-  void driver_oom(int slot, uint64_t bytes) override;
+  bool driver_oom(int slot, uint64_t bytes, int attempt) override;
   void gate_wait(uint32_t state) override;
   void after_fork_child() override;
 

@@ -75,11 +75,10 @@ CUresult create(CUcontext* pctx, CUdevice dev, Create&& driver_create) {
   if (refused != CUDA_SUCCESS) return refused;
   if (slot < 0) return driver_create();
   if (CUresult r = charge_context(slot); r != CUDA_SUCCESS) return r;
-  CUresult r = driver_create();
+  CUresult r = call_charged(slot, context_cost(), driver_create);
   if (r != CUDA_SUCCESS) {
     ledger().release_context_cost(slot, context_cost());
     ledger().count_failed(slot, false);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) broker().driver_oom(slot, context_cost());
     return r;
   }
   {
@@ -195,7 +194,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
       return r;
     }
   }
-  CUresult r = call<Fn::cuDevicePrimaryCtxRetain>(pctx, dev);
+  CUresult r = call_charged(slot, context_cost(), [&] { return call<Fn::cuDevicePrimaryCtxRetain>(pctx, dev); });
   CUcontext ctx = (r == CUDA_SUCCESS && pctx) ? *pctx : nullptr;
   {
     MutexLock g(m);
@@ -205,7 +204,6 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
     reconcile_primary_locked(slot, b);
   }
   if (ctx) devices().remember_context(ctx, slot);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) broker().driver_oom(slot, context_cost());
   return r;
 }
 

@@ -364,20 +364,28 @@ void DaemonBroker::surplus(int slot, uint64_t in_use) {
   if (link_.post(s)) surplus_floor(slot).store(keep > 2 * step ? keep - 2 * step : 0, std::memory_order_relaxed);
 }
 
-void DaemonBroker::driver_oom(int slot, uint64_t bytes) {
+bool DaemonBroker::driver_oom(int slot, uint64_t bytes, int attempt) {
   Mode m = mode_.load(std::memory_order_acquire);
-  if (m == Mode::standalone) return local_.driver_oom(slot, bytes);
-  if (m != Mode::daemon) return;
-  proto::DriverOomMsg o;
-  std::memset(&o, 0, sizeof o);
-  o.slot = uint32_t(slot);
-  o.request = bytes;
-  o.in_use = stats().slots[slot].in_use.load(std::memory_order_relaxed);
-  if (o.in_use == proto::kUnknown) o.in_use = proto::kUnknown - 1;
-  o.physical_free = physical_free(slot);
-  link_.post(o);
-  logf(LogLevel::info, "the driver is out of memory on device slot %d (request %llu bytes, within the grant): told colocd",
-       slot, (unsigned long long)bytes);
+  if (m == Mode::standalone) return local_.driver_oom(slot, bytes, attempt);
+  if (m != Mode::daemon) return false;
+  if (attempt == 0) {
+    proto::DriverOomMsg o;
+    std::memset(&o, 0, sizeof o);
+    o.slot = uint32_t(slot);
+    o.request = bytes;
+    o.in_use = stats().slots[slot].in_use.load(std::memory_order_relaxed);
+    if (o.in_use == proto::kUnknown) o.in_use = proto::kUnknown - 1;
+    o.physical_free = physical_free(slot);
+    link_.post(o);
+    logf(LogLevel::info, "the driver is out of memory on device slot %d (request %llu bytes, within the grant): told colocd",
+         slot, (unsigned long long)bytes);
+  }
+  // Under the wait policy, try again for a moment: the usual cause is a process that just died,
+  // whose memory the driver frees a little after colocd noticed the death and granted it to us.
+  static constexpr uint64_t kRetryMs[] = {5, 10, 20, 40, 80, 160, 320, 500, 500, 500, 500};
+  if (options().on_full != proto::OnFull::kWait || attempt >= int(sizeof kRetryMs / sizeof kRetryMs[0])) return false;
+  SignalWindow w;
+  return w.sleep(kRetryMs[attempt] * 1000000ull);
 }
 
 // The daemon sets only RUN in this release (pages.h); a launch never waits.

@@ -24,7 +24,10 @@
 //                  records it); past only the environment's lower limit: refused locally.
 //   free           when the grant exceeds in-use by more than two grant steps: Shrink to in-use
 //                  rounded up plus one step (lazy return; at most one message per two steps).
-//   driver OOM     DriverOom with cuMemGetInfo's free memory.
+//   driver OOM     inside the grant: DriverOom with cuMemGetInfo's free memory; under the wait
+//                  policy the driver call is tried again for up to ~2.5 s (a process that just
+//                  died gives its memory back to the driver a moment after the daemon, which
+//                  notices the death at once, has granted it to us), then the driver's error.
 //   launches       flushed to the stats page every 4096 launches per entry point and thread, and
 //                  at exit, onto the slot of the flushing thread's current context.
 //   exit           on_exit: launches flushed, Goodbye with the exit status.
@@ -62,7 +65,7 @@ class DaemonBroker final : public Broker, private LinkOwner {
   uint64_t unattached_limit(int ordinal) override;
   Refusal grow(int slot, uint64_t wanted) override;
   void surplus(int slot, uint64_t in_use) override;
-  void driver_oom(int slot, uint64_t bytes) override;
+  bool driver_oom(int slot, uint64_t bytes, int attempt) override;
   void gate_wait(uint32_t state) override;
   void flush_launches() override;
   void after_fork_child() override;

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -38,6 +39,15 @@ std::atomic<uint64_t>* counters(pages::StatsSlot& s, int i) {
 void* map_temp(int fd, int prot) {
   void* p = ::mmap(nullptr, kPage, prot, MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? nullptr : p;
+}
+
+// Replaces the page at `area` (MAP_FIXED). The raw system call, not mmap(): a sanitizer's mmap
+// interceptor takes a fixed mapping for a plain write to the range, racing with the atomic
+// accesses other threads keep making there; the kernel replaces the page whole, so they see the
+// old page or the new one, each consistent (which is all the carry-over of adopt() relies on).
+bool map_fixed(void* area, int prot, int flags, int fd) {
+  long r = ::syscall(SYS_mmap, area, kPage, prot, flags | MAP_FIXED, fd, 0L);
+  return r != -1 && reinterpret_cast<void*>(r) == area;
 }
 
 // (lseek, not fstat: fstat is versioned GLIBC_2.33; glibc_compat.h.)
@@ -84,12 +94,12 @@ int adopt(int control_fd, int stats_fd) {
 
   // 3. Switch. Every update from here on lands in the new pages.
   g_mapped.store(true, std::memory_order_seq_cst);
-  void* c = ::mmap(&g_control_area, kPage, PROT_READ, MAP_SHARED | MAP_FIXED, control_fd, 0);
-  void* s = ::mmap(&g_stats_area, kPage, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, stats_fd, 0);
-  if (c == MAP_FAILED || s == MAP_FAILED) rc = -errno;  // out of mappings: cannot happen in practice
+  bool c = map_fixed(&g_control_area, PROT_READ, MAP_SHARED, control_fd);
+  bool s = map_fixed(&g_stats_area, PROT_READ | PROT_WRITE, MAP_SHARED, stats_fd);
+  if (!c || !s) rc = -errno;  // out of mappings: cannot happen in practice
 
   // 4. What landed in the old page between the copy and the switch.
-  if (old && s != MAP_FAILED) {
+  if (old && s) {
     for (int slot = 0; slot < kMaxDevices; ++slot)
       for (int i = 0; i < kCounters; ++i) {
         uint64_t final_value = counters(old->slots[slot], i)->load(std::memory_order_seq_cst);
@@ -102,7 +112,7 @@ int adopt(int control_fd, int stats_fd) {
   ::munmap(tmp_c, kPage);
   ::munmap(tmp_s, kPage);
   ::close(control_fd);
-  if (s != MAP_FAILED) {
+  if (s) {
     g_stats_fd.store(stats_fd, std::memory_order_release);
     if (old_fd >= 0) ::close(old_fd);
   } else {
@@ -119,9 +129,9 @@ void privatize() {
   alignas(16) static unsigned char copy[kPage];
   void* area = &g_control_area;
   std::memcpy(copy, area, kPage);
-  ::mmap(area, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  map_fixed(area, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
   std::memcpy(area, copy, kPage);
-  ::mmap(&g_stats_area, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  map_fixed(&g_stats_area, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
   int fd = g_stats_fd.exchange(-1, std::memory_order_acq_rel);
   if (fd >= 0) ::close(fd);
   g_mapped.store(false, std::memory_order_release);

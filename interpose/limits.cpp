@@ -110,7 +110,6 @@ void charge_failed(int slot, uint64_t bytes, CUresult driver_result) {
   ledger().uncharge(slot, bytes);
   if (driver_result != CUDA_ERROR_OUT_OF_MEMORY) return;  // a bad argument is not a failed allocation
   ledger().count_failed(slot, false);
-  broker().driver_oom(slot, bytes);
 }
 
 void after_free(int slot) {

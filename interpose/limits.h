@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "broker.h"
 #include "cuda_api.h"
 
 namespace coloc::interpose {
@@ -46,8 +47,19 @@ CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt
 /// charge_with for a plain charge of `bytes` on `slot`.
 CUresult charge(int slot, uint64_t bytes, const char* what);
 
+/// Calls `driver` for an allocation of `bytes` charged on `slot`, and returns its result. A
+/// CUDA_ERROR_OUT_OF_MEMORY from the driver (inside the grant) goes to Broker::driver_oom, which may
+/// have the call tried again; the charge stays meanwhile.
+template <class Driver>
+CUresult call_charged(int slot, uint64_t bytes, Driver&& driver) {
+  for (int attempt = 0;; ++attempt) {
+    CUresult r = driver();
+    if (r != CUDA_ERROR_OUT_OF_MEMORY || !broker().driver_oom(slot, bytes, attempt)) return r;
+  }
+}
+
 /// The driver failed an allocation that was charged `bytes`: uncharges; when the driver was out of
-/// memory (within the grant), counts a failed allocation and tells the broker.
+/// memory (within the grant), counts a failed allocation.
 void charge_failed(int slot, uint64_t bytes, CUresult driver_result);
 
 /// After a free on `slot`: tells the broker when in-use fell below its surplus floor.

@@ -56,7 +56,7 @@ CUresult device_alloc(Ptr* dptr, uint64_t bytes, Rest... rest) {
   Where w = devices().current();
   if (w.slot < 0) return call<id>(dptr, bytes, rest...);
   if (CUresult r = charge(w.slot, bytes, kFnName[index(id)]); r != CUDA_SUCCESS) return r;
-  CUresult r = call<id>(dptr, bytes, rest...);
+  CUresult r = call_charged(w.slot, bytes, [&] { return call<id>(dptr, bytes, rest...); });
   if (r != CUDA_SUCCESS) {
     charge_failed(w.slot, bytes, r);
     return r;
@@ -74,7 +74,7 @@ CUresult pitch_alloc(Ptr* dptr, Size* pitch, Size width, Size height, unsigned i
   const char* what = kFnName[index(id)];
   uint64_t estimate = mul_sat(width, height);
   if (CUresult r = charge(w.slot, estimate, what); r != CUDA_SUCCESS) return r;
-  CUresult r = call<id>(dptr, pitch, width, height, elem);
+  CUresult r = call_charged(w.slot, estimate, [&] { return call<id>(dptr, pitch, width, height, elem); });
   if (r != CUDA_SUCCESS) {
     charge_failed(w.slot, estimate, r);
     return r;
@@ -209,7 +209,7 @@ CUresult array_alloc(Handle* handle, const Desc* desc, uint64_t bytes, Rest... r
   Where w = devices().current();
   if (w.slot < 0 || !desc) return call<id>(handle, desc, rest...);
   if (CUresult r = charge(w.slot, bytes, kFnName[index(id)]); r != CUDA_SUCCESS) return r;
-  CUresult r = call<id>(handle, desc, rest...);
+  CUresult r = call_charged(w.slot, bytes, [&] { return call<id>(handle, desc, rest...); });
   if (r != CUDA_SUCCESS) {
     charge_failed(w.slot, bytes, r);
     return r;
@@ -261,7 +261,7 @@ CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream
   if (idx < 0) {
     // Untrackable pool (none, or kMaxPools in use): charge the bytes themselves, as Kind::pool.
     if (CUresult r = charge(w.slot, bytes, kFnName[index(id)]); r != CUDA_SUCCESS) return r;
-    CUresult r = driver_alloc();
+    CUresult r = call_charged(w.slot, bytes, driver_alloc);
     if (r != CUDA_SUCCESS) {
       charge_failed(w.slot, bytes, r);
       return r;
@@ -273,15 +273,12 @@ CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream
   int slot = ledger().pool_slot(idx);
   PoolCharge attempt(idx, bytes);
   if (CUresult r = charge_with(slot, bytes, kFnName[index(id)], attempt); r != CUDA_SUCCESS) return r;
-  CUresult r = driver_alloc();
+  CUresult r = call_charged(slot, bytes, driver_alloc);
   bool ok = r == CUDA_SUCCESS;
   CUdeviceptr p = ok ? *dptr : 0;
   Record rec{bytes, 0, uint32_t(idx), uint16_t(slot), Kind::pool};
   if (ledger().pool_end(idx, bytes, ok, read_reserved(pool), Key{p, Space::devptr}, rec)) {
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-      ledger().count_failed(slot, false);
-      broker().driver_oom(slot, bytes);
-    }
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) ledger().count_failed(slot, false);
     return r;
   }
   call<free_id>(p, stream);  // the ledger could not store the record: undo
@@ -400,7 +397,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
   if (on_device) {
     if (CUresult r = charge(slot, bytes, "cuMemCreate"); r != CUDA_SUCCESS) return r;
   }
-  CUresult r = call<Fn::cuMemCreate>(handle, size, prop, flags);
+  CUresult r = on_device ? call_charged(slot, bytes, [&] { return call<Fn::cuMemCreate>(handle, size, prop, flags); })
+                         : call<Fn::cuMemCreate>(handle, size, prop, flags);
   if (r != CUDA_SUCCESS) {
     if (on_device) charge_failed(slot, bytes, r);
     return r;

@@ -115,9 +115,10 @@ $(INTERPOSE_NULL_DRIVER): $(OBJ)/tests/bench/interpose_nulldriver.o
 	$(Q)$(CXX) $(LDFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $@ $<
 
 .PHONY: bench-interpose
-bench-interpose: $(INTERPOSE_BENCH) $(INTERPOSE_LIB) $(SIMGPU_LIB) $(INTERPOSE_NULL_DRIVER)
+bench-interpose: $(INTERPOSE_BENCH) $(INTERPOSE_LIB) $(SIMGPU_LIB) $(INTERPOSE_NULL_DRIVER) $(BUILD)/bin/colocd
 	$(call say,BENCH,interpose)
 	$(Q)LD_LIBRARY_PATH=$(abspath $(BUILD)/sim) $(INTERPOSE_BENCH) run --sim $(BUILD)/sim \
-	  --null-driver $(dir $(INTERPOSE_NULL_DRIVER)) --lib $(INTERPOSE_LIB) --out $(BUILD)/bench/interpose.json
+	  --null-driver $(dir $(INTERPOSE_NULL_DRIVER)) --lib $(INTERPOSE_LIB) --colocd $(BUILD)/bin/colocd \
+	  --out $(BUILD)/bench/interpose.json
 
 BENCHES += bench-interpose

@@ -144,6 +144,34 @@ TEST_CASE("e2e: SIGKILL of a job releases its grants within a second") {
   CHECK(rep["devices"][0]["peak"] == 12 * GiB + kContext);
 }
 
+TEST_CASE("e2e: a driver out-of-memory inside the grant (memory used outside coloc) is reported and counted") {
+  Node n("16GiB");
+  // 1000 MiB + the context = 1512 MiB in use; the grant is a whole number of 64 MiB steps (1536 MiB),
+  // so a 16 MiB allocation fits the grant without asking the daemon.
+  auto inside = n.run({"--job", "inside", "--on-full", "fail"},
+                      {cuprobe(), "init", "ctx", "0", "alloc", "1000MiB", "a", "touch", n.file("ready"), "hold-file",
+                       n.file("go"), "alloc", "16MiB", "b"});
+  REQUIRE(reached(*inside, n.file("ready")));
+  // A process without coloc takes all but 8 MiB of what is left.
+  auto outside = std::make_unique<Proc>(
+      std::vector<std::string>{cuprobe(), "init", "ctx", "0", "alloc", std::to_string(16 * GiB - 2024 * MiB - 8 * MiB),
+                               "o", "touch", n.file("taken"), "hold-file", n.file("release")},
+      n.base_env());
+  REQUIRE(reached(*outside, n.file("taken")));
+  write_file(n.file("go"), "");
+  ProcResult r = finish(*inside);
+  write_file(n.file("release"), "");
+  finish(*outside);
+  CHECK(step(r.out, "alloc", 1)["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");
+  json d = n.report("inside")["devices"][0];
+  CHECK(d["driver_ooms"] == 1);
+  CHECK(d["failures"] == 1);
+  // The daemon samples the stats page when the DriverOom arrives, while the failed 16 MiB are still
+  // charged (reserve, call the driver, then commit or give back): the peak may include them.
+  CHECK(d["peak"].get<uint64_t>() >= 1000 * MiB + kContext);
+  CHECK(d["peak"].get<uint64_t>() <= 1016 * MiB + kContext);
+}
+
 TEST_CASE("e2e: coloc set --mem below what a job uses refuses its new allocations and kills nothing") {
   Node n("16GiB");
   auto job = n.run({"--job", "lowered", "--mem", "10GiB"},
