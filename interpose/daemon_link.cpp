@@ -247,6 +247,35 @@ void DaemonLink::notify(Pending* p) {
   (void)n;  // a full counter is still readable
 }
 
+void DaemonLink::read_replies(int fd) {
+  for (;;) {
+    proto::Message m;
+    proto::Status ps;
+    alignas(8) unsigned char buf[1024];
+    int rc = wire::recv_message(fd, &m, buf, sizeof buf, 0, nullptr, 0, nullptr, &ps);
+    if (rc == 0) {
+      dispatch(m);
+      continue;
+    }
+    if (rc == -EPROTO || rc == -EMSGSIZE) {
+      if (!g_warned_malformed.exchange(true, std::memory_order_relaxed))
+        logf(LogLevel::warn, "ignoring a malformed message from colocd (%s %s)", proto::error_name(ps.error), ps.field);
+      continue;
+    }
+    if (rc != -ETIMEDOUT && rc != -EAGAIN && rc != -EINTR) lose(rc == -ECONNRESET ? "colocd went away" : std::strerror(-rc));
+    return;
+  }
+}
+
+void DaemonLink::hand_over(const Pending* leaving) {
+  MutexLock g(table_mutex_);
+  for (Pending& p : pending_)
+    if (&p != leaving && p.state.load(std::memory_order_relaxed) == kEntrySent) {
+      notify(&p);
+      return;
+    }
+}
+
 bool DaemonLink::wait_entry(Pending* p, SignalWindow& w, uint64_t deadline_ns, bool interruptible) {
   for (;;) {
     if (p->state.load(std::memory_order_acquire) != kEntrySent) return true;
@@ -257,9 +286,21 @@ bool DaemonLink::wait_entry(Pending* p, SignalWindow& w, uint64_t deadline_ns, b
       uint64_t left = (deadline_ns - now) / kMs + 1;
       if (left < uint64_t(ms)) ms = int(left);
     }
-    int r = interruptible ? w.wait(p->efd, ms) : w.wait_uninterrupted(p->efd, ms);
+    int r;
+    if (reader_mutex_.try_lock()) {  // lead: read the socket until our reply is there
+      int fd = fd_.load(std::memory_order_acquire);
+      bool live = state_.load(std::memory_order_acquire) == kConnected;
+      r = p->state.load(std::memory_order_acquire) != kEntrySent ? 0
+                                                                 : w.wait_either(live ? fd : -1, p->efd, ms, interruptible);
+      if (r > 0 && (r & 1)) read_replies(fd);
+      reader_mutex_.unlock();
+      hand_over(p);  // someone else may be waiting for a reply that is still to come
+    } else {
+      r = interruptible ? w.wait(p->efd, ms) : w.wait_uninterrupted(p->efd, ms);
+      if (r > 0) r = 2;
+    }
     if (r < 0) return false;
-    if (r > 0) drain(p->efd);
+    if (r & 2) drain(p->efd);
   }
 }
 
@@ -391,6 +432,7 @@ void DaemonLink::reset_in_child() {
   state_.store(kIdle, std::memory_order_relaxed);
   pthread_rwlock_init(&conn_lock_, nullptr);
   table_mutex_.reinit_in_child();
+  reader_mutex_.reinit_in_child();
   for (Pending& p : pending_) {
     if (p.efd >= 0) ::close(p.efd);  // shared with the parent's: never ours to write
     p.efd = -1;
@@ -410,7 +452,7 @@ void DaemonLink::dispatch(const proto::Message& m) {
   if (!attach && m.type() != proto::MsgType::kGrowReply) return;  // nothing else comes unasked
   MutexLock g(table_mutex_);
   for (Pending& p : pending_) {
-    if (p.state.load(std::memory_order_relaxed) != kEntrySent || p.seq != m.h.seq) continue;
+    if (p.state.load(std::memory_order_acquire) != kEntrySent || p.seq != m.h.seq) continue;  // seq was written before kEntrySent
     if (attach) p.reply.attach = m.body.attach_reply;
     else p.reply.grow = m.body.grow_reply;
     p.state.store(kEntryDone, std::memory_order_release);
@@ -457,8 +499,12 @@ bool DaemonLink::reconnect() {
   fd_ino_ = new_ino;
   state_.store(kConnected, std::memory_order_release);
   pthread_rwlock_unlock(&conn_lock_);
-  // Only our own socket is closed: an application that closed it may have reused the number.
-  if (same_socket(old, old_dev, old_ino)) ::close(old);
+  // Only our own socket is closed (an application that closed it may have reused the number), and
+  // only when no leader can be reading it.
+  {
+    MutexLock g(reader_mutex_);
+    if (same_socket(old, old_dev, old_ino)) ::close(old);
+  }
   {
     MutexLock g(table_mutex_);
     for (Pending& p : pending_)
@@ -488,7 +534,6 @@ bool DaemonLink::last_thread() const {
 
 void DaemonLink::run() {
   prctl(PR_SET_NAME, "coloc-link", 0, 0, 0);
-  alignas(8) unsigned char buf[1024];
   wire::Backoff backoff;
   uint64_t next_try = 0;
   for (;;) {
@@ -510,28 +555,15 @@ void DaemonLink::run() {
       continue;
     }
     int fd = fd_.load(std::memory_order_acquire);
-    pollfd p{fd, POLLIN, 0};
+    pollfd p{fd, 0, 0};  // no events asked: poll reports a hang-up, an error or a closed descriptor
     int rc = ::poll(&p, 1, kIdlePollMs);
     if (rc == 0) {
       if (last_thread()) return;  // the application is gone (pthread_exit): never keep it alive
       continue;
     }
     if (rc < 0) continue;
-    if (p.revents & POLLNVAL) {  // the application closed our descriptor
-      lose("its socket was closed by the application");
-      continue;
-    }
-    proto::Message m;
-    proto::Status ps;
-    rc = wire::recv_message(fd, &m, buf, sizeof buf, 0, nullptr, 0, nullptr, &ps);
-    if (rc == 0) {
-      dispatch(m);
-    } else if (rc == -EPROTO || rc == -EMSGSIZE) {
-      if (!g_warned_malformed.exchange(true, std::memory_order_relaxed))
-        logf(LogLevel::warn, "ignoring a malformed message from colocd (%s %s)", proto::error_name(ps.error), ps.field);
-    } else if (rc != -ETIMEDOUT && rc != -EAGAIN && rc != -EINTR) {
-      lose(rc == -ECONNRESET ? "colocd went away" : std::strerror(-rc));
-    }
+    if (p.revents & POLLNVAL) lose("its socket was closed by the application");
+    else if (p.revents & (POLLHUP | POLLERR)) lose("colocd went away");
   }
 }
 

@@ -5,25 +5,31 @@
 // never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
 // limits exactly as it was.
 //
-// One SOCK_SEQPACKET connection per process (include/coloc/wire.h). After the first registration
-// (on the thread that called cuInit) a background thread, "coloc-link", owns the reading side:
+// One SOCK_SEQPACKET connection per process (include/coloc/wire.h), registered on the thread that
+// called cuInit. Then:
 //
-//   - it reads every datagram, hands each reply to the waiting request with the same seq, and wakes
-//     that request's thread through the request's eventfd;
-//   - it notices the daemon going away (hang-up) at once, marks the requests in flight as lost
-//     (their threads re-send them after the reconnect, with new seqs), and reconnects with back-off
-//     (wire::Backoff), re-registering with the exact ledger (LinkOwner::fill_register, kRegResume)
-//     and switching to the new pages (LinkOwner::adopt) before anything else is sent;
-//   - it blocks every signal (it is never chosen for the application's signals), calls no CUDA
-//     function, takes no lock the exit path needs, and is detached: exit() ends it wherever it is.
-//     It leaves on its own when it finds itself the last thread of the process (the application
-//     ended with pthread_exit), so it never keeps a process alive. A forked child has no such
-//     thread (fork copies only the caller); the child drops the parent's connection unread.
+//   - A thread with a request (Attach, Grow) sends it and waits for its reply. The waiting threads
+//     read the socket themselves, one at a time (leader/follower): the leader polls the socket and
+//     its own eventfd, hands every reply it reads to the request with the same seq (waking that
+//     request's thread through its eventfd), and when its own reply has come, wakes a follower to
+//     take over. A reply costs one wake-up of the requesting thread, as in a single-threaded
+//     client.
+//   - A background thread, "coloc-link", watches the socket for a hang-up only (it never reads),
+//     so the daemon going away is noticed at once even when nobody is waiting. It marks the
+//     requests in flight as lost (their threads re-send them after the reconnect, with new seqs)
+//     and reconnects with back-off (wire::Backoff), re-registering with the exact ledger
+//     (LinkOwner::fill_register, kRegResume) and switching to the new pages (LinkOwner::adopt)
+//     before anything else is sent. It blocks every signal (it is never chosen for the
+//     application's signals), calls no CUDA function, takes no lock the exit path needs, and is
+//     detached: exit() ends it wherever it is. It leaves on its own when it finds itself the last
+//     thread of the process (the application ended with pthread_exit), so it never keeps a
+//     process alive. A forked child has no such thread (fork copies only the caller); the child
+//     drops the parent's connection unread.
 //
 // Threads that send take the connection's read lock only around the send; the link thread takes
-// the write lock only to mark a loss and to install a new connection. A descriptor is closed only
-// when no other thread can be using it (never while the link thread may read it), so a descriptor
-// number of ours is never reused under the application.
+// the write lock only to mark a loss and to install a new connection, and closes an old socket
+// only under the reader mutex (no leader can be using it), so a descriptor number of ours is never
+// reused under the application.
 #pragma once
 
 #include <pthread.h>
@@ -117,7 +123,7 @@ class DaemonLink {
   struct Pending {
     std::atomic<uint32_t> state{kEntryFree};
     uint32_t seq = 0;
-    int efd = -1;  // eventfd the link thread writes when the entry changes; kept for reuse
+    int efd = -1;  // eventfd written when the entry changes (or it should lead); kept for reuse
     LinkReply reply{};
   };
 
@@ -129,6 +135,8 @@ class DaemonLink {
   void release(Pending* p);
   void notify(Pending* p);
   bool wait_entry(Pending* p, SignalWindow& w, uint64_t deadline_ns, bool interruptible);
+  void read_replies(int fd);       // the leader: every datagram waiting on the socket
+  void hand_over(const Pending* leaving);  // wakes another waiting request to lead
   int register_on(int fd, bool resume, SignalWindow* w, uint64_t deadline_ns, char* why, size_t cap);
   void dispatch(const proto::Message& m);
   void lose(const char* why);
@@ -145,6 +153,7 @@ class DaemonLink {
   char path_[108] = {};
   pthread_rwlock_t conn_lock_ = PTHREAD_RWLOCK_INITIALIZER;
   Mutex table_mutex_;
+  Mutex reader_mutex_;  // held by the thread reading the socket (the leader)
   Pending pending_[kMaxPending];
 };
 

@@ -19,6 +19,8 @@ class Mutex {
   Mutex& operator=(const Mutex&) = delete;
   void lock() { pthread_mutex_lock(&m_); }
   void unlock() { pthread_mutex_unlock(&m_); }
+  /// Takes the mutex if it is free; true when taken.
+  bool try_lock() { return pthread_mutex_trylock(&m_) == 0; }
   /// In a child after fork only: makes the mutex new and unlocked, whatever state the parent's
   /// threads left it in (they do not exist in the child). The data it guarded must be reset too.
   void reinit_in_child() { pthread_mutex_init(&m_, nullptr); }

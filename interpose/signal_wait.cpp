@@ -37,17 +37,23 @@ bool SignalWindow::stop_pending() {
 
 namespace {
 
-// ppoll on fd (or nothing) with `mask`; 1 readable, 0 time passed, -1 interrupted by a handler.
-int poll_masked(int fd, int timeout_ms, const sigset_t* mask) {
+// ppoll on up to two descriptors (negative ones are ignored) with `mask`: a bit per ready one,
+// 0 when the time passed, -1 when a handler interrupted it.
+int poll_masked(int fd0, int fd1, int timeout_ms, const sigset_t* mask) {
   if (timeout_ms < 0 || timeout_ms > SignalWindow::kSliceMs) timeout_ms = SignalWindow::kSliceMs;
   timespec ts{timeout_ms / 1000, long(timeout_ms % 1000) * 1000000L};
-  pollfd p{fd, POLLIN, 0};
+  pollfd p[2] = {{fd0, POLLIN, 0}, {fd1, POLLIN, 0}};  // ppoll ignores negative descriptors
   int saved = errno;
-  int rc = ::ppoll(fd >= 0 ? &p : nullptr, fd >= 0 ? 1 : 0, &ts, mask);
+  int rc = ::ppoll(p, 2, &ts, mask);
   int err = errno;
   errno = saved;
   if (rc < 0) return err == EINTR ? -1 : 0;  // ENOMEM and the like: treat as time passing
-  return rc > 0 ? 1 : 0;
+  return (p[0].revents ? 1 : 0) | (p[1].revents ? 2 : 0);
+}
+
+int poll_masked(int fd, int timeout_ms, const sigset_t* mask) {
+  int r = poll_masked(fd, -1, timeout_ms, mask);
+  return r < 0 ? -1 : (r ? 1 : 0);
 }
 
 }  // namespace
@@ -66,6 +72,22 @@ int SignalWindow::wait_uninterrupted(int fd, int timeout_ms) {
   sigset_t all;
   sigfillset(&all);
   return poll_masked(fd, timeout_ms, &all) > 0 ? 1 : 0;
+}
+
+int SignalWindow::wait_either(int fd0, int fd1, int timeout_ms, bool interruptible) {
+  if (!interruptible) {
+    sigset_t all;
+    sigfillset(&all);
+    int r = poll_masked(fd0, fd1, timeout_ms, &all);
+    return r < 0 ? 0 : r;
+  }
+  if (stopped_ || stop_pending()) {
+    stopped_ = true;
+    return -1;
+  }
+  int r = poll_masked(fd0, fd1, timeout_ms, &inside_);
+  if (r < 0) stopped_ = true;
+  return r;
 }
 
 bool SignalWindow::sleep(uint64_t ns) {

@@ -54,6 +54,10 @@ class SignalWindow {
   /// The same wait, but SIGINT/SIGTERM stay blocked (for the reply that must follow a Cancel):
   /// returns 1 or 0, never -1.
   int wait_uninterrupted(int fd, int timeout_ms);
+  /// Waits on two descriptors (either may be < 0); returns a bit mask (1: fd0 readable or hung
+  /// up, 2: fd1 readable), 0 when the time passed, -1 for a stop signal (never with
+  /// `interruptible` false).
+  int wait_either(int fd0, int fd1, int timeout_ms, bool interruptible);
   /// Sleeps `ns` nanoseconds unless a stop signal comes first. False when one did.
   bool sleep(uint64_t ns);
   /// True once a SIGINT/SIGTERM ended a wait or was seen pending.

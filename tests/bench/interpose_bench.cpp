@@ -12,7 +12,17 @@
 // cuMemFree_v2 pairs of 4 KiB, and prints {"launch_ns":..,"pair_ns":..} (nanoseconds per call or
 // pair, best of its repetitions). Targets (docs/performance.md): <= 20 ns added per launch, <= 150
 // ns added per pair. Timings are printed, never asserted.
+//
+// With --colocd, two more measurements with a real colocd (its own socket and state):
+//   - the same launch and pair timings, preloaded both times, standalone (no daemon) against
+//     registered with colocd and its device attached: what a daemon behind the fast paths adds
+//     (pairs stay within the grant: no message), on simgpu and on the null driver;
+//   - the client's grant round trip (`interpose_bench measure-grow COUNT BYTES`): COUNT
+//     allocations of BYTES (one grant step) that each pass the grant, so each one sends a Grow and
+//     waits for the reply, timed one by one, against the same allocations with no daemon (no
+//     limit: no Grow). The difference is what a Grow costs an allocation, as the job sees it.
 #include <cuda.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -93,10 +103,33 @@ int measure(uint64_t launches, uint64_t pairs) {
   return 0;
 }
 
+// COUNT allocations of BYTES, each timed; prints percentiles of the per-allocation time.
+int measure_grow(uint64_t count, uint64_t bytes) {
+  check(cuInit(0), "cuInit");
+  CUdevice dev;
+  CUcontext ctx;
+  check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+  check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  std::vector<CUdeviceptr> ptrs(count);
+  std::vector<double> ns(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t t0 = now_ns();
+    check(cuMemAlloc(&ptrs[i], bytes), "cuMemAlloc");
+    ns[i] = double(now_ns() - t0);
+  }
+  for (CUdeviceptr p : ptrs) check(cuMemFree(p), "cuMemFree");
+  std::sort(ns.begin(), ns.end());
+  auto pct = [&](double q) { return ns[std::min<size_t>(ns.size() - 1, size_t(q * double(ns.size())))]; };
+  std::printf("{\"p50_ns\":%.0f,\"p90_ns\":%.0f,\"p99_ns\":%.0f}\n", pct(0.5), pct(0.9), pct(0.99));
+  return 0;
+}
+
 // ---- the driver --------------------------------------------------------------------------------
 
 struct Options {
-  std::string sim, null_driver, lib, out;
+  std::string sim, null_driver, lib, out, colocd;
+  uint64_t grows = 500;
   uint64_t launches = 2000000, pairs = 200000;
   int rounds = 7;
 };
@@ -146,22 +179,21 @@ std::string cpu_model() {
   return "unknown";
 }
 
-// Alternates measurements without and with the preload under `env` (driver on LD_LIBRARY_PATH);
-// returns the summary of both quantities and appends every round to `rounds`.
-json compare(const Options& o, const char* self, const std::map<std::string, std::string>& env, uint64_t launches,
-             uint64_t pairs, const std::string& driver, json& rounds) {
+// Alternates measurements under `a` (the baseline) and `b`; returns the summary of both quantities
+// ("without" = a, "with" = b) and appends every round to `rounds`.
+json compare_envs(const Options& o, const char* self, const std::map<std::string, std::string>& a,
+                  const std::map<std::string, std::string>& b, uint64_t launches, uint64_t pairs,
+                  const std::string& driver, json& rounds) {
   namespace fs = std::filesystem;
-  std::map<std::string, std::string> with = env;
-  with["LD_PRELOAD"] = fs::absolute(o.lib).string();
   std::vector<std::string> argv = {fs::absolute(self).string(), "measure", std::to_string(launches),
                                    std::to_string(pairs)};
   std::vector<double> launch[2], pair[2];
   for (int r = 0; r < o.rounds; ++r)
-    for (int preload = 0; preload < 2; ++preload) {  // alternate, so drift hits both alike
-      json m = json::parse(spawn(argv, preload ? with : env));
-      launch[preload].push_back(m["launch_ns"]);
-      pair[preload].push_back(m["pair_ns"]);
-      rounds.push_back({{"driver", driver}, {"round", r}, {"preload", bool(preload)}, {"launch_ns", m["launch_ns"]},
+    for (int second = 0; second < 2; ++second) {  // alternate, so drift hits both alike
+      json m = json::parse(spawn(argv, second ? b : a));
+      launch[second].push_back(m["launch_ns"]);
+      pair[second].push_back(m["pair_ns"]);
+      rounds.push_back({{"driver", driver}, {"round", r}, {"second", bool(second)}, {"launch_ns", m["launch_ns"]},
                         {"pair_ns", m["pair_ns"]}});
     }
   auto summary = [](const std::vector<double>* v, double target) {
@@ -176,6 +208,25 @@ json compare(const Options& o, const char* self, const std::map<std::string, std
   return json{{"launch", summary(launch, 20)}, {"alloc_free_pair", summary(pair, 150)}};
 }
 
+// Without and with LD_PRELOAD=libcoloc.so under `env` (driver on LD_LIBRARY_PATH).
+json compare(const Options& o, const char* self, const std::map<std::string, std::string>& env, uint64_t launches,
+             uint64_t pairs, const std::string& driver, json& rounds) {
+  std::map<std::string, std::string> with = env;
+  with["LD_PRELOAD"] = std::filesystem::absolute(o.lib).string();
+  return compare_envs(o, self, env, with, launches, pairs, driver, rounds);
+}
+
+// Preloaded both times: standalone (no daemon), then registered with colocd at `socket`.
+json compare_daemon(const Options& o, const char* self, const std::map<std::string, std::string>& env,
+                    const std::string& socket, uint64_t launches, uint64_t pairs, const std::string& driver,
+                    json& rounds) {
+  std::map<std::string, std::string> alone = env;
+  alone["LD_PRELOAD"] = std::filesystem::absolute(o.lib).string();
+  std::map<std::string, std::string> daemon = alone;
+  daemon["COLOC_SOCKET"] = socket;
+  return compare_envs(o, self, alone, daemon, launches, pairs, driver, rounds);
+}
+
 void print(const char* driver, const json& s) {
   std::printf("interpose (%s): launch %.1f -> %.1f ns (%+.1f ns, x%.3f; target +20 ns); alloc+free %.1f -> %.1f ns "
               "(%+.1f ns, x%.3f; target +150 ns)\n",
@@ -183,6 +234,58 @@ void print(const char* driver, const json& s) {
               double(s["launch"]["added_ns"]), double(s["launch"]["ratio"]), double(s["alloc_free_pair"]["without_ns"]),
               double(s["alloc_free_pair"]["with_ns"]), double(s["alloc_free_pair"]["added_ns"]),
               double(s["alloc_free_pair"]["ratio"]));
+}
+
+// A colocd of our own for the --colocd measurements; killed by the destructor.
+struct Daemon {
+  pid_t pid = -1;
+  std::string socket;
+  Daemon(const std::string& binary, const std::filesystem::path& dir) {
+    socket = (dir / "colocd.sock").string();
+    std::vector<std::string> argv = {binary, "--socket", socket, "--state-dir", (dir / "colocd").string(),
+                                     "--log-level", "warn"};
+    std::vector<char*> a;
+    for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    if (posix_spawn(&pid, a[0], nullptr, nullptr, a.data(), environ) != 0) die("spawn " + binary);
+    for (int i = 0; i < 1000 && !std::filesystem::exists(socket); ++i) usleep(10000);
+    if (!std::filesystem::exists(socket)) die("colocd did not create " + socket);
+  }
+  ~Daemon() {
+    if (pid > 0) {
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+// Per-allocation time of one-step allocations that each need a Grow, with and without a daemon.
+json compare_grow(const Options& o, const char* self, const std::map<std::string, std::string>& env,
+                  const std::string& socket, json& rounds) {
+  namespace fs = std::filesystem;
+  constexpr uint64_t kStep = 64ull << 20;  // colocd's default grant step
+  std::vector<std::string> argv = {fs::absolute(self).string(), "measure-grow", std::to_string(o.grows),
+                                   std::to_string(kStep)};
+  std::vector<double> p50[2], p99[2];
+  for (int r = 0; r < o.rounds; ++r)
+    for (int daemon = 0; daemon < 2; ++daemon) {
+      std::map<std::string, std::string> e = env;
+      e["LD_PRELOAD"] = fs::absolute(o.lib).string();
+      if (daemon) e["COLOC_SOCKET"] = socket;
+      json m = json::parse(spawn(argv, e));
+      p50[daemon].push_back(m["p50_ns"]);
+      p99[daemon].push_back(m["p99_ns"]);
+      rounds.push_back({{"driver", "simgpu"}, {"round", r}, {"grow", bool(daemon)}, {"p50_ns", m["p50_ns"]},
+                        {"p90_ns", m["p90_ns"]}, {"p99_ns", m["p99_ns"]}});
+    }
+  return json{{"allocations_per_round", o.grows},
+              {"bytes_each", kStep},
+              {"standalone_p50_ns", median(p50[0])},
+              {"standalone_p99_ns", median(p99[0])},
+              {"with_grow_p50_ns", median(p50[1])},
+              {"with_grow_p99_ns", median(p99[1])},
+              {"grow_round_trip_p50_ns", median(p50[1]) - median(p50[0])},
+              {"grow_round_trip_p99_ns", median(p99[1]) - median(p99[0])}};
 }
 
 int run(const Options& o, const char* self) {
@@ -193,24 +296,50 @@ int run(const Options& o, const char* self) {
   out["benchmark"] = "interpose";
   out["what"] = "ns per cuLaunchKernel and per cuMemAlloc_v2+cuMemFree_v2 pair (4 KiB), median over rounds of "
                 "the best of 5 repetitions, without and with LD_PRELOAD=libcoloc.so, on simgpu (SIMGPU_FAST=1: "
-                "a launch returns at once) and on a null driver (every call returns at once: the hooks' own cost)";
+                "a launch returns at once) and on a null driver (every call returns at once: the hooks' own cost); "
+                "daemon_*: preloaded both times, standalone vs registered with colocd; grow: per-allocation time "
+                "of allocations that each need a Grow round trip, vs the same without a daemon";
   out["simgpu"] = compare(o, self,
                           {{"LD_LIBRARY_PATH", fs::absolute(o.sim).string()},
                            {"SIMGPU_STATE_DIR", state.string()},
                            {"SIMGPU_FAST", "1"},
                            {"SIMGPU_DEVICES", "80GiB"}},
                           o.launches, o.pairs, "simgpu", rounds);
+  if (!o.colocd.empty()) {
+    fs::create_directories(state);
+    Daemon d(o.colocd, state);
+    std::map<std::string, std::string> env = {{"LD_LIBRARY_PATH", fs::absolute(o.sim).string()},
+                                              {"SIMGPU_STATE_DIR", (state / "simgpu").string()},
+                                              {"SIMGPU_FAST", "1"},
+                                              {"SIMGPU_DEVICES", "80GiB"}};
+    out["daemon_simgpu"] = compare_daemon(o, self, env, d.socket, o.launches, o.pairs, "simgpu, colocd", rounds);
+    if (!o.null_driver.empty())
+      out["daemon_null_driver"] =
+          compare_daemon(o, self, {{"LD_LIBRARY_PATH", fs::absolute(o.null_driver).string()}}, d.socket,
+                         o.launches * 5, o.pairs * 10, "null, colocd", rounds);
+    out["grow"] = compare_grow(o, self, env, d.socket, rounds);
+  }
   fs::remove_all(state);
   if (!o.null_driver.empty())
     out["null_driver"] = compare(o, self, {{"LD_LIBRARY_PATH", fs::absolute(o.null_driver).string()}},
                                  o.launches * 5, o.pairs * 10, "null", rounds);
   out["config"] = {{"launches_per_repetition", o.launches}, {"pairs_per_repetition", o.pairs}, {"rounds", o.rounds},
+                   {"grows_per_round", o.grows},
                    {"null_driver_scale", "5x launches, 10x pairs"}};
   out["machine"] = {{"cpu", cpu_model()}, {"cores", sysconf(_SC_NPROCESSORS_ONLN)}};
   out["rounds"] = rounds;
   std::ofstream(o.out) << out.dump(2) << "\n";
   print("simgpu", out["simgpu"]);
   if (out.contains("null_driver")) print("null driver", out["null_driver"]);
+  if (out.contains("daemon_simgpu")) print("simgpu; standalone -> registered with colocd", out["daemon_simgpu"]);
+  if (out.contains("daemon_null_driver"))
+    print("null driver; standalone -> registered with colocd", out["daemon_null_driver"]);
+  if (out.contains("grow"))
+    std::printf("interpose (simgpu, colocd): allocation needing a Grow p50 %.1f us / p99 %.1f us, the same without "
+                "a daemon p50 %.1f us / p99 %.1f us: a grant round trip adds %.1f us (p50), %.1f us (p99)\n",
+                double(out["grow"]["with_grow_p50_ns"]) / 1e3, double(out["grow"]["with_grow_p99_ns"]) / 1e3,
+                double(out["grow"]["standalone_p50_ns"]) / 1e3, double(out["grow"]["standalone_p99_ns"]) / 1e3,
+                double(out["grow"]["grow_round_trip_p50_ns"]) / 1e3, double(out["grow"]["grow_round_trip_p99_ns"]) / 1e3);
   std::printf("interpose: written to %s\n", o.out.c_str());
   return 0;
 }
@@ -220,6 +349,8 @@ int run(const Options& o, const char* self) {
 int main(int argc, char** argv) {
   if (argc == 4 && std::strcmp(argv[1], "measure") == 0)
     return measure(std::strtoull(argv[2], nullptr, 10), std::strtoull(argv[3], nullptr, 10));
+  if (argc == 4 && std::strcmp(argv[1], "measure-grow") == 0)
+    return measure_grow(std::strtoull(argv[2], nullptr, 10), std::strtoull(argv[3], nullptr, 10));
   if (argc >= 2 && std::strcmp(argv[1], "run") == 0) {
     Options o;
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -231,12 +362,14 @@ int main(int argc, char** argv) {
       else if (k == "--launches") o.launches = std::stoull(v);
       else if (k == "--pairs") o.pairs = std::stoull(v);
       else if (k == "--rounds") o.rounds = std::stoi(v);
+      else if (k == "--colocd") o.colocd = v;
+      else if (k == "--grows") o.grows = std::stoull(v);
       else die("unknown option " + k);
     }
     if (o.sim.empty() || o.lib.empty() || o.out.empty()) die("run needs --sim, --lib and --out");
     return run(o, argv[0]);
   }
   die("usage: interpose_bench run --sim DIR [--null-driver DIR] --lib LIBCOLOC --out FILE [--launches N --pairs N "
-      "--rounds N] | "
+      "--rounds N] [--colocd COLOCD --grows N] | "
       "measure LAUNCHES PAIRS");
 }

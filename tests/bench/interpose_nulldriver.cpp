@@ -29,6 +29,10 @@ NULL_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice) {
   *bytes = 80ull << 30;
   return CUDA_SUCCESS;
 }
+NULL_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
+  *free = *total = 80ull << 30;
+  return CUDA_SUCCESS;
+}
 NULL_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice) {
   *c = g_ctx;
   return CUDA_SUCCESS;

@@ -77,6 +77,28 @@ TEST_CASE("e2e: SIGKILL of colocd with 3 running jobs, then a restart: the books
   }
 }
 
+TEST_CASE("e2e: many threads growing and giving back at once: every reply reaches its thread, the books end exact") {
+  Node n("80GiB");
+  const std::string per_thread = sanitizer() == "tsan" ? "100" : "1000";
+  // 8 threads, each with up to 8 live allocations of up to 256 MiB: grants grow and shrink all the
+  // time, with several Grows in flight at once from one process.
+  auto p = n.run({"--job", "threads"}, {client(), "init", "ctx", "0", "threads", "8", per_thread, "7", "256MiB"});
+  ProcResult r = finish(*p, 120s);
+  json t = step(r.out, "threads");
+  REQUIRE(!t.is_null());
+  CHECK(t["oom"] == 0);
+  CHECK(t["other_errors"] == 0);
+  CHECK(t["free_errors"] == 0);
+  CHECK(t["allocs"] == t["frees"]);
+  CHECK(t["allocs"] == 8 * std::stoull(per_thread));
+  json d = n.report("threads")["devices"][0];
+  CHECK(d["allocations"] == t["allocs"]);
+  CHECK(d["frees"] == t["frees"]);
+  CHECK(d["failures"] == 0);
+  CHECK(d["peak"].get<uint64_t>() <= 16 * GiB + kContext);
+  CHECK(n.status()["devices"][0]["in_use"] == 0);  // all given back with the job
+}
+
 TEST_CASE("e2e: a forked child never touches its parent's connection or books; an unregistered parent's child registers") {
   Node n("16GiB");
   // A child of a registered process: CUDA refuses it (simgpu like the driver); the parent's books
