@@ -39,8 +39,8 @@ double nice_step(double max, int target) {
 
 namespace {
 
-constexpr double kWidth = 980, kPanelHeight = 430;
-constexpr double kLeft = 86, kRight = 230, kTop = 56, kBottom = 58;
+constexpr double kWidth = 1060, kPanelHeight = 430;
+constexpr double kLeft = 86, kRight = 280, kTop = 56, kBottom = 58;
 const char* kUseColour = "#1f77b4";
 const char* kLimitColour = "#d62728";
 const char* kCapacityColour = "#4d4d4d";
@@ -265,7 +265,7 @@ std::string render_svg(const json& r) {
   else if (r.contains("exit_signal") && r["exit_signal"].is_number()) status = "killed by signal " + r["exit_signal"].dump();
   else status = "exit status unknown";
   std::string command = r.value("command", "");
-  if (command.size() > 110) command = command.substr(0, 107) + "...";
+  if (command.size() > 96) command = command.substr(0, 93) + "...";
   o << "<text x='" << num(kLeft) << "' y='28' class='h1'>Job " << xml_escape(r.value("job", "?")) << " — memory over time</text>\n";
   o << "<text x='" << num(kLeft) << "' y='48' class='sub'>" << xml_escape(r.value("user", "?")) << " · "
     << xml_escape(r.value("priority", "")) << " priority · " << num(get_num(r, "duration_s")) << " s · "
