@@ -77,6 +77,32 @@ TEST_CASE("e2e: SIGKILL of colocd with 3 running jobs, then a restart: the books
   }
 }
 
+TEST_CASE("e2e: while colocd is away, jobs run on their grants; growth waits for it, or fails under --on-full fail") {
+  Node n("16GiB");
+  // 1000 MiB + the context leave 24 MiB of the 1536 MiB grant (whole 64 MiB steps): the 64 KiB
+  // allocations fit the grant, the 2 GiB ones need the daemon.
+  auto waits = n.run({"--job", "waits"}, {cuprobe(), "init", "ctx", "0", "alloc", "1000MiB", "a", "touch", n.file("w-ready"),
+                                           "hold-file", n.file("go"), "alloc", "64KiB", "small", "touch",
+                                           n.file("w-growing"), "alloc", "2GiB", "b"});
+  auto fails = n.run({"--job", "fails", "--on-full", "fail"},
+                     {cuprobe(), "init", "ctx", "0", "alloc", "1000MiB", "a", "touch", n.file("f-ready"), "hold-file",
+                      n.file("go"), "alloc", "64KiB", "small", "alloc", "2GiB", "b"});
+  REQUIRE(reached(*waits, n.file("w-ready")));
+  REQUIRE(reached(*fails, n.file("f-ready")));
+  n.kill_daemon();
+  write_file(n.file("go"), "");
+  ProcResult rf = finish(*fails);
+  CHECK(step(rf.out, "alloc", 1)["rc_name"] == "CUDA_SUCCESS");  // within its grant: no daemon needed
+  CHECK(step(rf.out, "alloc", 2)["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");
+  CHECK(rf.err.find("no daemon") != std::string::npos);
+  REQUIRE(reached(*waits, n.file("w-growing")));
+  CHECK(step(waits->out_so_far(), "alloc", 1)["rc_name"] == "CUDA_SUCCESS");
+  n.start_daemon();
+  ProcResult rw = finish(*waits);
+  CHECK(step(rw.out, "alloc", 2)["rc_name"] == "CUDA_SUCCESS");  // granted by the restarted daemon
+  CHECK(n.report("waits")["devices"][0]["peak"] == 1000 * MiB + 2 * GiB + 64 * 1024 + kContext);
+}
+
 TEST_CASE("e2e: many threads growing and giving back at once: every reply reaches its thread, the books end exact") {
   Node n("80GiB");
   const std::string per_thread = sanitizer() == "tsan" ? "100" : "1000";
