@@ -29,10 +29,9 @@ NULL_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice) {
   *bytes = 80ull << 30;
   return CUDA_SUCCESS;
 }
-NULL_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
-  *free = *total = 80ull << 30;
-  return CUDA_SUCCESS;
-}
+// Exported (so the interposer does not log its absence) but unable to say: physical free memory
+// unknown, which colocd accepts.
+NULL_EXPORT CUresult cuMemGetInfo_v2(size_t*, size_t*) { return CUDA_ERROR_NOT_SUPPORTED; }
 NULL_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice) {
   *c = g_ctx;
   return CUDA_SUCCESS;
