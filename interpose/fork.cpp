@@ -5,12 +5,16 @@
 // limits exactly as it was.
 //
 // Locks held across fork, taken in this order before it and released in reverse after it:
-//   1. the broker's own locks                  (Broker::before_fork)
+//   1. the broker's own locks                  (Broker::before_fork; LocalBroker and DaemonBroker
+//                                               hold none: a thread may wait minutes for admission,
+//                                               and fork must not wait for it)
 //   2. Devices' slots lock                     (so the child sees every device slot whole)
 // And one wait: a runtime start-up in progress on another thread finishes first. No path takes
 // lock 1 while holding lock 2. Every other lock (the ledger's pool and shard locks, the context
-// table and the per-device context locks) guards state the child throws away: they are not held
-// across fork, and the child makes them new (Mutex::reinit_in_child) instead. The logger holds no
+// table, the per-device context locks, Devices' attach lock, the daemon broker's registration and
+// attach locks, the daemon link's connection, table and reader locks) guards state the child throws
+// away: they are not held across fork, and the child makes them new (Mutex::reinit_in_child)
+// instead. The logger holds no
 // lock (one write(2) per line from a stack buffer), the call counters are lock-free, and the driver
 // loader takes none.
 //
