@@ -91,7 +91,7 @@ def main():
               f"{runs['coloc']['secs'] + ' s':>18}")
     alone = sum(runs["coloc"]["rows"][n]["res"].get("peak_bytes") or 0 for n, _, _ in jobs)
     print()
-    print(f"  The jobs' peaks add up to {gib(alone)} on a {capacity / GiB:.0f} GiB GPU: they cannot all run at once.")
+    print(f"  The jobs' peaks add up to {gib(alone)} and the GPU has {capacity / GiB:.0f} GiB: they cannot all run at once.")
     print("  peak: device memory the job held (coloc-train's count, without its CUDA context); total peak: the")
     print("  GPU's used memory, sampled every 0.5 ms; waited: admission + growth, from colocd's report.")
 
