@@ -18,6 +18,7 @@ uint64_t sum_in_use(const json& status) {
 TEST_SUITE("e2e") {
 
 TEST_CASE("e2e: SIGKILL of colocd with 3 running jobs, then a restart: the books match live usage, the jobs finish") {
+  if (simulated_only()) return;
   Node n("16GiB");
   struct Job {
     std::string name;
@@ -78,6 +79,7 @@ TEST_CASE("e2e: SIGKILL of colocd with 3 running jobs, then a restart: the books
 }
 
 TEST_CASE("e2e: while colocd is away, jobs run on their grants; growth waits for it, or fails under --on-full fail") {
+  if (simulated_only()) return;
   Node n("16GiB");
   // 1000 MiB + the context leave 24 MiB of the 1536 MiB grant (whole 64 MiB steps): the 64 KiB
   // allocations fit the grant, the 2 GiB ones need the daemon.
@@ -104,6 +106,7 @@ TEST_CASE("e2e: while colocd is away, jobs run on their grants; growth waits for
 }
 
 TEST_CASE("e2e: many threads growing and giving back at once: every reply reaches its thread, the books end exact") {
+  if (simulated_only()) return;
   Node n("80GiB");
   const std::string per_thread = sanitizer() == "tsan" ? "100" : "1000";
   // 8 threads, each with up to 8 live allocations of up to 256 MiB: grants grow and shrink all the
@@ -126,6 +129,7 @@ TEST_CASE("e2e: many threads growing and giving back at once: every reply reache
 }
 
 TEST_CASE("e2e: a forked child never touches its parent's connection or books; an unregistered parent's child registers") {
+  if (simulated_only()) return;
   Node n("16GiB");
   // A child of a registered process: CUDA refuses it (simgpu like the driver); the parent's books
   // and connection are unchanged.
@@ -155,6 +159,7 @@ TEST_CASE("e2e: a forked child never touches its parent's connection or books; a
 }
 
 TEST_CASE("e2e: SIGINT or SIGTERM ends a wait with CUDA_ERROR_OUT_OF_MEMORY, and the application still gets its signal") {
+  if (simulated_only()) return;
   Node n("16GiB");
   auto hog = n.run({"--job", "hog", "--mem", "14GiB"}, {cuprobe(), "init", "ctx", "0", "alloc", "12GiB", "a", "touch",
                                                          n.file("ready"), "hold-file", n.file("never")});
@@ -192,6 +197,7 @@ TEST_CASE("e2e: SIGINT or SIGTERM ends a wait with CUDA_ERROR_OUT_OF_MEMORY, and
 }
 
 TEST_CASE("e2e: without a daemon a job fails open: one warning, then the limits of its environment") {
+  if (simulated_only()) return;
   TempDir dir("coloc-e2e-nodaemon");
   Env env;
   env.simgpu(dir, "16GiB").preload_coloc().set("COLOC_SOCKET", dir / "nobody.sock").set("COLOC_MEM_LIMIT", "2GiB");
@@ -208,6 +214,7 @@ TEST_CASE("e2e: without a daemon a job fails open: one warning, then the limits 
 }
 
 TEST_CASE("e2e: COLOC_REQUIRE_DAEMON waits for the daemon, then fails cuInit with a clear message") {
+  if (simulated_only()) return;
   TempDir dir("coloc-e2e-require");
   Env env;
   env.simgpu(dir, "16GiB").preload_coloc().set("COLOC_SOCKET", dir / "colocd.sock").set("COLOC_REQUIRE_DAEMON", "1");

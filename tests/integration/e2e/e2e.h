@@ -34,6 +34,14 @@ inline std::string client() { return build_path("tests/bin/interpose_client"); }
 inline std::string coloc_train() { return build_path("bin/coloc-train"); }
 inline std::string trace(const std::string& name) { return source_path("tools/workload/traces/" + name); }
 
+/// True (with a note) when the tests run against a real driver (COLOC_TEST_DRIVER=real): these
+/// tests size their GPUs with simgpu, so they skip there (tests/gpu/ runs the demo on a real GPU).
+inline bool simulated_only() {
+  if (!real_driver()) return false;
+  MESSAGE("skipped: end-to-end tests need simgpu's configurable devices");
+  return true;
+}
+
 /// The JSON lines a process printed so far, in order.
 inline std::vector<json> lines(const std::string& out) {
   std::vector<json> v;

@@ -9,6 +9,7 @@ using namespace coloc::test::e2e;
 TEST_SUITE("e2e") {
 
 TEST_CASE("e2e: admission holds a job that does not fit, then releases it when another exits") {
+  if (simulated_only()) return;
   Node n("16GiB");
   auto first = n.run({"--mem", "10GiB", "--job", "first"},
                      {cuprobe(), "init", "ctx", "0", "alloc", "8GiB", "a", "touch", n.file("a-ready"), "hold-file",
@@ -48,6 +49,7 @@ TEST_CASE("e2e: admission holds a job that does not fit, then releases it when a
 }
 
 TEST_CASE("e2e: growth waits, then succeeds when memory frees; the own limit fails at once, others untouched") {
+  if (simulated_only()) return;
   Node n("16GiB");
   auto hog = n.run({"--job", "hog"}, {cuprobe(), "init", "ctx", "0", "alloc", "12GiB", "a", "touch", n.file("hog-ready"),
                                        "hold-file", n.file("hog-go")});
@@ -88,6 +90,7 @@ TEST_CASE("e2e: growth waits, then succeeds when memory frees; the own limit fai
 }
 
 TEST_CASE("e2e: deadlock breaking fails the lowest-priority, youngest job, and its report says so") {
+  if (simulated_only()) return;
   Node n("16GiB");  // 15.68 GiB usable (2% headroom)
   struct Job {
     const char* name;
@@ -125,6 +128,7 @@ TEST_CASE("e2e: deadlock breaking fails the lowest-priority, youngest job, and i
 }
 
 TEST_CASE("e2e: SIGKILL of a job releases its grants within a second") {
+  if (simulated_only()) return;
   Node n("16GiB");
   auto victim = n.run({"--job", "victim"}, {cuprobe(), "init", "ctx", "0", "alloc", "12GiB", "a", "touch",
                                              n.file("ready"), "hold-file", n.file("never")});
@@ -145,6 +149,7 @@ TEST_CASE("e2e: SIGKILL of a job releases its grants within a second") {
 }
 
 TEST_CASE("e2e: a driver out-of-memory inside the grant (memory used outside coloc) is reported and counted") {
+  if (simulated_only()) return;
   Node n("16GiB");
   // 1000 MiB + the context = 1512 MiB in use; the grant is a whole number of 64 MiB steps (1536 MiB),
   // so a 16 MiB allocation fits the grant without asking the daemon.
@@ -173,6 +178,7 @@ TEST_CASE("e2e: a driver out-of-memory inside the grant (memory used outside col
 }
 
 TEST_CASE("e2e: coloc set --mem below what a job uses refuses its new allocations and kills nothing") {
+  if (simulated_only()) return;
   Node n("16GiB");
   auto job = n.run({"--job", "lowered", "--mem", "10GiB"},
                    {cuprobe(), "init", "ctx", "0", "alloc", "6GiB", "a", "alloc", "1MiB", "s", "fill", "s", "3", "touch",

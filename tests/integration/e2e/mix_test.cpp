@@ -28,6 +28,7 @@ std::vector<MixJob> mix() {
 TEST_SUITE("e2e") {
 
 TEST_CASE("e2e: the job mix that crashes without coloc completes with coloc, and every job leaves a report") {
+  if (simulated_only()) return;
   Node n("36GiB");
   SUBCASE("without coloc: at least one job dies of out-of-memory") {
     std::vector<std::unique_ptr<Proc>> procs;
@@ -80,6 +81,7 @@ TEST_CASE("e2e: the job mix that crashes without coloc completes with coloc, and
 }
 
 TEST_CASE("e2e: make demo's script shows the crash without coloc and the completion with it") {
+  if (simulated_only()) return;
   TempDir out("coloc-e2e-demo");
   std::vector<std::string> argv = {source_path("tools/demo/demo.sh"), build_path(""), "--quick", "--out", out.path()};
   if (!sanitizer().empty()) argv.push_back("--no-monitor");  // python cannot load a sanitized simgpu
