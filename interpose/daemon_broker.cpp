@@ -266,7 +266,8 @@ int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
     if (r.attach.outcome == uint32_t(proto::Outcome::kGranted) && r.attach.n_devices == 1 &&
         r.attach.devices[0].slot < uint32_t(kMaxDevices)) {
       slot = int(r.attach.devices[0].slot);
-      record_slot(slot, d.uuid, d.total_bytes);
+      MutexLock g(attach_mutex_);  // a re-registration may be adopting the same slot
+      if (recorded_slot(d.uuid) < 0) record_slot(slot, d.uuid, d.total_bytes);
     } else {
       *why = refusal_of(r.attach.reason);
     }

@@ -330,16 +330,27 @@ DaemonLink::Outcome DaemonLink::request_impl(const T& m, LinkReply* reply, Signa
       int rc = -ENOTCONN;
       pthread_rwlock_rdlock(&conn_lock_);
       if (state_.load(std::memory_order_acquire) == kConnected) {
-        e->seq = seq_.fetch_add(1, std::memory_order_relaxed) + 1;
-        e->state.store(kEntrySent, std::memory_order_release);
-        rc = wire::send(fd_.load(std::memory_order_relaxed), m, e->seq, version_.load(std::memory_order_relaxed));
+        int fd = fd_.load(std::memory_order_relaxed);
+        if (!same_socket(fd, fd_dev_, fd_ino_)) {
+          rc = -EBADF;  // the application closed our socket (its number may be another file now)
+        } else {
+          e->seq = seq_.fetch_add(1, std::memory_order_relaxed) + 1;
+          e->state.store(kEntrySent, std::memory_order_release);
+          rc = wire::send(fd, m, e->seq, version_.load(std::memory_order_relaxed));
+        }
       }
       pthread_rwlock_unlock(&conn_lock_);
       if (rc == -EINVAL) {  // cannot be encoded: a bug of ours, never the daemon's fault
         release(e);
         return Outcome::closed;
       }
-      if (rc != 0 && rc != -ENOTCONN) lose(std::strerror(-rc));  // the daemon is going away (marks e lost)
+      if (rc == -EBADF) {
+        lose("its socket was closed by the application");
+        uint32_t waiting = kEntryWaiting;  // never sent: the reconnect will send it
+        e->state.compare_exchange_strong(waiting, kEntryLost, std::memory_order_acq_rel);
+      } else if (rc != 0 && rc != -ENOTCONN) {
+        lose(std::strerror(-rc));  // the daemon is going away (marks e lost)
+      }
       continue;
     }
     // Sent: wait for the reply.
@@ -407,9 +418,9 @@ bool DaemonLink::post_impl(const T& m) {
   if (state_.load(std::memory_order_acquire) != kConnected) return false;
   if (pthread_rwlock_tryrdlock(&conn_lock_) != 0) return false;  // the link thread is switching
   bool ok = false;
-  if (state_.load(std::memory_order_acquire) == kConnected)
-    ok = send_now(fd_.load(std::memory_order_relaxed), m, seq_.fetch_add(1, std::memory_order_relaxed) + 1,
-                  version_.load(std::memory_order_relaxed));
+  int fd = fd_.load(std::memory_order_relaxed);
+  if (state_.load(std::memory_order_acquire) == kConnected && same_socket(fd, fd_dev_, fd_ino_))
+    ok = send_now(fd, m, seq_.fetch_add(1, std::memory_order_relaxed) + 1, version_.load(std::memory_order_relaxed));
   pthread_rwlock_unlock(&conn_lock_);
   return ok;
 }
@@ -493,6 +504,11 @@ bool DaemonLink::reconnect() {
   uint64_t new_dev = 0, new_ino = 0;
   identify(nfd, &new_dev, &new_ino);
   pthread_rwlock_wrlock(&conn_lock_);
+  if (state_.load(std::memory_order_relaxed) == kClosed) {  // the process is exiting meanwhile
+    pthread_rwlock_unlock(&conn_lock_);
+    ::close(nfd);
+    return false;
+  }
   int old = fd_.exchange(nfd, std::memory_order_acq_rel);
   uint64_t old_dev = fd_dev_, old_ino = fd_ino_;
   fd_dev_ = new_dev;
