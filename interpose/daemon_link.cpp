@@ -30,7 +30,7 @@ namespace {
 constexpr uint64_t kMs = 1000000ull;
 constexpr uint64_t kRegisterTimeoutNs = 10000 * kMs;  // a live daemon answers in microseconds
 constexpr uint64_t kCancelGraceNs = 5000 * kMs;       // the reply that must follow a Cancel
-constexpr int kIdlePollMs = 2000;                     // the link thread's look at "am I alone?"
+constexpr int kIdlePollMs = 1000;                     // the link thread's look at "am I alone?"
 #if defined(COLOC_SANITIZED)
 constexpr size_t kLinkStack = 4u << 20;
 #else
@@ -530,22 +530,50 @@ bool DaemonLink::reconnect() {
   return true;
 }
 
-bool DaemonLink::last_thread() const {
-  int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[1024];
+// Whether `tid`'s thread of this process has exited (a zombie, or gone).
+bool thread_exited(long tid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  char buf[512];
   ssize_t n = ::read(fd, buf, sizeof buf - 1);
   ::close(fd);
-  if (n <= 0) return false;
+  if (n <= 0) return true;
   buf[n] = '\0';
-  // Fields after the command (which may hold spaces and parentheses): state is field 3,
-  // num_threads field 20.
-  const char* p = std::strrchr(buf, ')');
-  if (!p) return false;
-  int field = 2;
-  for (; *p && field < 20; ++p)
-    if (*p == ' ') ++field;
-  return field == 20 && std::strtol(p, nullptr, 10) == 1;
+  const char* p = std::strrchr(buf, ')');  // the command may hold spaces and parentheses
+  return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
+}
+
+bool DaemonLink::last_thread() const {
+  // Every other thread of the process has exited (the main thread stays a zombie until the last
+  // one ends): /proc/self/task, read with getdents64 into a stack buffer (no allocation).
+  int dir = ::open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return false;
+  const long self = ::syscall(SYS_gettid);
+  bool alone = true;
+  alignas(8) char buf[4096];
+  for (;;) {
+    long n = ::syscall(SYS_getdents64, dir, buf, sizeof buf);
+    if (n <= 0) break;
+    for (long off = 0; off < n && alone;) {
+      struct Dirent {
+        uint64_t ino;
+        int64_t off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[1];
+      };
+      const auto* d = reinterpret_cast<const Dirent*>(buf + off);
+      off += d->reclen;
+      if (d->name[0] < '0' || d->name[0] > '9') continue;
+      long tid = std::strtol(d->name, nullptr, 10);
+      if (tid != self && !thread_exited(tid)) alone = false;
+    }
+    if (!alone) break;
+  }
+  ::close(dir);
+  return alone;
 }
 
 void DaemonLink::run() {

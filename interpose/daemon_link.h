@@ -21,9 +21,9 @@
 //     (LinkOwner::fill_register, kRegResume) and switching to the new pages (LinkOwner::adopt)
 //     before anything else is sent. It blocks every signal (it is never chosen for the
 //     application's signals), calls no CUDA function, takes no lock the exit path needs, and is
-//     detached: exit() ends it wherever it is. It leaves on its own when it finds itself the last
-//     thread of the process (the application ended with pthread_exit), so it never keeps a
-//     process alive. A forked child has no such thread (fork copies only the caller); the child
+//     detached: exit() ends it wherever it is. It leaves on its own when every other thread of the
+//     process has exited (the application ended its main thread with pthread_exit and has no
+//     other thread left), so it never keeps a process alive. A forked child has no such thread (fork copies only the caller); the child
 //     drops the parent's connection unread.
 //
 // Threads that send take the connection's read lock only around the send; the link thread takes

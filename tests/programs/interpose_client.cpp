@@ -8,13 +8,15 @@
 // name (cuMemAlloc_v2, cuMemAlloc, cuLaunchKernel_ptsz), so a test can reach each path the
 // interposer hooks. For the end-to-end tests with colocd: "catch-signals" installs SIGINT/SIGTERM
 // handlers that only count, "signals" prints the counts, "touch PATH" / "hold-file PATH" are
-// barriers, "fork-run STEP..." forks and runs the rest of the line in the child. Exit status: 0 when every step ran (a CUDA error is a result, not a failure),
+// barriers, "fork-run STEP..." forks and runs the rest of the line in the child, "pthread-exit" ends the main
+// thread with pthread_exit. Exit status: 0 when every step ran (a CUDA error is a result, not a failure),
 // 2 for a malformed script.
 //
 // Linked against libcuda.so.1 by SONAME: simgpu with LD_LIBRARY_PATH=build/sim, the real driver
 // on a GPU machine.
 #define __CUDA_API_VERSION_INTERNAL 1  // declare every ABI under its own export name
 #include <cuda.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -537,6 +539,12 @@ const std::vector<Step>& steps() {
          return CUDA_SUCCESS;
        }},
       {"hold-file", 1, hold_file_step},
+      {"pthread-exit", 0,
+       [](const Args&, State&, json&) {
+         std::fflush(stdout);
+         pthread_exit(nullptr);  // the process ends when its last thread does
+         return CUDA_SUCCESS;
+       }},
       {"touch", 1, touch_step},
   };
   return kSteps;

@@ -196,6 +196,23 @@ TEST_CASE("e2e: SIGINT or SIGTERM ends a wait with CUDA_ERROR_OUT_OF_MEMORY, and
   CHECK(n.job("hog")["in_use"] == 12 * GiB + kContext);
 }
 
+TEST_CASE("e2e: a job whose main thread ends with pthread_exit is not kept alive by coloc's thread") {
+  if (simulated_only()) return;
+  if (sanitizer() == "tsan") {  // TSan's own background thread keeps such a process alive, coloc or not
+    MESSAGE("skipped under ThreadSanitizer");
+    return;
+  }
+  Node n("16GiB");
+  // Registered at cuInit (so coloc's thread runs); no context, so no thread of the driver's.
+  auto p = n.run({"--job", "leaver"}, {client(), "init", "pthread-exit"});
+  REQUIRE(n.wait_state("leaver", "running"));
+  ProcResult r = p->wait(20s);  // the link thread looks every second whether it is the last one
+  INFO(describe(r));
+  CHECK_FALSE(r.timed_out);
+  CHECK(r.exit_code == 0);
+  CHECK(n.report("leaver")["exit_status"] == 0);
+}
+
 TEST_CASE("e2e: without a daemon a job fails open: one warning, then the limits of its environment") {
   if (simulated_only()) return;
   TempDir dir("coloc-e2e-nodaemon");
