@@ -12,6 +12,9 @@
 # Each component adds its targets in its own module.mk; this file holds the shared rules.
 
 .DELETE_ON_ERROR:
+# Keep intermediate files (objects of pattern chains, generated sources): make would otherwise
+# delete them at the end of a run, rebuild them next time, and end its output with 'rm ...'.
+.SECONDARY:
 .SUFFIXES:
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
