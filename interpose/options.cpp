@@ -21,14 +21,19 @@ namespace {
 
 const char* apply_limit(Options& o, const char* value, int ordinal) {
   SizeParse p = parse_size(value);
-  uint64_t v = p ? *p.bytes : kNoLimit;
+  const char* err = p ? nullptr : p.error;
+  // 2^64-1 is the protocol's "no limit" marker (kNoLimit), not a size anyone can mean: a value
+  // that reaches it is malformed, like any other value that cannot be a limit.
+  if (!err && *p.bytes >= kNoLimit)
+    err = "2^64-1 bytes or more is the protocol's no-limit marker, not a limit";
+  uint64_t v = err ? kNoLimit : *p.bytes;
   if (ordinal < 0) {
     o.mem_limit = v;
   } else {
     o.mem_limit_ordinal[ordinal] = v;
     o.has_ordinal_limit[ordinal] = true;
   }
-  return p ? nullptr : p.error;
+  return err;
 }
 
 const char* apply_level(Options& o, const char* value, int) {
@@ -202,7 +207,7 @@ void read_options(char* const* env, int pid, Options* out) {
       if (const char* err = s.apply(o, value, ordinal)) {
         char k[64];
         std::snprintf(k, sizeof k, "%.*s", int(key.size()), key.data());
-        char msg[96];
+        char msg[104];
         std::snprintf(msg, sizeof msg, "%s; %s", err, fallback_of(s));
         add_error(o, "%s=\"%.80s\": %s", k, value, msg);
       }

@@ -138,6 +138,21 @@ TEST_CASE("options: a malformed value is one clear error and means no limit") {
   CHECK(has_error(o, "COLOC_CONTEXT_BYTES=\"lots\""));
 }
 
+TEST_CASE("options: a limit of 2^64-1 bytes (the protocol's no-limit marker) is malformed, not a silent no limit") {
+  Options o = read({"COLOC_MEM_LIMIT=18446744073709551615", "COLOC_MEM_LIMIT_2=18446744073709551615B",
+                    "COLOC_MEM_LIMIT_3=18446744073709551614"});
+  CHECK(o.mem_limit == kNoLimit);
+  CHECK(limit_for_ordinal(o, 2) == kNoLimit);
+  CHECK(limit_for_ordinal(o, 3) == UINT64_MAX - 1);  // one byte less is a (huge) limit
+  CHECK(o.n_errors == 2);
+  CHECK(has_error(o, "COLOC_MEM_LIMIT=\"18446744073709551615\": 2^64-1 bytes or more is the protocol's no-limit "
+                     "marker, not a limit; no limit applies"));
+  CHECK(has_error(o, "COLOC_MEM_LIMIT_2=\"18446744073709551615B\""));
+  Options over = read({"COLOC_MEM_LIMIT=18446744073709551616"});  // past 2^64-1: the grammar refuses it
+  CHECK(over.mem_limit == kNoLimit);
+  CHECK(has_error(over, "size too large"));
+}
+
 TEST_CASE("options: long values are cut, never overflow") {
   std::string job(200, 'j');
   std::string report(600, 'r');
