@@ -17,6 +17,9 @@ namespace coloc::config {
 
 namespace {
 
+/// A setting that is not valid: a sentence for people (no errno: it is not a failed system call).
+Error invalid(std::string what) { return Error{0, std::move(what)}; }
+
 std::string trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) s.remove_suffix(1);
@@ -36,8 +39,17 @@ std::optional<double> parse_number(const std::string& s) {
 
 Result<broker::Bytes> parse_bytes(std::string_view text, const std::string& what) {
   SizeParse p = parse_size(text);
-  if (!p) return Error{EINVAL, what + ": '" + std::string(text) + "' is not a size (" + p.error + ")"};
+  if (!p) return invalid(what + ": '" + std::string(text) + "' is not a size (" + p.error + ")");
   return *p.bytes;
+}
+
+Result<broker::Bytes> parse_max_per_user(std::string_view text, const std::string& what) {
+  auto b = parse_bytes(text, what);
+  if (!b) return b;
+  // A cap of 0 would refuse every job of every user: surely a mistake (leave the setting out for
+  // no cap).
+  if (b.value() == 0) return invalid(what + ": must be more than 0 (leave it out for no cap)");
+  return b;
 }
 
 Result<Headroom> parse_headroom(std::string_view text, const std::string& what) {
@@ -45,12 +57,12 @@ Result<Headroom> parse_headroom(std::string_view text, const std::string& what) 
   Headroom h;
   if (!t.empty() && t.back() == '%') {
     auto v = parse_number(trim(std::string_view(t).substr(0, t.size() - 1)));
-    if (!v || *v >= 100) return Error{EINVAL, what + ": '" + t + "' is not a percentage below 100%"};
+    if (!v || *v >= 100) return invalid(what + ": '" + t + "' is not a percentage below 100%");
     h.fraction = *v / 100.0;
     return h;
   }
   auto b = parse_bytes(t, what);
-  if (!b) return Error{EINVAL, b.error().what + " or a percentage such as 2%"};
+  if (!b) return invalid(b.error().what + " or a percentage such as 2%");
   h.bytes = b.value();
   return h;
 }
@@ -75,7 +87,7 @@ Result<broker::Nanos> parse_duration(std::string_view text, const std::string& w
   }
   auto v = parse_number(num);
   if (!v || *v * scale > 1.8e19)
-    return Error{EINVAL, what + ": '" + t + "' is not a duration (e.g. 250ms, 5s, 2m, or seconds)"};
+    return invalid(what + ": '" + t + "' is not a duration (e.g. 250ms, 5s, 2m, or seconds)");
   return broker::Nanos(*v * scale);
 }
 
@@ -105,14 +117,14 @@ Result<void> apply_toml(const std::string& text, const std::string& origin, Conf
     const auto& err = parsed.error();
     std::ostringstream o;
     o << origin << ":" << err.source().begin.line << ":" << err.source().begin.column << ": " << err.description();
-    return Error{EINVAL, o.str()};
+    return invalid(o.str());
   }
   toml::table& tbl = parsed.table();
   for (auto&& [k, node] : tbl) {
     const std::string key(k.str());
     const std::string where = origin + ": " + key;
     auto value = scalar_text(node);
-    if (!value) return Error{EINVAL, where + ": expected a string or a non-negative number"};
+    if (!value) return invalid(where + ": expected a string or a non-negative number");
     const std::string& v = *value;
     if (key == "socket") {
       cfg.socket = v;
@@ -125,7 +137,7 @@ Result<void> apply_toml(const std::string& text, const std::string& origin, Conf
     } else if (key == "admin_group") {
       cfg.admin_group = v;
     } else if (key == "max_per_user") {
-      auto b = parse_bytes(v, where);
+      auto b = parse_max_per_user(v, where);
       if (!b) return b.error();
       cfg.max_per_user = b.value();
     } else if (key == "log_level") {
@@ -133,7 +145,7 @@ Result<void> apply_toml(const std::string& text, const std::string& origin, Conf
     } else if (key == "grant_step") {
       auto b = parse_bytes(v, where);
       if (!b) return b.error();
-      if (b.value() == 0) return Error{EINVAL, where + ": must be more than 0"};
+      if (b.value() == 0) return invalid(where + ": must be more than 0");
       cfg.grant_step = b.value();
     } else if (key == "wait_timeout" || key == "sample_interval" || key == "resume_grace") {
       auto d = parse_duration(v, where);
@@ -141,10 +153,10 @@ Result<void> apply_toml(const std::string& text, const std::string& origin, Conf
       (key == "wait_timeout" ? cfg.wait_timeout : key == "sample_interval" ? cfg.sample_interval : cfg.resume_grace) =
           d.value();
     } else if (key == "watcher") {
-      if (v != "auto" && v != "bpf" && v != "pidfd") return Error{EINVAL, where + ": must be auto, bpf or pidfd"};
+      if (v != "auto" && v != "bpf" && v != "pidfd") return invalid(where + ": must be auto, bpf or pidfd");
       cfg.watcher = v;
     } else {
-      return Error{EINVAL, where + ": unknown setting"};
+      return invalid(where + ": unknown setting");
     }
   }
   return {};
@@ -184,7 +196,7 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
     out.exit_now = true;
     return out;
   } catch (const CLI::ParseError& e) {
-    return Error{EINVAL, e.what()};
+    return invalid(e.what());
   }
 
   if (!config_file.empty()) {
@@ -204,7 +216,7 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
   }
   if (!admin_group.empty()) cfg.admin_group = admin_group;
   if (!max_per_user.empty()) {
-    auto b = parse_bytes(max_per_user, "--max-per-user");
+    auto b = parse_max_per_user(max_per_user, "--max-per-user");
     if (!b) return b.error();
     cfg.max_per_user = b.value();
   }
@@ -212,7 +224,7 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
   if (!grant_step.empty()) {
     auto b = parse_bytes(grant_step, "--grant-step");
     if (!b) return b.error();
-    if (b.value() == 0) return Error{EINVAL, "--grant-step: must be more than 0"};
+    if (b.value() == 0) return invalid("--grant-step: must be more than 0");
     cfg.grant_step = b.value();
   }
   struct Dur {
@@ -227,10 +239,10 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
     if (!v) return v.error();
     d.into = v.value();
   }
-  if (cfg.sample_interval < 1'000'000) return Error{EINVAL, "sample interval: must be at least 1ms"};
+  if (cfg.sample_interval < 1'000'000) return invalid("sample interval: must be at least 1ms");
   if (!watcher.empty()) cfg.watcher = watcher;
   if (no_bpf) cfg.watcher = "pidfd";
-  if (cfg.socket.empty() || cfg.state_dir.empty()) return Error{EINVAL, "socket and state directory must not be empty"};
+  if (cfg.socket.empty() || cfg.state_dir.empty()) return invalid("socket and state directory must not be empty");
   return out;
 }
 

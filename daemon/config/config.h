@@ -51,6 +51,8 @@ struct Config {
 Result<Headroom> parse_headroom(std::string_view text, const std::string& what);
 /// A size (coloc/size.h). Errors name `what`.
 Result<broker::Bytes> parse_bytes(std::string_view text, const std::string& what);
+/// A per-user cap: a size > 0 (0 would refuse every job). Errors name `what`.
+Result<broker::Bytes> parse_max_per_user(std::string_view text, const std::string& what);
 /// "250ms", "5s", "2m", "1h", or a plain number of seconds (decimals allowed). Errors name `what`.
 Result<broker::Nanos> parse_duration(std::string_view text, const std::string& what);
 

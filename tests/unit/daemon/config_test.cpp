@@ -88,4 +88,23 @@ TEST_CASE("config: flags override the file") {
   CHECK_FALSE(parse_command_line(2, unknown).ok());
 }
 
+TEST_CASE("config: a bad setting reads as a sentence, and a per-user cap of 0 is refused") {
+  // Validation errors are not failed system calls: no ": Invalid argument" tacked on.
+  const char* bad[] = {"colocd", "--headroom", "lots"};
+  auto b = parse_command_line(3, bad);
+  REQUIRE_FALSE(b.ok());
+  CHECK(b.error().message().find("Invalid argument") == std::string::npos);
+  CHECK(b.error().message() == b.error().what);
+  const char* zero[] = {"colocd", "--max-per-user", "0"};
+  auto z = parse_command_line(3, zero);
+  REQUIRE_FALSE(z.ok());
+  CHECK(z.error().message().find("--max-per-user: must be more than 0") != std::string::npos);
+  Config c;
+  auto t = apply_toml("max_per_user = 0\n", "f.toml", c);
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.error().message().find("f.toml: max_per_user: must be more than 0") != std::string::npos);
+  const char* ok[] = {"colocd", "--max-per-user", "1GiB"};
+  CHECK(*parse_command_line(3, ok).value().config.max_per_user == 1ull << 30);
+}
+
 }  // TEST_SUITE
