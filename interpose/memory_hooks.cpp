@@ -527,9 +527,11 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
 
 namespace init {
 
-// Registration with the daemon comes first: COLOC_REQUIRE_DAEMON without a daemon fails cuInit
-// before the driver is initialised, so the process cannot use the GPU outside coloc.
+// Malformed settings are reported here, in the processes that use CUDA, once each. Registration
+// with the daemon comes next: COLOC_REQUIRE_DAEMON without a daemon fails cuInit before the driver
+// is initialised, so the process cannot use the GPU outside coloc.
 CUresult cuInit(unsigned int Flags) {
+  runtime::report_option_errors();
   if (!broker().on_init()) return CUDA_ERROR_NOT_INITIALIZED;
   return call<Fn::cuInit>(Flags);
 }

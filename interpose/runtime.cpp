@@ -53,7 +53,8 @@ void bring_up(const char* why) {
   read_options(environ, int(getpid()), &o);
   set_options(o);
   log_start(o.log_level, o.job);
-  for (int i = 0; i < o.n_errors; ++i) logf(LogLevel::error, "%s", o.errors[i]);
+  // Malformed settings are reported at cuInit (report_option_errors), not here: LD_PRELOAD
+  // reaches every program a job starts (shells, ls, date), and only CUDA processes use them.
   install_broker(options());
   install_fork_handlers();
   atexit(exit_hook);
@@ -70,6 +71,13 @@ bool ready() { return g_state.load(std::memory_order_acquire) == kReady; }
 
 void wait_until_started() {
   while (!tl_initialising && g_state.load(std::memory_order_acquire) == kRunning) sched_yield();
+}
+
+void report_option_errors() {
+  static constinit std::atomic<bool> reported{false};
+  if (reported.load(std::memory_order_relaxed) || reported.exchange(true, std::memory_order_relaxed)) return;
+  const Options& o = options();
+  for (int i = 0; i < o.n_errors; ++i) logf(LogLevel::error, "%s", o.errors[i]);
 }
 
 void ensure(const char* why) {

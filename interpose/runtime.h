@@ -24,6 +24,10 @@ void ensure(const char* why);
 bool ready();
 /// Returns once no start-up is in progress on another thread (fork's prepare handler).
 void wait_until_started();
+/// Logs the errors about malformed settings, once per process (cuInit: only processes that use
+/// CUDA report them, not every program of the job that LD_PRELOAD reaches). A forked child whose
+/// parent reported them already stays quiet.
+void report_option_errors();
 }  // namespace runtime
 
 /// This process's ledger.

@@ -75,4 +75,21 @@ TEST_CASE("a malformed COLOC_MEM_LIMIT is one clear error and means no limit") {
   }
 }
 
+TEST_CASE("a malformed setting is reported by the processes that use CUDA, once each, not by every program") {
+  // LD_PRELOAD reaches the shell and every program it starts; only the two CUDA processes (at
+  // cuInit) report the error, and the second one only once although it calls cuInit twice.
+  Job job;
+  job.limit("abc").env.unset("COLOC_REPORT");
+  std::string script = "ls / >/dev/null; echo x | cat >/dev/null; date >/dev/null; " + client() + " init; " +
+                       client() + " init init ctx 0";
+  ProcResult r = job.run({"/bin/sh", "-c", script});
+  size_t errors = 0;
+  for (size_t at = 0; (at = r.err.find("COLOC_MEM_LIMIT=\"abc\"", at)) != std::string::npos; ++at) ++errors;
+  CHECK(errors == 2);
+  CHECK(r.err.find("coloc[sh ") == std::string::npos);
+  CHECK(r.err.find("coloc[ls ") == std::string::npos);
+  CHECK(r.err.find("coloc[cat ") == std::string::npos);
+  CHECK(r.err.find("coloc[date ") == std::string::npos);
+}
+
 }  // TEST_SUITE
