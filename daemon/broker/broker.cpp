@@ -122,19 +122,32 @@ uint32_t Broker::device_for(const Uuid& uuid, Bytes capacity, Nanos now) {
 }
 
 void Broker::refresh_outside(uint32_t device, Bytes physical_free, Nanos now) {
-  if (physical_free == kUnknown) return;
+  refresh_outside_from(device, physical_free, now, nullptr, 0, 0);
+}
+
+void Broker::refresh_outside_from(uint32_t device, Bytes physical_free, Nanos now, const Client* reporter,
+                                  uint32_t slot, Bytes reported_in_use) {
+  if (physical_free == kUnknown || device >= devices_.size()) return;
   Device& d = devices_[device];
   physical_free = std::min(physical_free, d.capacity);
   Bytes used = d.capacity - physical_free;
   Bytes coloc = in_use(device);
+  if (reporter) {
+    // The stats page may still count the request the driver just refused (the client reserves,
+    // calls the driver, then gives back): take the client's own figure when it is smaller.
+    Bytes page = client_in_use(*reporter, slot);
+    coloc = coloc - page + std::min(page, reported_in_use);
+  }
   Bytes before = d.outside;
   if (coloc > used) {
-    // The ledgers claim more than the device shows: someone's ledger is wrong. Trust the device.
+    // The ledgers claim more than the device shows: a ledger is wrong, or allocations are in
+    // flight (counted before the driver call). Client figures cannot tell how much is used
+    // outside; the device can only bound it: keep a known estimate, capped by what is used.
     ++d.ledger_mismatches;
     if (d.ledger_mismatches == 1 || d.ledger_mismatches % 1000 == 0)
       log::get("broker")->warn("device {}: clients report {} in use but the device shows only {} used ({} reports like this)",
                                d.uuid.str(), mib(coloc), mib(used), d.ledger_mismatches);
-    d.outside = 0;
+    d.outside = d.outside_known ? std::min(d.outside, used) : 0;
   } else {
     d.outside = used - coloc;
   }
@@ -142,6 +155,13 @@ void Broker::refresh_outside(uint32_t device, Bytes physical_free, Nanos now) {
   d.outside_at = now;
   if (d.outside < before) pump(now);
 }
+
+void Broker::note_short(uint32_t device) {
+  if (std::find(short_devices_.begin(), short_devices_.end(), device) == short_devices_.end())
+    short_devices_.push_back(device);
+}
+
+std::vector<uint32_t> Broker::take_short_devices() { return std::exchange(short_devices_, {}); }
 
 Bytes Broker::reservation_for(const Job& job, const Device& dev) const {
   if (job.limit == kNoLimit) return 0;
@@ -212,7 +232,8 @@ bool Broker::waits_ahead(uint32_t device, const WaiterView& me, ClientId except_
       on_device = clients_.at(w.client).slots[w.slot].device == device;
     }
     if (!on_device) continue;
-    WaiterView v{jobs_.at(w.job).priority, w.order, w.admission};
+    const Job& wj = jobs_.at(w.job);
+    WaiterView v{wj.priority, w.order, w.admission, w.admission && wj.limit != kNoLimit};
     if (policy_.before(v, me)) return true;
   }
   return false;
@@ -399,7 +420,7 @@ Broker::Decision Broker::decide_grow(Client& c, uint32_t slot, Bytes need, Nanos
   const Bytes cur = std::max(jd->reserved, jd->granted);
   const Bytes extra_need = sat_sub(std::max(jd->reserved, others + need), cur);
 
-  WaiterView me{job.priority, next_order_, false};
+  WaiterView me{job.priority, next_order_, false, false};
   Bytes room = available(dev);
   if (holding() || (!queued && waits_ahead(dev, me, 0, 0))) room = 0;
   Bytes user_room = UINT64_MAX;
@@ -428,7 +449,7 @@ Broker::Decision Broker::decide_attach(Client& c, const std::vector<std::pair<ui
   (void)now;
   Decision d;
   Job& job = job_of(c);
-  WaiterView me{job.priority, next_order_, true};
+  WaiterView me{job.priority, next_order_, true, job.limit != kNoLimit};
   Bytes user_extra_need = 0, user_extra_target = 0;
   std::vector<Bytes> targets, exact;
   bool all_room_target = true, all_room_exact = true;
@@ -616,6 +637,8 @@ void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> re
     refuse(c, seq, Reply::Kind::kAttach, 0, d.reason, total, devs.front().first, 0, now);
     return;
   }
+  if (d.device_short)
+    for (auto& [dev, req] : devs) note_short(dev);
   FullAction a = policy_.on_full(d.full);
   if (!a.park && holding() && d.full.can_ever_fit) a = {true, Reason::kNone};
   if (!a.park) {
@@ -643,7 +666,10 @@ void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes ph
   Decision d = decide_grow(c, slot, need, now, false);
   Job& job = job_of(c);
   if (d.kind == Decision::Kind::kGrant) {
-    if (d.grant > c.slots[slot].grant) write_grant(c, slot, d.grant);
+    if (d.grant > c.slots[slot].grant) {
+      write_grant(c, slot, d.grant);
+      ++job.devices[dev].growths;
+    }
     Reply r;
     r.kind = Reply::Kind::kGrow;
     r.client = id;
@@ -659,6 +685,7 @@ void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes ph
     refuse(c, seq, Reply::Kind::kGrow, slot, d.reason, need, dev, 0, now);
     return;
   }
+  if (d.device_short) note_short(dev);
   FullAction a = policy_.on_full(d.full);
   if (!a.park && holding() && d.full.can_ever_fit) a = {true, Reason::kNone};
   if (!a.park) {
@@ -701,7 +728,7 @@ void Broker::driver_oom(ClientId id, uint32_t slot, Bytes request, Bytes in_use,
   ++d.driver_ooms;
   Job& job = job_of(c);
   event(Event::Kind::kDriverOom, job, now, dev, false, Reason::kNone, request, in_use);
-  refresh_outside(dev, physical_free, now);
+  refresh_outside_from(dev, physical_free, now, &c, slot, in_use);
   log::get("broker")->warn(
       "job {} (pid {}): the driver refused {} on {} inside a grant of {} ({} in use): memory used outside coloc is "
       "now estimated at {}",
@@ -739,7 +766,10 @@ void Broker::pump(Nanos now) {
   if (waiters_.empty()) return;
   std::vector<size_t> order(waiters_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  auto view = [&](const Waiter& w) { return WaiterView{jobs_.at(w.job).priority, w.order, w.admission}; };
+  auto view = [&](const Waiter& w) {
+    const Job& j = jobs_.at(w.job);
+    return WaiterView{j.priority, w.order, w.admission, w.admission && j.limit != kNoLimit};
+  };
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return policy_.before(view(waiters_[a]), view(waiters_[b])); });
   std::vector<char> blocked(devices_.size(), 0);
@@ -778,7 +808,10 @@ void Broker::pump(Nanos now) {
     if (w.admission) {
       grant_attach(c, w.seq, w.devices, d.grants, waited, now);
     } else {
-      if (d.grant > c.slots[w.slot].grant) write_grant(c, w.slot, d.grant);
+      if (d.grant > c.slots[w.slot].grant) {
+        write_grant(c, w.slot, d.grant);
+        ++job.devices[devs.front()].growths;
+      }
       Reply r;
       r.kind = Reply::Kind::kGrow;
       r.client = c.id;
@@ -808,7 +841,7 @@ void Broker::break_deadlock(uint32_t device, Nanos now) {
     auto it = job.devices.find(device);
     if (it == job.devices.end() || !it->second.admitted || it->second.clients == 0) continue;
     if (!parked_on(serial, device)) return;  // someone can still free memory
-    candidates.push_back({serial, job.priority, job.age});
+    candidates.push_back({serial, job.priority, job.age, it->second.admitted_at, it->second.growths > 0});
   }
   if (candidates.empty()) return;
   JobSerial victim = policy_.choose_victim(candidates);

@@ -73,6 +73,7 @@ struct JobDevice {
   Bytes granted = 0;   ///< sum of its clients' grants on the device
   uint32_t clients = 0;  ///< its clients attached to the device
   Nanos admitted_at = 0;
+  uint64_t growths = 0;  ///< growth requests granted on the device since admission (raising a grant)
 };
 
 struct Job {
@@ -159,7 +160,10 @@ class Broker {
   void grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes physical_free, Nanos now);
   /// Lower the grant on `slot` to `keep` bytes (never below in-use rounded up to the step).
   void shrink(ClientId id, uint32_t slot, Bytes keep, Nanos now);
-  /// The driver failed an allocation inside a grant: count, log, refresh the device.
+  /// The driver failed an allocation inside a grant: count, log, refresh the device. `in_use` is
+  /// what the client reports it holds on the slot (without the failed request); the outside
+  /// estimate takes the smaller of it and the stats page's figure (which may still count the
+  /// failed request), so the failed request is not mistaken for coloc memory.
   void driver_oom(ClientId id, uint32_t slot, Bytes request, Bytes in_use, Bytes physical_free, Nanos now);
   /// Answer the parked request `target_seq` of this client with kCancelled (no-op if not parked).
   void cancel(ClientId id, uint32_t target_seq, Nanos now);
@@ -172,6 +176,21 @@ class Broker {
   bool set_limit(JobSerial job, Bytes limit, Nanos now);
   /// Live priority change. False when the job does not exist.
   bool set_priority(JobSerial job, Priority priority, Nanos now);
+
+  // ---- the device's own view -------------------------------------------------------------------
+
+  /// A fresh physical-free figure of `device` (an index into devices(); bytes, kUnknown = none):
+  /// from a client's report (Attach, Grow, DriverOom) or read by the daemon itself (NVML).
+  /// Re-estimates the memory used outside coloc as capacity - physical free - sum of coloc
+  /// in-use, and serves waiters if the estimate fell. When the clients' in-use figures add up to
+  /// more than the device shows used (a ledger is wrong, or allocations are in flight), a known
+  /// estimate is not dropped to zero on their word: it is only capped by what the device shows
+  /// used (so it reaches zero when the device shows nothing used). Unknown device index: ignored.
+  void refresh_outside(uint32_t device, Bytes physical_free, Nanos now);
+  /// Devices where an attach or grow since the last call found too little room (it parked or was
+  /// refused device-full), each once, in order: the engine re-reads their physical free memory
+  /// (the estimate of outside use may be stale). Cleared by the call.
+  std::vector<uint32_t> take_short_devices();
 
   // ---- time -----------------------------------------------------------------------------------
 
@@ -225,7 +244,10 @@ class Broker {
   struct Decision;
   Job& job_of(const Client& c);
   uint32_t device_for(const Uuid& uuid, Bytes capacity, Nanos now);
-  void refresh_outside(uint32_t device, Bytes physical_free, Nanos now);
+  /// refresh_outside, with the in-use of (reporter, slot) taken as min(stats page, reported).
+  void refresh_outside_from(uint32_t device, Bytes physical_free, Nanos now, const Client* reporter, uint32_t slot,
+                            Bytes reported_in_use);
+  void note_short(uint32_t device);
   Bytes reservation_for(const Job& job, const Device& dev) const;
   void set_job_device(Job& job, uint32_t device, Bytes reserved, Bytes granted);
   void write_grant(Client& c, uint32_t slot, Bytes grant);
@@ -258,6 +280,7 @@ class Broker {
   std::vector<Waiter> waiters_;
   std::vector<Reply> replies_;
   std::vector<Event> events_;
+  std::vector<uint32_t> short_devices_;
   ClientId next_client_ = 1;
   JobSerial next_job_ = 1;
   uint64_t next_order_ = 1;

@@ -19,13 +19,20 @@ struct WaiterView {
   Priority priority = Priority::kNormal;  ///< the job's priority now
   uint64_t order = 0;                     ///< arrival number: smaller came first
   bool admission = false;                 ///< waiting for admission (Attach) rather than growth
+  /// Admission only: the job declared a limit (--mem), so admission holds its reservation (its
+  /// whole footprint); false for a job without a limit, whose admission reserves nothing.
+  bool reserves = false;
 };
 
 /// A job that is waiting on a deadlocked device.
 struct VictimCandidate {
   JobSerial job = 0;
   Priority priority = Priority::kNormal;
-  uint64_t age = 0;  ///< larger = younger (started later)
+  uint64_t age = 0;       ///< larger = younger (its process started later)
+  Nanos admitted_at = 0;  ///< when the job was admitted on the device (ns, the broker's clock)
+  /// The job has made progress on the device: at least one of its growth requests there was
+  /// granted since admission (a fact of the daemon's books, not of the client's counters).
+  bool progressed = false;
 };
 
 /// What to do with a request that does not fit the device now.

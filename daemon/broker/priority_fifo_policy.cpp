@@ -4,8 +4,25 @@
 
 namespace coloc::broker {
 
+namespace {
+
+/// 0: growth, or an admission that holds a reservation; 1: an admission that reserves nothing.
+int rank(const WaiterView& w) { return w.admission && !w.reserves ? 1 : 0; }
+
+/// True when `a` is a better victim than `b`.
+bool worse(const VictimCandidate& a, const VictimCandidate& b) {
+  if (a.priority != b.priority) return a.priority < b.priority;
+  if (a.progressed != b.progressed) return !a.progressed;
+  if (a.admitted_at != b.admitted_at) return a.admitted_at > b.admitted_at;
+  if (a.age != b.age) return a.age > b.age;
+  return a.job > b.job;
+}
+
+}  // namespace
+
 bool PriorityFifoPolicy::before(const WaiterView& a, const WaiterView& b) const {
   if (a.priority != b.priority) return a.priority > b.priority;
+  if (rank(a) != rank(b)) return rank(a) < rank(b);
   return a.order < b.order;
 }
 
@@ -20,11 +37,8 @@ FullAction PriorityFifoPolicy::on_full(const FullContext& ctx) const {
 JobSerial PriorityFifoPolicy::choose_victim(std::span<const VictimCandidate> candidates) const {
   assert(!candidates.empty());
   const VictimCandidate* v = &candidates[0];
-  for (const VictimCandidate& c : candidates) {
-    if (c.priority < v->priority || (c.priority == v->priority && c.age > v->age) ||
-        (c.priority == v->priority && c.age == v->age && c.job > v->job))
-      v = &c;
-  }
+  for (const VictimCandidate& c : candidates)
+    if (worse(c, *v)) v = &c;
   return v->job;
 }
 

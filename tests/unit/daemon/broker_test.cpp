@@ -619,4 +619,170 @@ TEST_CASE("broker: the grant invariant holds under random operation sequences") 
   }
 }
 
+// ---- the policy's order and victim (PriorityFifoPolicy on its own) ---------------------------------
+
+TEST_CASE("policy: within a priority, growth and reserving admissions come before admissions that reserve nothing") {
+  PriorityFifoPolicy p;
+  const WaiterView grow_late{Priority::kNormal, 9, false, false};
+  const WaiterView admit_free_early{Priority::kNormal, 1, true, false};   // no --mem: reserves nothing
+  const WaiterView admit_reserved_early{Priority::kNormal, 2, true, true};  // --mem: holds its footprint
+  CHECK(p.before(grow_late, admit_free_early));
+  CHECK_FALSE(p.before(admit_free_early, grow_late));
+  // A reserving admission and growth are served in arrival order.
+  CHECK(p.before(admit_reserved_early, grow_late));
+  CHECK_FALSE(p.before(grow_late, admit_reserved_early));
+  CHECK(p.before(admit_reserved_early, admit_free_early));
+  // Priority still comes first.
+  const WaiterView admit_free_high{Priority::kHigh, 20, true, false};
+  CHECK(p.before(admit_free_high, grow_late));
+  const WaiterView grow_best_effort{Priority::kBestEffort, 0, false, false};
+  CHECK(p.before(admit_free_early, grow_best_effort));
+  // Among equals, FIFO; irreflexive.
+  CHECK(p.before(WaiterView{Priority::kNormal, 3, false, false}, grow_late));
+  CHECK_FALSE(p.before(grow_late, grow_late));
+}
+
+TEST_CASE("policy: the deadlock victim is the newest job without progress, not an older running one") {
+  PriorityFifoPolicy p;
+  SUBCASE("no progress loses before age counts") {
+    // The running job's process is younger (started later) but it has been admitted first and has grown.
+    std::vector<VictimCandidate> c = {{1, Priority::kNormal, 500, 10, true}, {2, Priority::kNormal, 100, 20, false}};
+    CHECK(p.choose_victim(c) == 2);
+  }
+  SUBCASE("among jobs without progress, the latest admitted") {
+    std::vector<VictimCandidate> c = {{1, Priority::kNormal, 100, 30, false}, {2, Priority::kNormal, 900, 20, false},
+                                      {3, Priority::kNormal, 50, 10, true}};
+    CHECK(p.choose_victim(c) == 1);
+  }
+  SUBCASE("then the youngest process, then the latest serial") {
+    std::vector<VictimCandidate> c = {{1, Priority::kNormal, 100, 10, false}, {2, Priority::kNormal, 300, 10, false},
+                                      {3, Priority::kNormal, 300, 10, false}};
+    CHECK(p.choose_victim(c) == 3);
+  }
+  SUBCASE("priority first: a best-effort job that has grown loses to a normal one that has not") {
+    std::vector<VictimCandidate> c = {{1, Priority::kBestEffort, 100, 10, true}, {2, Priority::kNormal, 900, 90, false}};
+    CHECK(p.choose_victim(c) == 1);
+  }
+}
+
+TEST_CASE("broker: a running job's growth is not held back by an earlier admission that reserves nothing") {
+  Bench b;
+  ClientId hog = b.add("hog", 7 * GiB);
+  REQUIRE(b.granted(b.attach(hog, {{1, 10 * GiB, 1 * GiB}})));
+  ClientId old_job = b.add("old");
+  REQUIRE(b.granted(b.attach(old_job, {{1, 10 * GiB, 2 * GiB}})));  // 1 GiB left
+  b.use(old_job, 0, 2 * GiB);
+  b.advance(1);
+  ClientId newcomer = b.add("new");  // no --mem: its admission reserves nothing
+  uint32_t sn = b.attach(newcomer, {{1, 10 * GiB, 2 * GiB}});
+  CHECK(b.pending(sn));
+  b.advance(1);
+  // The running job asks for the 1 GiB that is free: served now, although the newcomer waits ahead.
+  uint32_t g = b.grow(old_job, 0, 3 * GiB);
+  CHECK(b.granted(g));
+  CHECK(b.pending(sn));
+}
+
+TEST_CASE("broker: when memory frees, a running job's growth is served before a newcomer's admission") {
+  Bench b;
+  ClientId hog = b.add("hog");
+  REQUIRE(b.granted(b.attach(hog, {{1, 10 * GiB, 7 * GiB}})));
+  b.use(hog, 0, 7 * GiB);
+  ClientId old_job = b.add("old");
+  REQUIRE(b.granted(b.attach(old_job, {{1, 10 * GiB, 2 * GiB}})));  // 1 GiB left
+  b.use(old_job, 0, 2 * GiB);
+  b.advance(1);
+  ClientId newcomer = b.add("new");
+  uint32_t sn = b.attach(newcomer, {{1, 10 * GiB, 2 * GiB}});  // parks first
+  b.advance(1);
+  uint32_t g = b.grow(old_job, 0, 4 * GiB);  // needs 2 GiB more: parks second
+  CHECK(b.pending(sn));
+  CHECK(b.pending(g));
+  // 2 GiB free up: room for one of them, and it is the running job's growth.
+  b.use(hog, 0, 5 * GiB);
+  b.broker.shrink(hog, 0, 5 * GiB, b.now);
+  b.collect();
+  CHECK(b.granted(g));
+  CHECK(b.pending(sn));
+  b.remove(hog);
+  CHECK(b.granted(sn));
+}
+
+TEST_CASE("broker: deadlock breaking spares an older running job and refuses the newest job without progress") {
+  Bench b;
+  // The running job's process started later than the newcomer's (age 500 vs 100): by process age
+  // alone it would be the victim.
+  ClientId running = b.add("running", kNoLimit, Priority::kNormal, OnFull::kWait, 1000, 500);
+  REQUIRE(b.granted(b.attach(running, {{1, 10 * GiB, 2 * GiB}})));
+  b.use(running, 0, 2 * GiB);
+  REQUIRE(b.granted(b.grow(running, 0, 4 * GiB)));  // it makes progress
+  b.use(running, 0, 4 * GiB);
+  b.advance(kSec);
+  ClientId newcomer = b.add("newcomer", kNoLimit, Priority::kNormal, OnFull::kWait, 1000, 100);
+  REQUIRE(b.granted(b.attach(newcomer, {{1, 10 * GiB, 5 * GiB}})));  // 1 GiB left
+  b.use(newcomer, 0, 5 * GiB);
+  uint32_t g_run = b.grow(running, 0, 6 * GiB);
+  CHECK(b.pending(g_run));
+  uint32_t g_new = b.grow(newcomer, 0, 7 * GiB);
+  CHECK(b.refused(g_new, Reason::kDeadlockBroken));
+  CHECK(b.pending(g_run));
+  CHECK(b.count(Event::Kind::kRefused, Reason::kDeadlockBroken) == 1);
+  b.remove(newcomer);
+  CHECK(b.granted(g_run));
+}
+
+// ---- the outside estimate -------------------------------------------------------------------------
+
+TEST_CASE("broker: a driver OOM report does not erase a known outside estimate") {
+  // 10 GiB device; the books know of 1 GiB used outside coloc, but it has grown to 3 GiB since.
+  // The job holds 2 GiB and asks for 6 GiB inside its 8 GiB grant: the driver has 5 GiB free.
+  SUBCASE("the client's in-use without the failed request is used, not the stats page's") {
+    Bench b;
+    ClientId a = b.add("a");
+    REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 8 * GiB}}, 9 * GiB)));
+    REQUIRE(b.broker.devices().at(0).outside == 1 * GiB);
+    b.use(a, 0, 8 * GiB);  // 2 GiB held, and the 6 GiB the driver refuses, still counted
+    b.broker.driver_oom(a, 0, 6 * GiB, 2 * GiB, 5 * GiB, b.now);
+    b.collect();
+    CHECK(b.broker.devices().at(0).outside == 3 * GiB);
+  }
+  SUBCASE("a report whose figures add up to more than the device shows keeps the estimate") {
+    Bench b;
+    ClientId a = b.add("a");
+    REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 8 * GiB}}, 9 * GiB)));
+    b.use(a, 0, 8 * GiB);
+    b.broker.driver_oom(a, 0, 6 * GiB, 8 * GiB, 5 * GiB, b.now);  // in-use counting the request
+    b.collect();
+    CHECK(b.broker.devices().at(0).outside == 1 * GiB);
+    CHECK(b.broker.devices().at(0).ledger_mismatches == 1);
+    // The device can still bound it: 512 MiB used in all means at most 512 MiB outside...
+    b.broker.refresh_outside(0, 10 * GiB - 512 * MiB, b.now);
+    CHECK(b.broker.devices().at(0).outside == 512 * MiB);
+    // ...and nothing used means nothing outside.
+    b.broker.refresh_outside(0, 10 * GiB, b.now);
+    CHECK(b.broker.devices().at(0).outside == 0);
+  }
+}
+
+TEST_CASE("broker: a stale outside estimate is refreshed by the device's own figure and the waiter is admitted") {
+  Bench b;
+  ClientId a = b.add("a");
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 1 * GiB}})));
+  b.use(a, 0, 1 * GiB);
+  REQUIRE(b.granted(b.grow(a, 0, 2 * GiB, 3 * GiB)));  // 6 GiB used outside coloc
+  CHECK(b.broker.devices().at(0).outside == 6 * GiB);
+  CHECK(b.broker.take_short_devices().empty());
+  b.remove(a);  // no coloc client is left to report that the outside memory goes away
+  ClientId c = b.add("c", 8 * GiB);
+  uint32_t s = b.attach(c, {{1, 10 * GiB, 1 * GiB}});
+  CHECK(b.pending(s));
+  CHECK(b.broker.take_short_devices() == std::vector<uint32_t>{0});  // the engine re-reads device 0
+  CHECK(b.broker.take_short_devices().empty());
+  b.broker.refresh_outside(0, 10 * GiB, b.now);  // NVML: the device is empty
+  b.collect();
+  CHECK(b.broker.devices().at(0).outside == 0);
+  CHECK(b.granted(s));
+  b.broker.refresh_outside(7, 0, b.now);  // an unknown device is ignored
+}
+
 }  // TEST_SUITE
