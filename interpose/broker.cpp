@@ -71,10 +71,10 @@ Refusal LocalBroker::grow(int, uint64_t) { return Refusal::own_limit; }
 
 void LocalBroker::surplus(int, uint64_t) {}
 
-bool LocalBroker::driver_oom(int slot, uint64_t bytes, int attempt) {
+bool LocalBroker::driver_oom(int slot, uint64_t request, uint64_t, int attempt) {
   if (attempt == 0)
     logf(LogLevel::info, "the driver is out of memory on device slot %d (request %llu bytes, within the limit)",
-         slot, (unsigned long long)bytes);
+         slot, (unsigned long long)request);
   return false;
 }
 

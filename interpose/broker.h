@@ -25,8 +25,9 @@
 //   - The fast-path rule of pages.h holds: the ledger adds to stats().slots[s].in_use with a
 //     sequentially consistent read-modify-write and only then re-reads the grant (seq_cst), so a
 //     grant the daemon lowers is either seen by the client or the client's bytes by the daemon.
-//   - The effective limit of a slot is min(the control page's limit, local_limit(slot)): the
-//     environment can only lower what the daemon assigned (limit_of()).
+//   - The effective limit of a slot is min(the control page's limit, local_limit(slot))
+//     (limit_of()). Under a daemon the local limit is only a per-device COLOC_MEM_LIMIT_<n>:
+//     COLOC_MEM_LIMIT is the registration's request, and the daemon's limit is the job's.
 //   - Fork: after_fork_child() runs first in the child, before the ledger resets: a daemon broker
 //     replaces the shared stats mapping by a private page (the child never writes the parent's
 //     books) and drops the parent's connection without writing to it.
@@ -91,7 +92,7 @@ struct DeviceInfo {
 /// never). Written by the broker, read after every free (relaxed).
 std::atomic<uint64_t>& surplus_floor(int slot);
 
-/// The environment's limit for a slot (bytes; kNoLimit = none), set by the broker when it attaches
+/// The local cap for a slot (bytes; kNoLimit = none), set by the broker when it attaches
 /// the slot, before anything is charged there.
 std::atomic<uint64_t>& local_limit(int slot);
 
@@ -134,12 +135,14 @@ class Broker {
   /// Called after a free when in-use fell below surplus_floor(slot). Must not block.
   virtual void surplus(int slot, uint64_t in_use) = 0;
 
-  /// The driver returned CUDA_ERROR_OUT_OF_MEMORY for `bytes` that the grant allowed (`attempt`
-  /// times before: 0 the first time): the books missed memory used outside this job, or a process
-  /// that just died has not given its memory back yet. Returns true to have the driver call tried
-  /// again (the charge stays meanwhile), false to return the driver's error. May wait a little
-  /// (DaemonBroker, wait policy: at most about 2.5 s over all attempts; a stop signal ends it).
-  virtual bool driver_oom(int slot, uint64_t bytes, int attempt) = 0;
+  /// The driver returned CUDA_ERROR_OUT_OF_MEMORY for a request of `request` bytes that the grant
+  /// allowed (`attempt` times before: 0 the first time): the books missed memory used outside this
+  /// job, or a process that just died has not given its memory back yet. The request is still
+  /// charged on the stats page: `charged` bytes of stats().slots[slot].in_use are its own (not in
+  /// use by anything the driver holds). Returns true to have the driver call tried again (the
+  /// charge stays meanwhile), false to return the driver's error. May wait a little (DaemonBroker,
+  /// wait policy: at most about 2.5 s over all attempts; a stop signal ends it).
+  virtual bool driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) = 0;
 
   /// Called by a launch when control().gate is not pages::GateState::kRun, with the state read.
   /// May block (timeslice, paused); returns when the launch may go ahead.
@@ -175,7 +178,7 @@ class LocalBroker final : public Broker {
   uint64_t unattached_limit(int ordinal) override;
   Refusal grow(int slot, uint64_t wanted) override;
   void surplus(int slot, uint64_t in_use) override;
-  bool driver_oom(int slot, uint64_t bytes, int attempt) override;
+  bool driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) override;
   void gate_wait(uint32_t state) override;
   void after_fork_child() override;
 

@@ -16,6 +16,7 @@
 #include "gate.h"
 #include "log.h"
 #include "no_destroy.h"
+#include "coloc/size.h"
 #include "options.h"
 #include "runtime.h"
 #include "signal_wait.h"
@@ -104,6 +105,15 @@ void DaemonBroker::fill_register(bool resume, proto::RegisterMsg* m) {
     }
   }
   m->flags = proto::kRegResume;
+  // The job's limit as the daemon last set it (a live `coloc set` raised or lowered it), not the
+  // registration's request: after registration the daemon's limit is the job's.
+  uint64_t last = job_limit_.load(std::memory_order_relaxed);
+  for (int s = 0; s < kMaxDevices; ++s)
+    if (slots_[s].attached.load(std::memory_order_acquire)) {
+      last = control().slots[s].limit.load(std::memory_order_relaxed);
+      break;
+    }
+  m->limit = last == 0 ? 1 : last;
   uint32_t prio = control().priority.load(std::memory_order_relaxed);
   if (prio <= uint32_t(proto::Priority::kHigh)) m->priority = uint8_t(prio);  // a live `coloc set` survives
   uint32_t n = 0;
@@ -194,6 +204,12 @@ void DaemonBroker::record_slot(int slot, const unsigned char uuid[16], uint64_t 
   r.attached.store(true, std::memory_order_release);
 }
 
+bool DaemonBroker::holds_grants() const {
+  for (const SlotRecord& r : slots_)
+    if (r.attached.load(std::memory_order_acquire)) return true;
+  return false;
+}
+
 int DaemonBroker::recorded_slot(const unsigned char uuid[16]) const {
   for (int s = 0; s < kMaxDevices; ++s)
     if (slots_[s].attached.load(std::memory_order_acquire) && std::memcmp(slots_[s].uuid, uuid, 16) == 0) return s;
@@ -278,7 +294,9 @@ int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
     attach_pending_ = false;
   }
   if (slot < 0) return -1;
-  local_limit(slot).store(limit_for_ordinal(options(), d.ordinal), std::memory_order_relaxed);
+  // COLOC_MEM_LIMIT was the registration's request; from now on the daemon's limit (control page)
+  // is the job's, and only a per-device COLOC_MEM_LIMIT_<n> caps it here (coloc set can raise it).
+  local_limit(slot).store(device_cap_for_ordinal(options(), d.ordinal), std::memory_order_relaxed);
   set_floor(slot);
   // The daemon's measure of the wait, or ours when the daemon was away meanwhile.
   uint64_t total = monotonic_ns() - t0;
@@ -291,7 +309,7 @@ int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
 
 uint64_t DaemonBroker::unattached_limit(int ordinal) {
   if (mode_.load(std::memory_order_acquire) == Mode::standalone) return local_.unattached_limit(ordinal);
-  uint64_t env = limit_for_ordinal(options(), ordinal);
+  uint64_t env = device_cap_for_ordinal(options(), ordinal);
   uint64_t job = job_limit_.load(std::memory_order_relaxed);
   return env < job ? env : job;
 }
@@ -336,6 +354,7 @@ Refusal DaemonBroker::grow(int slot, uint64_t wanted) {
       break;
     }
     parked = r.grow.waited_ns;
+    job_limit_.store(r.grow.limit, std::memory_order_relaxed);  // the job's limit now (coloc set)
     if (r.grow.outcome == uint32_t(proto::Outcome::kGranted)) set_floor(slot);
     else result = refusal_of(r.grow.reason);
     break;
@@ -365,21 +384,39 @@ void DaemonBroker::surplus(int slot, uint64_t in_use) {
   if (link_.post(s)) surplus_floor(slot).store(keep > 2 * step ? keep - 2 * step : 0, std::memory_order_relaxed);
 }
 
-bool DaemonBroker::driver_oom(int slot, uint64_t bytes, int attempt) {
+bool DaemonBroker::driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) {
   Mode m = mode_.load(std::memory_order_acquire);
-  if (m == Mode::standalone) return local_.driver_oom(slot, bytes, attempt);
+  if (m == Mode::standalone) return local_.driver_oom(slot, request, charged, attempt);
   if (m != Mode::daemon) return false;
   if (attempt == 0) {
     proto::DriverOomMsg o;
     std::memset(&o, 0, sizeof o);
     o.slot = uint32_t(slot);
-    o.request = bytes;
-    o.in_use = stats().slots[slot].in_use.load(std::memory_order_relaxed);
+    o.request = request;
+    // What the process holds without the failed request: its charge is still on the stats page
+    // (reserve, call the driver, then commit or give back), and the daemon adds `request` itself.
+    uint64_t in_use = stats().slots[slot].in_use.load(std::memory_order_relaxed);
+    o.in_use = in_use > charged ? in_use - charged : 0;
     if (o.in_use == proto::kUnknown) o.in_use = proto::kUnknown - 1;
     o.physical_free = physical_free(slot);
     link_.post(o);
-    logf(LogLevel::info, "the driver is out of memory on device slot %d (request %llu bytes, within the grant): told colocd",
-         slot, (unsigned long long)bytes);
+    uint64_t grant = control().slots[slot].grant.load(std::memory_order_relaxed);
+    logf(LogLevel::info,
+         "the driver is out of memory on device slot %d (request %llu bytes, in use %llu bytes without it, grant "
+         "%llu bytes): told colocd",
+         slot, (unsigned long long)o.request, (unsigned long long)o.in_use, (unsigned long long)grant);
+    if (!oom_warned_.exchange(true, std::memory_order_relaxed)) {
+      char id[41], req[32], use[32], gr[32];
+      format_uuid(devices().info(slot).uuid, id);
+      format_size(request, req, sizeof req);
+      format_size(o.in_use, use, sizeof use);
+      format_size(grant, gr, sizeof gr);
+      logf(LogLevel::warn,
+           "the driver ran out of memory inside coloc's grant on device %d (%s): a request of %s with %s in use "
+           "and %s granted; memory is used outside coloc or by another process (colocd was told; warned once "
+           "per process)",
+           devices().info(slot).ordinal, id, req, use, gr);
+    }
   }
   // Under the wait policy, try again for a moment: the usual cause is a process that just died,
   // whose memory the driver frees a little after colocd noticed the death and granted it to us.
@@ -429,6 +466,7 @@ void DaemonBroker::after_fork_child() {
   attach_mutex_.reinit_in_child();
   attach_pending_ = false;
   launches_flushed_.store(0, std::memory_order_relaxed);
+  oom_warned_.store(false, std::memory_order_relaxed);
   Mode m = mode_.load(std::memory_order_relaxed);
   if (m != Mode::daemon && m != Mode::exiting) return;  // standalone, failed, inherited: as the parent
   bool any = false;

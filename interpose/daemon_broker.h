@@ -9,7 +9,9 @@
 // (/run/coloc/colocd.sock) exists, or when COLOC_REQUIRE_DAEMON=1. Then, per process:
 //
 //   cuInit         registers (once): job COLOC_JOB (or none: the process is its own job), limit
-//                  COLOC_MEM_LIMIT, COLOC_PRIORITY, COLOC_ON_FULL, COLOC_WAIT_TIMEOUT, command
+//                  COLOC_MEM_LIMIT (a request: from then on the daemon's limit on the control page
+//                  is the job's, and `coloc set` may raise it; only COLOC_MEM_LIMIT_<n> stays a
+//                  local cap), COLOC_PRIORITY, COLOC_ON_FULL, COLOC_WAIT_TIMEOUT, command
 //                  line and fingerprint; maps the daemon's pages over the areas (daemon_pages.h)
 //                  and starts the link thread (daemon_link.h). Registration happens at the first
 //                  cuInit rather than at load: LD_PRELOAD reaches every program a job starts
@@ -21,10 +23,11 @@
 //   first context  Attach (admission; may wait). The slot is the daemon's.
 //   allocation     the fast path never asks; past the grant: Grow (may be parked: wait policy);
 //                  past the daemon's limit: Grow too (the daemon answers own-limit at once and
-//                  records it); past only the environment's lower limit: refused locally.
+//                  records it); past only a lower COLOC_MEM_LIMIT_<n>: refused locally.
 //   free           when the grant exceeds in-use by more than two grant steps: Shrink to in-use
 //                  rounded up plus one step (lazy return; at most one message per two steps).
-//   driver OOM     inside the grant: DriverOom with cuMemGetInfo's free memory; under the wait
+//   driver OOM     inside the grant: DriverOom with the request, the in-use without it and
+//                  cuMemGetInfo's free memory, and one warning per process; under the wait
 //                  policy the driver call is tried again for up to ~2.5 s (a process that just
 //                  died gives its memory back to the driver a moment after the daemon, which
 //                  notices the death at once, has granted it to us), then the driver's error.
@@ -65,7 +68,7 @@ class DaemonBroker final : public Broker, private LinkOwner {
   uint64_t unattached_limit(int ordinal) override;
   Refusal grow(int slot, uint64_t wanted) override;
   void surplus(int slot, uint64_t in_use) override;
-  bool driver_oom(int slot, uint64_t bytes, int attempt) override;
+  bool driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) override;
   void gate_wait(uint32_t state) override;
   void flush_launches() override;
   void after_fork_child() override;
@@ -90,6 +93,7 @@ class DaemonBroker final : public Broker, private LinkOwner {
 
   void fill_register(bool resume, proto::RegisterMsg* m) override;
   bool adopt(const proto::RegisterReplyMsg& reply, int control_fd, int stats_fd, bool resume) override;
+  bool holds_grants() const override;
   void register_now();
   Mode registered_mode();
   void set_floor(int slot);
@@ -106,6 +110,7 @@ class DaemonBroker final : public Broker, private LinkOwner {
   wire::Cmdline cmdline_;
   std::atomic<uint64_t> job_limit_{kNoLimit};  // the daemon's limit for the job (RegisterReply)
   std::atomic<uint64_t> launches_flushed_{0};
+  std::atomic<bool> oom_warned_{false};  // the driver-OOM-inside-the-grant warning was printed
   SlotRecord slots_[kMaxDevices];
   // An Attach in flight: its device, so that a grant the daemon wrote on the control page just
   // before dying (reply lost) is found and kept at re-registration.

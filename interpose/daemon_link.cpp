@@ -166,6 +166,7 @@ int DaemonLink::start(const char* path, bool retry, uint64_t deadline_ns, LinkOw
   }
   std::memcpy(path_, path, n + 1);
   wire::Backoff backoff;
+  bool announced = false;  // the one line saying what we wait for, printed before the first wait
   for (;;) {
     int fd = -1;
     int rc = wire::connect_socket(path_, &fd);
@@ -206,6 +207,13 @@ int DaemonLink::start(const char* path, bool retry, uint64_t deadline_ns, LinkOw
     }
     uint64_t now = monotonic_ns();
     if (now >= deadline_ns) return -ETIMEDOUT;
+    if (!announced) {
+      announced = true;
+      logf(LogLevel::warn,
+           "COLOC_REQUIRE_DAEMON=1: waiting up to %.3g s (COLOC_WAIT_TIMEOUT) for colocd at %s (%s); cuInit "
+           "returns when it answers, or fails then",
+           double(deadline_ns - now) / 1e9, path_, why && why[0] ? why : "not reachable");
+    }
     uint64_t d = backoff.next();
     if (!w.sleep(d < deadline_ns - now ? d : deadline_ns - now)) {
       set_why(why, cap, "interrupted by a signal");
@@ -486,7 +494,13 @@ void DaemonLink::lose(const char* why) {
       if (p.state.load(std::memory_order_relaxed) != kEntryFree) notify(&p);
     }
   }
-  logf(LogLevel::warn, "lost the connection to colocd (%s): running on the current grants, reconnecting", why);
+  if (owner_ && owner_->holds_grants())
+    logf(LogLevel::warn, "lost the connection to colocd (%s): running on the current grants, reconnecting", why);
+  else  // nothing to run on: the first context (admission) waits for the reconnect
+    logf(LogLevel::warn,
+         "lost the connection to colocd (%s): reconnecting; no device is attached yet, so a first CUDA context "
+         "waits until colocd is back",
+         why);
 }
 
 bool DaemonLink::reconnect() {

@@ -52,6 +52,9 @@ class LinkOwner {
   /// The daemon registered us: map its pages (control fd, then stats fd: owned by the callee) and
   /// take the reply's settings. False when the pages cannot be used (the connection is dropped).
   virtual bool adopt(const proto::RegisterReplyMsg& reply, int control_fd, int stats_fd, bool resume) = 0;
+  /// Whether the process holds a grant on some device (one is attached): what it can run on while
+  /// the daemon is away. Must not block or take a lock.
+  virtual bool holds_grants() const = 0;
 
  protected:
   ~LinkOwner() = default;

@@ -14,7 +14,7 @@
 //                        check repeats; then Broker::grow, which refuses at once (a daemon broker
 //                        tells the daemon, which records the event and may have raised the limit);
 //   g < u + n <= L       Broker::grow (may wait); then the check repeats.
-// L is limit_of(slot): the daemon's limit, lowered by the environment's.
+// L is limit_of(slot): the control page's limit, lowered by a local cap (broker.h).
 // A refusal counts a failed and refused allocation and logs one rate-limited warning naming the
 // job, device, request, use and limit.
 #pragma once
@@ -47,15 +47,22 @@ CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt
 /// charge_with for a plain charge of `bytes` on `slot`.
 CUresult charge(int slot, uint64_t bytes, const char* what);
 
-/// Calls `driver` for an allocation of `bytes` charged on `slot`, and returns its result. A
-/// CUDA_ERROR_OUT_OF_MEMORY from the driver (inside the grant) goes to Broker::driver_oom, which may
-/// have the call tried again; the charge stays meanwhile.
+/// Calls `driver` for an allocation that asked for `request` bytes and added `charged` bytes to
+/// `slot`'s in-use (a pool allocation may charge less than it asks: reserved memory it reuses),
+/// and returns its result. A CUDA_ERROR_OUT_OF_MEMORY from the driver (inside the grant) goes to
+/// Broker::driver_oom, which may have the call tried again; the charge stays meanwhile.
 template <class Driver>
-CUresult call_charged(int slot, uint64_t bytes, Driver&& driver) {
+CUresult call_charged(int slot, uint64_t request, uint64_t charged, Driver&& driver) {
   for (int attempt = 0;; ++attempt) {
     CUresult r = driver();
-    if (r != CUDA_ERROR_OUT_OF_MEMORY || !broker().driver_oom(slot, bytes, attempt)) return r;
+    if (r != CUDA_ERROR_OUT_OF_MEMORY || !broker().driver_oom(slot, request, charged, attempt)) return r;
   }
+}
+
+/// call_charged for an allocation that charged exactly the `bytes` it asked for.
+template <class Driver>
+CUresult call_charged(int slot, uint64_t bytes, Driver&& driver) {
+  return call_charged(slot, bytes, bytes, static_cast<Driver&&>(driver));
 }
 
 /// The driver failed an allocation that was charged `bytes`: uncharges; when the driver was out of

@@ -241,13 +241,18 @@ class PoolCharge final : public ChargeAttempt {
  public:
   PoolCharge(int pool, uint64_t bytes) : pool_(pool), bytes_(bytes) {}
   bool attempt(uint64_t ceiling, uint64_t* seen, uint64_t* wanted) override {
-    return ledger().pool_try_begin(pool_, bytes_, ceiling, seen, wanted);
+    bool ok = ledger().pool_try_begin(pool_, bytes_, ceiling, seen, wanted);
+    charged_ = *wanted;
+    return ok;
   }
   void undo() override { ledger().pool_end(pool_, bytes_, false, std::nullopt, Key{}, Record{}); }
+  /// Bytes the last attempt added to in-use (after a successful charge_with: this request's charge).
+  uint64_t charged() const { return charged_; }
 
  private:
   int pool_;
   uint64_t bytes_;
+  uint64_t charged_ = 0;
 };
 
 // cuMemAllocAsync*, cuMemAllocFromPoolAsync*: `pool` null = the current pool of the stream's device.
@@ -273,7 +278,7 @@ CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream
   int slot = ledger().pool_slot(idx);
   PoolCharge attempt(idx, bytes);
   if (CUresult r = charge_with(slot, bytes, kFnName[index(id)], attempt); r != CUDA_SUCCESS) return r;
-  CUresult r = call_charged(slot, bytes, driver_alloc);
+  CUresult r = call_charged(slot, bytes, attempt.charged(), driver_alloc);
   bool ok = r == CUDA_SUCCESS;
   CUdeviceptr p = ok ? *dptr : 0;
   Record rec{bytes, 0, uint32_t(idx), uint16_t(slot), Kind::pool};

@@ -264,6 +264,11 @@ uint64_t limit_for_ordinal(const Options& o, int ordinal) {
   return o.mem_limit;
 }
 
+uint64_t device_cap_for_ordinal(const Options& o, int ordinal) {
+  if (ordinal >= 0 && ordinal < kMaxOrdinals && o.has_ordinal_limit[ordinal]) return o.mem_limit_ordinal[ordinal];
+  return kNoLimit;
+}
+
 namespace {
 constinit Options g_options;
 }

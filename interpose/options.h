@@ -62,6 +62,11 @@ const char* parse_duration(const char* text, uint64_t* ns);
 /// when given (kNoLimit if it was malformed), else COLOC_MEM_LIMIT, else kNoLimit.
 uint64_t limit_for_ordinal(const Options& o, int ordinal);
 
+/// The per-device cap in bytes for the device this process numbers `ordinal`: COLOC_MEM_LIMIT_<n>
+/// when given (kNoLimit if it was malformed), else kNoLimit. Under a daemon this is the only local
+/// limit: COLOC_MEM_LIMIT is the registration request, and the daemon's limit (control page) holds.
+uint64_t device_cap_for_ordinal(const Options& o, int ordinal);
+
 /// One row of the option table.
 struct OptionSpec {
   const char* name;     ///< variable name; a name ending in '_' is a prefix followed by an ordinal

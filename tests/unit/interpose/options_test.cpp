@@ -53,6 +53,10 @@ TEST_CASE("options: every variable of the table") {
   CHECK(limit_for_ordinal(o, 0) == 20ull << 30);
   CHECK(limit_for_ordinal(o, 1) == 3ull << 29);
   CHECK(limit_for_ordinal(o, 2) == 20ull << 30);
+  // Under a daemon only COLOC_MEM_LIMIT_<n> stays a local cap (COLOC_MEM_LIMIT is the request).
+  CHECK(device_cap_for_ordinal(o, 0) == kNoLimit);
+  CHECK(device_cap_for_ordinal(o, 1) == 3ull << 29);
+  CHECK(device_cap_for_ordinal(o, -1) == kNoLimit);
   CHECK(o.log_level == LogLevel::debug);
   CHECK(std::string(o.job) == "train");
   CHECK(std::string(o.report) == "/tmp/r.%p.json");
