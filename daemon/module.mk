@@ -14,6 +14,8 @@ DAEMON_CORE_SRCS := \
   daemon/report/timeline.cpp \
   daemon/report/job_recorder.cpp \
   daemon/report/report_store.cpp \
+  daemon/report/job_state_store.cpp \
+  daemon/engine/resume_state.cpp \
   daemon/config/config.cpp \
   daemon/engine/client_pages.cpp
 DAEMON_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_CORE_SRCS))
@@ -23,7 +25,6 @@ DAEMON_SRCS := \
   daemon/engine/connection.cpp \
   daemon/engine/event_loop.cpp \
   daemon/engine/admin.cpp \
-  daemon/engine/resume_state.cpp \
   daemon/engine/server.cpp \
   daemon/watch/pidfd_watch.cpp \
   daemon/watch/bpf_exit_watch.cpp \

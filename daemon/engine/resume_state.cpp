@@ -1,6 +1,7 @@
 #include "engine/resume_state.h"
 
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +26,17 @@ std::optional<uint64_t> process_start_time(pid_t pid) {
   uint64_t start = 0;
   if (!(rest >> start)) return std::nullopt;  // field 22
   return start;
+}
+
+std::pair<uint64_t, int64_t> start_on_daemon_clocks(uint64_t start_ticks, uint64_t mono_now, int64_t wall_now_ms) {
+  long hz = ::sysconf(_SC_CLK_TCK);
+  if (hz <= 0) hz = 100;
+  const unsigned __int128 start_ns = (unsigned __int128)start_ticks * 1000000000u / unsigned(hz);
+  timespec bt{};
+  ::clock_gettime(CLOCK_BOOTTIME, &bt);  // /proc's start times count from boot, suspend included
+  const unsigned __int128 boot_now = (unsigned __int128)bt.tv_sec * 1000000000u + unsigned(bt.tv_nsec);
+  const uint64_t age = boot_now > start_ns ? uint64_t(boot_now - start_ns) : 0;
+  return {mono_now > age ? mono_now - age : 0, wall_now_ms - int64_t(age / 1000000)};
 }
 
 Result<void> ResumeState::load() {

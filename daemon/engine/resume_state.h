@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "util/result.h"
 
@@ -18,6 +19,12 @@ namespace coloc::engine {
 
 /// The start time of process `pid` in clock ticks since boot, or nullopt when it is gone.
 std::optional<uint64_t> process_start_time(pid_t pid);
+
+/// A process's start time (clock ticks since boot, as process_start_time gives it) on the
+/// daemon's clocks: {CLOCK_MONOTONIC ns, Unix ms}, given both clocks' readings `mono_now` (ns)
+/// and `wall_now_ms` taken now. Exact to a clock tick (10 ms); a start before the monotonic
+/// clock's zero is clamped to 0.
+std::pair<uint64_t, int64_t> start_on_daemon_clocks(uint64_t start_ticks, uint64_t mono_now, int64_t wall_now_ms);
 
 class ResumeState {
  public:
@@ -34,6 +41,11 @@ class ResumeState {
   /// The live set changed: `add`/`remove` one registered process (counted per pid).
   void add(pid_t pid, uint64_t start_time);
   void remove(pid_t pid);
+  /// The start time recorded for a live registered process (nullopt when it is not registered).
+  std::optional<uint64_t> start_time(pid_t pid) const {
+    auto it = live_.find(pid);
+    return it == live_.end() ? std::nullopt : std::optional<uint64_t>(it->second.first);
+  }
   /// Writes the live set if it changed since the last save (a temporary file, then rename).
   Result<void> save_if_dirty();
 

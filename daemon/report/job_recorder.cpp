@@ -44,15 +44,29 @@ JobRecorder::Device& JobRecorder::device(const broker::Uuid& u) { return devices
 
 void JobRecorder::on_event(const broker::Event& e) {
   using K = broker::Event::Kind;
+  ++revision_;
   switch (e.kind) {
     case K::kAdmitted: {
       Device& d = device(e.device);
       if (!d.admitted_at) d.admitted_at = e.at;
       break;
     }
-    case K::kWaitBegin:
-      device(e.device).waits.push_back({e.admission, e.at, std::nullopt, broker::Reason::kNone});
+    case K::kWaitBegin: {
+      Device& d = device(e.device);
+      if (d.waits.size() >= kMaxListed) {
+        // Bounded: drop the oldest closed wait, keeping its time in the sums.
+        auto closed = std::find_if(d.waits.begin(), d.waits.end(), [](const Wait& w) { return w.end.has_value(); });
+        if (closed == d.waits.end()) {
+          ++d.waits_omitted;  // all open: this one is not listed (the clients still count its time)
+          break;
+        }
+        (closed->admission ? d.omitted_wait_admission_ns : d.omitted_wait_memory_ns) += *closed->end - closed->start;
+        ++d.waits_omitted;
+        d.waits.erase(closed);
+      }
+      d.waits.push_back({e.admission, e.at, std::nullopt, broker::Reason::kNone, false});
       break;
+    }
     case K::kWaitEnd: {
       // Close the oldest open wait of the same kind on the device.
       Device& d = device(e.device);
@@ -65,9 +79,15 @@ void JobRecorder::on_event(const broker::Event& e) {
       }
       break;
     }
-    case K::kRefused:
-      device(e.device).ooms.push_back({e.at, e.reason, e.admission, e.bytes, e.in_use});
+    case K::kRefused: {
+      Device& d = device(e.device);
+      if (d.ooms.size() >= kMaxListed) {
+        d.ooms.erase(d.ooms.begin());
+        ++d.ooms_omitted;
+      }
+      d.ooms.push_back({e.at, e.reason, e.admission, e.bytes, e.in_use});
       break;
+    }
     case K::kDriverOom:
       ++device(e.device).driver_ooms;
       break;
@@ -79,18 +99,23 @@ void JobRecorder::on_event(const broker::Event& e) {
 
 void JobRecorder::sample(const broker::Uuid& u, Nanos now, const DeviceSample& s) {
   Device& d = device(u);
+  const size_t stored = d.timeline.stored();
+  const Bytes peak = d.peak;
+  const Counters live = d.live;
   d.capacity = s.capacity;
   d.limit = s.limit;
   d.reservation = std::max(d.reservation, s.reservation);
   d.peak = std::max({d.peak, s.in_use, s.peak_hint});
   d.live = s.live;
   d.timeline.add(rel(now), s.in_use);
+  if (stored != d.timeline.stored() || peak != d.peak || !(live == d.live)) ++revision_;
 }
 
 void JobRecorder::fold(const broker::Uuid& u, const Counters& c, Bytes peak) {
   Device& d = device(u);
   d.folded += c;
   d.peak = std::max(d.peak, peak);
+  ++revision_;
 }
 
 Bytes JobRecorder::peak(const broker::Uuid& u) const {
@@ -101,6 +126,17 @@ Bytes JobRecorder::peak(const broker::Uuid& u) const {
 void JobRecorder::add_process(pid_t pid) {
   for (const ProcessExit& p : processes_)
     if (p.pid == pid && !p.exit_code && !p.signal && p.source.empty()) return;
+  ++revision_;
+  if (processes_.size() >= kMaxListed) {
+    // Bounded: drop the oldest ended process after the first (the first's status is the job's).
+    auto ended = std::find_if(processes_.begin() + 1, processes_.end(), [](const ProcessExit& p) { return !p.source.empty(); });
+    if (ended == processes_.end()) {
+      ++processes_omitted_;
+      return;
+    }
+    processes_.erase(ended);
+    ++processes_omitted_;
+  }
   processes_.push_back({pid, std::nullopt, std::nullopt, ""});
 }
 
@@ -108,6 +144,7 @@ void JobRecorder::process_exited(const ProcessExit& e) {
   for (ProcessExit& p : processes_) {
     if (p.pid != e.pid || !p.source.empty()) continue;
     p = e;
+    ++revision_;
     return;
   }
 }
@@ -125,7 +162,38 @@ bool JobRecorder::has_process(pid_t pid) const {
   return false;
 }
 
+void JobRecorder::set_start(Nanos mono_start, int64_t wall_start_ms) {
+  mono_start_ = mono_start;
+  wall_start_ms_ = wall_start_ms;
+  ++revision_;
+}
+
+void JobRecorder::daemon_restarted(Nanos last_seen) {
+  for (auto& [u, d] : devices_)
+    for (Wait& w : d.waits)
+      if (!w.end) {
+        w.end = std::max(last_seen, w.start);
+        w.interrupted = true;
+      }
+  ++revision_;
+}
+
+void JobRecorder::finish_away(Nanos last_seen, int64_t last_seen_wall_ms) {
+  daemon_restarted(last_seen);
+  for (ProcessExit& p : processes_)
+    if (p.source.empty()) p.source = "daemon-away";
+  for (auto& [u, d] : devices_) {
+    d.folded += d.live;  // the last counters the daemon saw
+    d.live = {};
+  }
+  end_mono_ = std::max(last_seen, mono_start_);
+  wall_end_ms_ = std::max(last_seen_wall_ms, wall_start_ms_);
+  away_ = true;
+  ++revision_;
+}
+
 void JobRecorder::finish(Nanos now, int64_t wall_ms) {
+  ++revision_;
   end_mono_ = now;
   wall_end_ms_ = wall_ms;
   for (auto& [u, d] : devices_) {
@@ -154,6 +222,7 @@ json JobRecorder::to_json(Nanos now) const {
   j["cmdline_hash"] = hash;
   j["priority"] = priority_;
   j["complete"] = end_mono_.has_value();
+  j["ended_while_daemon_away"] = away_;
   j["start"] = iso8601_utc(wall_start_ms_);
   j["start_unix_ms"] = wall_start_ms_;
   if (end_mono_) {
@@ -175,6 +244,7 @@ json JobRecorder::to_json(Nanos now) const {
     procs.push_back(std::move(e));
   }
   j["processes"] = procs;
+  j["processes_omitted"] = processes_omitted_;
   j["exit_status"] = nullptr;
   j["exit_signal"] = nullptr;
   if (!processes_.empty()) {
@@ -187,13 +257,13 @@ json JobRecorder::to_json(Nanos now) const {
   for (const auto& [uuid, d] : devices_) {
     Counters c = d.folded;
     c += d.live;
-    Nanos wait_mem = 0, wait_adm = 0;
+    Nanos wait_mem = d.omitted_wait_memory_ns, wait_adm = d.omitted_wait_admission_ns;
     json waits = json::array();
     for (const Wait& w : d.waits) {
       Nanos w_end = w.end ? *w.end : end;
       (w.admission ? wait_adm : wait_mem) += w_end - w.start;
       json e{{"kind", w.admission ? "admission" : "memory"}, {"start_s", secs(rel(w.start))}, {"end_s", secs(rel(w_end))}};
-      e["outcome"] = w.end ? json(reason_or_granted(w.outcome)) : json("waiting");
+      e["outcome"] = w.interrupted ? json("daemon-restart") : w.end ? json(reason_or_granted(w.outcome)) : json("waiting");
       waits.push_back(std::move(e));
     }
     json ooms = json::array();
@@ -224,13 +294,223 @@ json JobRecorder::to_json(Nanos now) const {
     dj["wait_memory_s"] = secs(std::max<Nanos>(wait_mem, c.wait_memory_ns));
     dj["wait_admission_s"] = secs(std::max<Nanos>(wait_adm, c.wait_admission_ns));
     dj["waits"] = waits;
+    dj["waits_omitted"] = d.waits_omitted;
     dj["oom_events"] = ooms;
+    dj["oom_events_omitted"] = d.ooms_omitted;
     dj["driver_ooms"] = d.driver_ooms;
     dj["timeline"] = {{"t_s", tl_t}, {"bytes", tl_b}};
     devs.push_back(std::move(dj));
   }
   j["devices"] = devs;
   return j;
+}
+
+// ---- state across a daemon restart ---------------------------------------------------------------
+
+namespace {
+
+json counters_state(const Counters& c) {
+  return json::array({c.allocs, c.frees, c.failures, c.launches, c.wait_memory_ns, c.wait_admission_ns});
+}
+
+json opt_u64(const std::optional<Nanos>& v) { return v ? json(*v) : json(nullptr); }
+
+std::string uuid_hex(const broker::Uuid& u) {
+  std::string s;
+  char b[3];
+  for (uint8_t x : u.bytes) {
+    std::snprintf(b, sizeof b, "%02x", x);
+    s += b;
+  }
+  return s;
+}
+
+/// Reads a state() document; every accessor throws StateError naming the field.
+struct StateError {
+  std::string what;
+};
+
+struct Reader {
+  const json& j;
+  std::string where;
+  const json& at(const char* k) const {
+    if (!j.is_object() || !j.contains(k)) throw StateError{where + "." + k + " is missing"};
+    return j[k];
+  }
+  uint64_t u64(const char* k) const { return as_u64(at(k), where + "." + k); }
+  int64_t i64(const char* k) const {
+    const json& v = at(k);
+    if (!v.is_number_integer()) throw StateError{where + "." + k + " is not an integer"};
+    return v.get<int64_t>();
+  }
+  std::string str(const char* k) const {
+    const json& v = at(k);
+    if (!v.is_string()) throw StateError{where + "." + k + " is not a string"};
+    return v.get<std::string>();
+  }
+  bool boolean(const char* k) const {
+    const json& v = at(k);
+    if (!v.is_boolean()) throw StateError{where + "." + k + " is not a boolean"};
+    return v.get<bool>();
+  }
+  const json& array(const char* k, size_t max) const {
+    const json& v = at(k);
+    if (!v.is_array()) throw StateError{where + "." + k + " is not an array"};
+    if (v.size() > max) throw StateError{where + "." + k + " has more than " + std::to_string(max) + " entries"};
+    return v;
+  }
+  std::optional<uint64_t> opt_u64(const char* k) const {
+    const json& v = at(k);
+    if (v.is_null()) return std::nullopt;
+    return as_u64(v, where + "." + k);
+  }
+  static uint64_t as_u64(const json& v, const std::string& name) {
+    if (!v.is_number_unsigned()) throw StateError{name + " is not a non-negative integer"};
+    return v.get<uint64_t>();
+  }
+};
+
+Counters counters_from(const json& v, const std::string& name) {
+  if (!v.is_array() || v.size() != 6) throw StateError{name + " is not an array of 6 counters"};
+  Counters c;
+  c.allocs = Reader::as_u64(v[0], name);
+  c.frees = Reader::as_u64(v[1], name);
+  c.failures = Reader::as_u64(v[2], name);
+  c.launches = Reader::as_u64(v[3], name);
+  c.wait_memory_ns = Reader::as_u64(v[4], name);
+  c.wait_admission_ns = Reader::as_u64(v[5], name);
+  return c;
+}
+
+broker::Reason reason_from(uint64_t v, const std::string& name) {
+  if (v > uint64_t(broker::Reason::kBadRequest)) throw StateError{name + " is not a known reason"};
+  return broker::Reason(v);
+}
+
+broker::Uuid uuid_from(const std::string& hex, const std::string& name) {
+  broker::Uuid u;
+  if (hex.size() != 32 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw StateError{name + " is not 32 lowercase hex digits"};
+  for (size_t i = 0; i < 16; ++i) u.bytes[i] = uint8_t(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+  return u;
+}
+
+}  // namespace
+
+json JobRecorder::state() const {
+  json procs = json::array();
+  for (const ProcessExit& p : processes_)
+    procs.push_back({p.pid, p.exit_code ? json(*p.exit_code) : json(nullptr), p.signal ? json(*p.signal) : json(nullptr),
+                     p.source});
+  json devs = json::array();
+  for (const auto& [uuid, d] : devices_) {
+    json waits = json::array();
+    for (const Wait& w : d.waits)
+      waits.push_back({w.admission, w.start, opt_u64(w.end), uint32_t(w.outcome), w.interrupted});
+    json ooms = json::array();
+    for (const Oom& o : d.ooms) ooms.push_back({o.at, uint32_t(o.reason), o.admission, o.request, o.in_use});
+    devs.push_back({{"uuid", uuid_hex(uuid)},
+                    {"capacity", d.capacity},
+                    {"limit", d.limit},
+                    {"reservation", d.reservation},
+                    {"peak", d.peak},
+                    {"timeline", d.timeline.state()},
+                    {"folded", counters_state(d.folded)},
+                    {"live", counters_state(d.live)},
+                    {"waits", waits},
+                    {"ooms", ooms},
+                    {"driver_ooms", d.driver_ooms},
+                    {"admitted_at", opt_u64(d.admitted_at)},
+                    {"waits_omitted", d.waits_omitted},
+                    {"omitted_wait_memory_ns", d.omitted_wait_memory_ns},
+                    {"omitted_wait_admission_ns", d.omitted_wait_admission_ns},
+                    {"ooms_omitted", d.ooms_omitted}});
+  }
+  return {{"uid", key_.uid},
+          {"job", key_.id},
+          {"user", user_},
+          {"command", command_},
+          {"cmdline_hash", cmdline_hash_},
+          {"priority", priority_},
+          {"mono_start", mono_start_},
+          {"wall_start_ms", wall_start_ms_},
+          {"processes", procs},
+          {"processes_omitted", processes_omitted_},
+          {"devices", devs}};
+}
+
+Result<JobRecorder> JobRecorder::from_state(const json& state, broker::JobSerial serial) {
+  try {
+    Reader r{state, "recorder"};
+    broker::JobKey key{uint32_t(r.u64("uid")), r.str("job")};
+    if (key.id.empty()) throw StateError{"recorder.job is empty"};
+    JobRecorder rec(serial, key, r.str("user"), r.str("command"), r.u64("cmdline_hash"), r.str("priority"),
+                    r.u64("mono_start"), r.i64("wall_start_ms"));
+    const json& procs = r.array("processes", kMaxListed);
+    for (size_t i = 0; i < procs.size(); ++i) {
+      std::string name = "recorder.processes[" + std::to_string(i) + "]";
+      const json& p = procs[i];
+      if (!p.is_array() || p.size() != 4 || !p[0].is_number_integer() || p[0].get<int64_t>() <= 0 ||
+          !(p[1].is_null() || p[1].is_number_integer()) || !(p[2].is_null() || p[2].is_number_integer()) ||
+          !p[3].is_string())
+        throw StateError{name + " is not [pid, exit code|null, signal|null, source]"};
+      ProcessExit e;
+      e.pid = pid_t(p[0].get<int64_t>());
+      if (!p[1].is_null()) e.exit_code = p[1].get<int>();
+      if (!p[2].is_null()) e.signal = p[2].get<int>();
+      e.source = p[3].get<std::string>();
+      rec.processes_.push_back(std::move(e));
+    }
+    rec.processes_omitted_ = r.u64("processes_omitted");
+    const json& devs = r.array("devices", proto::kMaxDevices * 64);
+    for (size_t i = 0; i < devs.size(); ++i) {
+      Reader dr{devs[i], "recorder.devices[" + std::to_string(i) + "]"};
+      broker::Uuid uuid = uuid_from(dr.str("uuid"), dr.where + ".uuid");
+      Device& d = rec.devices_[uuid];
+      d.capacity = dr.u64("capacity");
+      d.limit = dr.u64("limit");
+      d.reservation = dr.u64("reservation");
+      d.peak = dr.u64("peak");
+      std::string why;
+      if (!d.timeline.restore(dr.at("timeline"), &why)) throw StateError{dr.where + "." + why};
+      d.folded = counters_from(dr.at("folded"), dr.where + ".folded");
+      d.live = counters_from(dr.at("live"), dr.where + ".live");
+      const json& waits = dr.array("waits", kMaxListed);
+      for (size_t k = 0; k < waits.size(); ++k) {
+        std::string name = dr.where + ".waits[" + std::to_string(k) + "]";
+        const json& w = waits[k];
+        if (!w.is_array() || w.size() != 5 || !w[0].is_boolean() || !w[4].is_boolean())
+          throw StateError{name + " is not [admission, start, end|null, outcome, interrupted]"};
+        Wait x;
+        x.admission = w[0].get<bool>();
+        x.start = Reader::as_u64(w[1], name);
+        if (!w[2].is_null()) x.end = std::max(Reader::as_u64(w[2], name), x.start);
+        x.outcome = reason_from(Reader::as_u64(w[3], name), name);
+        x.interrupted = w[4].get<bool>();
+        d.waits.push_back(x);
+      }
+      const json& ooms = dr.array("ooms", kMaxListed);
+      for (size_t k = 0; k < ooms.size(); ++k) {
+        std::string name = dr.where + ".ooms[" + std::to_string(k) + "]";
+        const json& o = ooms[k];
+        if (!o.is_array() || o.size() != 5 || !o[2].is_boolean())
+          throw StateError{name + " is not [at, reason, admission, request, in use]"};
+        d.ooms.push_back({Reader::as_u64(o[0], name), reason_from(Reader::as_u64(o[1], name), name), o[2].get<bool>(),
+                          Reader::as_u64(o[3], name), Reader::as_u64(o[4], name)});
+      }
+      d.driver_ooms = dr.u64("driver_ooms");
+      d.admitted_at = dr.opt_u64("admitted_at");
+      d.waits_omitted = dr.u64("waits_omitted");
+      d.omitted_wait_memory_ns = dr.u64("omitted_wait_memory_ns");
+      d.omitted_wait_admission_ns = dr.u64("omitted_wait_admission_ns");
+      d.ooms_omitted = dr.u64("ooms_omitted");
+    }
+    return rec;
+  } catch (const StateError& e) {
+    return Error{EINVAL, e.what};
+  } catch (const json::exception& e) {  // a value out of range for its field
+    return Error{EINVAL, std::string("recorder: ") + e.what()};
+  }
 }
 
 }  // namespace coloc::report

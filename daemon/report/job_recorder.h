@@ -1,6 +1,12 @@
 // daemon/report/job_recorder.h — everything a job's report holds, gathered while the job runs:
 // broker events (admission, waits, refusals, driver OOMs), samples of its stats pages, and the
 // counters of processes that already left. Pure: the engine feeds it; to_json() renders it.
+//
+// Bounded: per device the timeline keeps O(500) points and at most kMaxListed waits and OOM
+// events (the oldest closed ones are dropped first and counted, their waiting time still summed);
+// at most kMaxListed processes are listed (the first one, whose exit status is the job's, stays).
+// state() / from_state() carry the whole recorder across a daemon restart
+// (<state-dir>/jobs/, see report/job_state_store.h).
 #pragma once
 
 #include <sys/types.h>
@@ -15,6 +21,7 @@
 
 #include "broker/types.h"
 #include "report/timeline.h"
+#include "util/result.h"
 
 namespace coloc::report {
 
@@ -30,6 +37,7 @@ struct Counters {
   uint64_t wait_memory_ns = 0;     ///< as the clients measured it
   uint64_t wait_admission_ns = 0;  ///< as the clients measured it
   Counters& operator+=(const Counters& o);
+  bool operator==(const Counters&) const = default;
 };
 
 /// One sample of a job on one device.
@@ -47,11 +55,14 @@ struct ProcessExit {
   pid_t pid = 0;
   std::optional<int> exit_code;    ///< exit(n) / return from main
   std::optional<int> signal;       ///< killed by this signal
-  std::string source;              ///< "goodbye", "bpf", "pidfd", "hangup"
+  std::string source;              ///< "goodbye", "bpf", "pidfd", "hangup", "daemon-away"
 };
 
 class JobRecorder {
  public:
+  /// The most waits, OOM events (per device) and processes a report lists.
+  static constexpr size_t kMaxListed = 1000;
+
   /// `mono_start`: the daemon's monotonic clock at the job's start; `wall_start_ms`: Unix ms.
   JobRecorder(broker::JobSerial serial, broker::JobKey key, std::string user, std::string command,
               uint64_t cmdline_hash, std::string priority, Nanos mono_start, int64_t wall_start_ms);
@@ -71,6 +82,28 @@ class JobRecorder {
   /// The job ended at `now` (monotonic) / `wall_ms` (Unix ms).
   void finish(Nanos now, int64_t wall_ms);
 
+  // ---- across a daemon restart ------------------------------------------------------------------
+
+  /// The start of the job, when it is known better than at construction (a process that
+  /// re-registers after a restart without a saved recorder: its process start time).
+  void set_start(Nanos mono_start, int64_t wall_start_ms);
+  /// The daemon restarted; it last saw the job at `last_seen` (monotonic). Waits still open then
+  /// are closed there, marked interrupted (the clients re-send their requests to the new daemon).
+  void daemon_restarted(Nanos last_seen);
+  /// The job ended while the daemon was away: its processes did not come back. `last_seen` /
+  /// `last_seen_wall_ms` (when the daemon last saw it) become the end; processes whose end is not
+  /// known are marked "daemon-away" with no status; the last counters sampled are kept.
+  void finish_away(Nanos last_seen, int64_t last_seen_wall_ms);
+  /// Changes on every update that a report would show (not on a sample repeating the last one).
+  uint64_t revision() const { return revision_; }
+
+  /// The whole recorder as JSON (bounded as above), for from_state().
+  nlohmann::json state() const;
+  /// A recorder rebuilt from state() under `serial`. A document that is not what state() writes
+  /// (missing or mistyped fields, a timeline out of order, lists over their bounds) is an Error
+  /// naming the first bad field.
+  static Result<JobRecorder> from_state(const nlohmann::json& state, broker::JobSerial serial);
+
   /// The report. `now` closes open waits of a live job. Shape: see docs/ARCHITECTURE.md.
   nlohmann::json to_json(Nanos now) const;
 
@@ -86,6 +119,7 @@ class JobRecorder {
     Nanos start = 0;
     std::optional<Nanos> end;
     broker::Reason outcome = broker::Reason::kNone;
+    bool interrupted = false;  ///< open when the daemon stopped
   };
   struct Oom {
     Nanos at = 0;
@@ -106,6 +140,10 @@ class JobRecorder {
     std::vector<Oom> ooms;
     uint64_t driver_ooms = 0;
     std::optional<Nanos> admitted_at;
+    uint64_t waits_omitted = 0;           ///< closed waits dropped from `waits` (bound)
+    Nanos omitted_wait_memory_ns = 0;     ///< their waiting time
+    Nanos omitted_wait_admission_ns = 0;
+    uint64_t ooms_omitted = 0;            ///< OOM events dropped from `ooms` (bound)
   };
   Device& device(const broker::Uuid& u);
   Nanos rel(Nanos t) const { return t > mono_start_ ? t - mono_start_ : 0; }
@@ -122,6 +160,9 @@ class JobRecorder {
   int64_t wall_end_ms_ = 0;
   std::map<broker::Uuid, Device> devices_;
   std::vector<ProcessExit> processes_;  ///< in registration order; exit fields filled when known
+  uint64_t processes_omitted_ = 0;      ///< ended processes dropped from processes_ (bound)
+  bool away_ = false;                   ///< ended while the daemon was away
+  uint64_t revision_ = 0;
 };
 
 /// "2026-03-01T12:00:00.123Z" for Unix ms.

@@ -55,4 +55,58 @@ std::vector<TimelinePoint> Timeline::points() const {
   return out;
 }
 
+nlohmann::json Timeline::state() const {
+  nlohmann::json t = nlohmann::json::array(), b = nlohmann::json::array();
+  for (const TimelinePoint& p : points_) {
+    t.push_back(p.t_ns);
+    b.push_back(p.bytes);
+  }
+  return {{"t_ns", t}, {"bytes", b}, {"spacing_ns", spacing_ns_}, {"any", any_},
+          {"last_t_ns", last_seen_.t_ns}, {"last_bytes", last_seen_.bytes}, {"peak", peak_}};
+}
+
+bool Timeline::restore(const nlohmann::json& s, std::string* error) {
+  auto u64 = [&](const nlohmann::json& v, uint64_t* out) {
+    if (!v.is_number_unsigned()) return false;
+    *out = v.get<uint64_t>();
+    return true;
+  };
+  if (!s.is_object() || !s.contains("t_ns") || !s.contains("bytes") || !s["t_ns"].is_array() ||
+      !s["bytes"].is_array() || s["t_ns"].size() != s["bytes"].size()) {
+    *error = "timeline: t_ns and bytes must be arrays of one length";
+    return false;
+  }
+  if (s["t_ns"].size() >= 2 * max_points_) {
+    *error = "timeline: more than " + std::to_string(2 * max_points_ - 1) + " points";
+    return false;
+  }
+  std::vector<TimelinePoint> pts;
+  for (size_t i = 0; i < s["t_ns"].size(); ++i) {
+    TimelinePoint p{};
+    if (!u64(s["t_ns"][i], &p.t_ns) || !u64(s["bytes"][i], &p.bytes) || (!pts.empty() && p.t_ns < pts.back().t_ns)) {
+      *error = "timeline: point " + std::to_string(i) + " is not a time-ordered pair of byte counts";
+      return false;
+    }
+    pts.push_back(p);
+  }
+  uint64_t spacing = 0, last_t = 0, last_b = 0, peak = 0;
+  if (!s.contains("spacing_ns") || !u64(s["spacing_ns"], &spacing) || !s.contains("last_t_ns") ||
+      !u64(s["last_t_ns"], &last_t) || !s.contains("last_bytes") || !u64(s["last_bytes"], &last_b) ||
+      !s.contains("peak") || !u64(s["peak"], &peak) || !s.contains("any") || !s["any"].is_boolean()) {
+    *error = "timeline: spacing_ns, last_t_ns, last_bytes, peak (integers) and any (boolean) are required";
+    return false;
+  }
+  if (!pts.empty() && last_t < pts.back().t_ns) {
+    *error = "timeline: the last sample is older than the last point";
+    return false;
+  }
+  points_ = std::move(pts);
+  spacing_ns_ = spacing;
+  last_seen_ = {last_t, last_b};
+  any_ = s["any"].get<bool>();
+  peak_ = peak;
+  for (const TimelinePoint& p : points_) peak_ = std::max(peak_, p.bytes);
+  return true;
+}
+
 }  // namespace coloc::report

@@ -9,7 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace coloc::report {
 
@@ -30,6 +33,14 @@ class Timeline {
   /// The largest value ever added.
   uint64_t peak() const { return peak_; }
   size_t stored() const { return points_.size(); }
+
+  /// The whole internal state (stored points, spacing, last sample, peak) as JSON, so a restarted
+  /// daemon continues the same curve. At most 2 * max_points points: O(max_points) bytes.
+  nlohmann::json state() const;
+  /// Replaces this timeline with a state() document. On bad input (wrong types, points out of
+  /// time order or beyond 2 * max_points) returns false with `error` naming the problem and
+  /// leaves the timeline unchanged.
+  bool restore(const nlohmann::json& state, std::string* error);
 
  private:
   static std::vector<TimelinePoint> halve(const std::vector<TimelinePoint>& in);

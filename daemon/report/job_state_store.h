@@ -1,0 +1,80 @@
+// daemon/report/job_state_store.h — the running jobs' report state on disk, so that a restarted
+// colocd continues each job's report (start, timeline, counters, waits) instead of starting it
+// over, keeps a live `coloc set` limit, and still writes the report of a job that ended while it
+// was away.
+//
+// One file per running job: <state-dir>/jobs/<uid>.<sanitized id>.<hash>.json (mode 0600, the
+// directory 0700: command lines are private), written whole to a temporary file and renamed over
+// the old one, so a daemon killed at any moment leaves either the previous or the new version. A
+// file is at most kMaxFileBytes (the recorder is bounded: see job_recorder.h). The file is removed
+// when the job's report is written.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "broker/types.h"
+#include "util/result.h"
+
+namespace coloc::report {
+
+/// What a restarted daemon needs of one running job.
+struct SavedJob {
+  broker::JobKey key;
+  broker::Bytes limit = broker::kNoLimit;  ///< the job's limit in bytes as the daemon last set it
+  std::string priority;                    ///< proto::priority_name of the job's priority
+  /// The job's registered processes: pid and start time (/proc/PID/stat field 22, clock ticks
+  /// since boot), so a reused pid does not pass for the job.
+  std::vector<std::pair<pid_t, uint64_t>> pids;
+  broker::Nanos saved_mono = 0;  ///< CLOCK_MONOTONIC (ns) when saved: the last time the daemon saw the job
+  int64_t saved_unix_ms = 0;     ///< the same moment in Unix ms
+  std::string boot_id;           ///< /proc/sys/kernel/random/boot_id then (pids and monotonic times hold within one boot)
+  nlohmann::json recorder;       ///< JobRecorder::state()
+};
+
+class JobStateStore {
+ public:
+  /// The largest file written or read (bytes); larger ones are refused with an Error / skipped.
+  static constexpr size_t kMaxFileBytes = 16u << 20;
+
+  /// `dir` is the jobs directory (created by prepare()).
+  explicit JobStateStore(std::string dir) : dir_(std::move(dir)) {}
+
+  /// Creates the directory (mode 0700). Errors name the directory.
+  Result<void> prepare() const;
+  /// The file of job `key` (a sanitized, length-bounded name plus a hash of the exact key).
+  std::string path(const broker::JobKey& key) const;
+  /// Writes (replaces) the job's file: a temporary file in the directory, then rename(2).
+  Result<void> save(const SavedJob& job) const;
+  /// Removes the job's file (no error when it is already gone).
+  void remove(const broker::JobKey& key) const;
+
+  struct Loaded {
+    std::vector<SavedJob> jobs;
+    /// One sentence per file that could not be used (unreadable, too large, not a saved job);
+    /// such files are renamed to <name>.bad so they are kept for inspection but not read again.
+    std::vector<std::string> problems;
+  };
+  /// Every saved job of the previous run.
+  Loaded load() const;
+
+  /// The document of `job` (what save() writes) and back; from_json's Error names the bad field.
+  static nlohmann::json to_json(const SavedJob& job);
+  static Result<SavedJob> from_json(const nlohmann::json& j);
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+/// This boot's id (/proc/sys/kernel/random/boot_id), or "" when unreadable.
+std::string boot_id();
+
+}  // namespace coloc::report

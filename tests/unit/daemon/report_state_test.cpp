@@ -1,0 +1,336 @@
+// Reports across a daemon restart: the timeline's and the job recorder's saved state round-trip
+// exactly, bad saved state is refused with the field named, a job that ended while the daemon was
+// away is reported as such, the recorder stays bounded, and the job state files are written whole.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+
+#include "engine/resume_state.h"
+#include "report/job_recorder.h"
+#include "report/job_state_store.h"
+#include "report/timeline.h"
+#include "../../support/proc.h"
+
+using namespace coloc::report;
+using coloc::broker::Event;
+using coloc::broker::Reason;
+using coloc::broker::Uuid;
+using nlohmann::json;
+
+namespace {
+Uuid gpu(uint8_t n) {
+  Uuid u;
+  u.bytes.fill(0x22);
+  u.bytes[15] = n;
+  return u;
+}
+constexpr uint64_t kSec = 1'000'000'000;
+constexpr uint64_t GiB = 1ull << 30;
+
+/// A recorder with a bit of everything: samples, a closed and an open wait, an OOM, a driver
+/// OOM, a departed process's counters, and two processes.
+JobRecorder busy_recorder() {
+  JobRecorder r(7, {1000, "train-x1"}, "alice", "python train.py", 0xabc, "high", 100 * kSec, 1700000000000);
+  r.add_process(4242);
+  r.add_process(4243);
+  DeviceSample s;
+  s.capacity = 80 * GiB;
+  s.limit = 20 * GiB;
+  s.reservation = 8 * GiB;
+  for (uint64_t i = 0; i < 3000; ++i) {  // enough to have merged points
+    s.in_use = (i % 7) * GiB;
+    s.live.allocs = i;
+    s.live.launches = 3 * i;
+    r.sample(gpu(1), 100 * kSec + i * 10'000'000, s);
+  }
+  Event e{};
+  e.device = gpu(1);
+  e.kind = Event::Kind::kAdmitted;
+  e.at = 101 * kSec;
+  r.on_event(e);
+  e.kind = Event::Kind::kWaitBegin;
+  e.at = 102 * kSec;
+  r.on_event(e);
+  e.kind = Event::Kind::kWaitEnd;
+  e.at = 104 * kSec;
+  r.on_event(e);
+  e.kind = Event::Kind::kRefused;
+  e.reason = Reason::kOwnLimit;
+  e.bytes = 21 * GiB;
+  e.in_use = 6 * GiB;
+  e.at = 105 * kSec;
+  r.on_event(e);
+  e.kind = Event::Kind::kDriverOom;
+  r.on_event(e);
+  e.kind = Event::Kind::kWaitBegin;  // open
+  e.reason = Reason::kNone;
+  e.at = 120 * kSec;
+  r.on_event(e);
+  Counters gone;
+  gone.allocs = 5;
+  gone.launches = 100;
+  r.fold(gpu(1), gone, 7 * GiB);
+  r.process_exited({4243, 1, std::nullopt, "goodbye"});
+  return r;
+}
+}  // namespace
+
+TEST_SUITE("daemon") {
+
+TEST_CASE("timeline: a restored state continues the same curve") {
+  Timeline a(50), b(50);
+  for (uint64_t i = 0; i < 777; ++i) a.add(i * 1000, (i * 37) % 11);
+  std::string why;
+  REQUIRE(b.restore(json::parse(a.state().dump()), &why));
+  for (uint64_t i = 777; i < 2000; ++i) {
+    a.add(i * 1000, (i * 37) % 11);
+    b.add(i * 1000, (i * 37) % 11);
+  }
+  auto pa = a.points(), pb = b.points();
+  REQUIRE(pa.size() == pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    CHECK(pa[i].t_ns == pb[i].t_ns);
+    CHECK(pa[i].bytes == pb[i].bytes);
+  }
+  CHECK(a.peak() == b.peak());
+
+  json bad = a.state();
+  bad["t_ns"][1] = 0;  // out of time order
+  Timeline c(50);
+  c.add(5, 5);
+  CHECK_FALSE(c.restore(bad, &why));
+  CHECK(why.find("point 1") != std::string::npos);
+  CHECK(c.points().back().bytes == 5);  // unchanged
+  bad = a.state();
+  bad["t_ns"] = json::array();
+  bad["bytes"] = json::array();
+  for (int i = 0; i < 100; ++i) {
+    bad["t_ns"].push_back(i);
+    bad["bytes"].push_back(i);
+  }
+  CHECK_FALSE(c.restore(bad, &why));  // over its bound (2 * 50)
+  CHECK(why.find("more than") != std::string::npos);
+}
+
+TEST_CASE("job recorder: the saved state restores the same report, and the job goes on") {
+  JobRecorder r = busy_recorder();
+  const uint64_t now = 130 * kSec;
+  auto restored = JobRecorder::from_state(json::parse(r.state().dump()), 9);
+  REQUIRE_MESSAGE(restored.ok(), restored.error().message());
+  JobRecorder& q = restored.value();
+  CHECK(q.serial() == 9);
+  CHECK(q.key() == r.key());
+  CHECK(q.to_json(now) == r.to_json(now));
+
+  // The daemon restarted at 125 s: the open wait closes there, marked; the rest continues.
+  q.daemon_restarted(125 * kSec);
+  json j = q.to_json(now);
+  auto waits = j["devices"][0]["waits"];
+  REQUIRE(waits.size() == 2);
+  CHECK(waits[1]["outcome"] == "daemon-restart");
+  CHECK(waits[1]["end_s"].get<double>() == doctest::Approx(25.0));
+  CHECK(j["start_unix_ms"] == 1700000000000);
+  DeviceSample s;
+  s.capacity = 80 * GiB;
+  s.in_use = 9 * GiB;
+  q.sample(gpu(1), 140 * kSec, s);
+  q.process_exited({4242, 0, std::nullopt, "goodbye"});
+  q.finish(141 * kSec, 1700000041000);
+  j = q.to_json(200 * kSec);
+  CHECK(j["exit_status"] == 0);
+  CHECK(j["duration_s"].get<double>() == doctest::Approx(41.0));
+  auto d = j["devices"][0];
+  CHECK(d["peak"] == 9 * GiB);
+  CHECK(d["timeline"]["t_s"][0].get<double>() == doctest::Approx(0.0));  // from before the restart
+  CHECK(d["driver_ooms"] == 1);
+  CHECK(d["oom_events"].size() == 1);
+  CHECK(d["admitted_s"].get<double>() == doctest::Approx(1.0));
+}
+
+TEST_CASE("job recorder: bad saved state is an error naming the field") {
+  json good = busy_recorder().state();
+  struct Case {
+    const char* what;
+    std::function<void(json&)> spoil;
+    const char* expect;
+  };
+  std::vector<Case> cases = {
+      {"missing", [](json& j) { j.erase("mono_start"); }, "recorder.mono_start is missing"},
+      {"mistyped", [](json& j) { j["command"] = 5; }, "recorder.command is not a string"},
+      {"negative", [](json& j) { j["devices"][0]["peak"] = -1; }, "recorder.devices[0].peak"},
+      {"uuid", [](json& j) { j["devices"][0]["uuid"] = "GPU-1"; }, "recorder.devices[0].uuid"},
+      {"timeline", [](json& j) { j["devices"][0]["timeline"]["bytes"].push_back(1); }, "recorder.devices[0].timeline"},
+      {"reason", [](json& j) { j["devices"][0]["ooms"][0][1] = 99; }, "recorder.devices[0].ooms[0]"},
+      {"process", [](json& j) { j["processes"][0] = "x"; }, "recorder.processes[0]"},
+      {"not an object", [](json& j) { j = json::array(); }, "recorder.uid is missing"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    json j = good;
+    c.spoil(j);
+    auto r = JobRecorder::from_state(j, 1);
+    REQUIRE_FALSE(r.ok());
+    CHECK_MESSAGE(r.error().message().find(c.expect) != std::string::npos, r.error().message());
+  }
+}
+
+TEST_CASE("job recorder: a job that ended while the daemon was away keeps what was seen, status unknown") {
+  JobRecorder r = busy_recorder();
+  r.finish_away(130 * kSec, 1700000030000);
+  json j = r.to_json(500 * kSec);
+  CHECK(j["complete"] == true);
+  CHECK(j["ended_while_daemon_away"] == true);
+  CHECK(j["exit_status"].is_null());
+  CHECK(j["exit_signal"].is_null());
+  CHECK(j["end_unix_ms"] == 1700000030000);
+  CHECK(j["duration_s"].get<double>() == doctest::Approx(30.0));
+  REQUIRE(j["processes"].size() == 2);
+  CHECK(j["processes"][0]["noticed_by"] == "daemon-away");
+  CHECK(j["processes"][1]["noticed_by"] == "goodbye");  // known before: kept
+  auto d = j["devices"][0];
+  CHECK(d["allocations"] == 2999 + 5);  // the last live sample plus the departed process
+  CHECK(d["kernel_launches"] == 3 * 2999 + 100);
+  CHECK(d["waits"][1]["outcome"] == "daemon-restart");
+  CHECK(busy_recorder().to_json(1)["ended_while_daemon_away"] == false);
+}
+
+TEST_CASE("job recorder: waits, OOM events and processes stay bounded; the waiting time still adds up") {
+  JobRecorder r(1, {0, "many"}, "root", "x", 0, "normal", 0, 0);
+  Event e{};
+  e.device = gpu(2);
+  const size_t n = JobRecorder::kMaxListed + 500;
+  for (size_t i = 0; i < n; ++i) {
+    e.kind = Event::Kind::kWaitBegin;
+    e.at = i * kSec;
+    r.on_event(e);
+    e.kind = Event::Kind::kWaitEnd;
+    e.at = i * kSec + kSec / 2;
+    r.on_event(e);
+    e.kind = Event::Kind::kRefused;
+    e.reason = Reason::kTimeout;
+    r.on_event(e);
+  }
+  for (int pid = 1; pid <= int(n); ++pid) {
+    r.add_process(pid);
+    r.process_exited({pid, 0, std::nullopt, "goodbye"});
+  }
+  json j = r.to_json(n * kSec);
+  auto d = j["devices"][0];
+  CHECK(d["waits"].size() == JobRecorder::kMaxListed);
+  CHECK(d["waits_omitted"] == 500);
+  CHECK(d["oom_events"].size() == JobRecorder::kMaxListed);
+  CHECK(d["oom_events_omitted"] == 500);
+  CHECK(d["wait_memory_s"].get<double>() == doctest::Approx(double(n) / 2));
+  CHECK(j["processes"].size() == JobRecorder::kMaxListed);
+  CHECK(j["processes"][0]["pid"] == 1);  // the first (the job's status) stays
+  CHECK(j["processes_omitted"] == 500);
+  CHECK(r.state().dump().size() < 512 * 1024);
+  auto back = JobRecorder::from_state(r.state(), 1);
+  REQUIRE(back.ok());
+  CHECK(back.value().to_json(n * kSec) == j);
+}
+
+TEST_CASE("job state store: saved whole, loaded back; a corrupt file is named, kept aside, and costs nothing else") {
+  coloc::test::TempDir tmp("coloc-jobstate");
+  JobStateStore store(tmp / "jobs");
+  REQUIRE(store.prepare().ok());
+  struct stat st;
+  REQUIRE(::stat((tmp / "jobs").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+
+  SavedJob a;
+  a.key = {1000, "../weird id"};
+  a.limit = 4 * GiB;
+  a.priority = "high";
+  a.pids = {{4242, 123456}, {4243, 123999}};
+  a.saved_mono = 130 * kSec;
+  a.saved_unix_ms = 1700000030000;
+  a.boot_id = "b00t";
+  a.recorder = busy_recorder().state();
+  REQUIRE(store.save(a).ok());
+  const std::string path = store.path(a.key);
+  CHECK(std::filesystem::path(path).parent_path() == tmp / "jobs");  // the id cannot escape
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  SavedJob b = a;
+  b.key = {0, "other"};
+  b.limit = coloc::broker::kNoLimit;
+  REQUIRE(store.save(b).ok());
+  a.limit = 6 * GiB;  // saved again: replaced
+  REQUIRE(store.save(a).ok());
+  CHECK_FALSE(coloc::test::file_exists(path + ".tmp"));
+
+  coloc::test::write_file(tmp / "jobs/0.broken.0000000000000000.json", "{\"format\": 1, \"uid\": ");
+  coloc::test::write_file(tmp / "jobs/0.half.0000000000000000.json.tmp", "{");  // a save cut short
+  auto loaded = store.load();
+  REQUIRE(loaded.jobs.size() == 2);
+  REQUIRE(loaded.problems.size() == 1);
+  CHECK(loaded.problems[0].find("0.broken.0000000000000000.json is unusable (it is not JSON)") != std::string::npos);
+  CHECK(coloc::test::file_exists(tmp / "jobs/0.broken.0000000000000000.json.bad"));
+  CHECK_FALSE(coloc::test::file_exists(tmp / "jobs/0.half.0000000000000000.json.tmp"));
+  for (const SavedJob& j : loaded.jobs) {
+    if (j.key.uid != 1000) continue;
+    CHECK(j.key.id == "../weird id");
+    CHECK(j.limit == 6 * GiB);
+    CHECK(j.priority == "high");
+    CHECK(j.pids == a.pids);
+    CHECK(j.saved_mono == a.saved_mono);
+    CHECK(j.saved_unix_ms == a.saved_unix_ms);
+    CHECK(j.recorder == a.recorder);
+  }
+
+  // A file whose recorder is not what state() writes is refused as a whole.
+  SavedJob c = b;
+  c.key = {0, "spoiled"};
+  c.recorder.erase("devices");
+  REQUIRE(store.save(c).ok());
+  loaded = store.load();
+  CHECK(loaded.jobs.size() == 2);
+  REQUIRE(loaded.problems.size() == 1);
+  CHECK(loaded.problems[0].find("recorder.devices is missing") != std::string::npos);
+
+  store.remove(a.key);
+  store.remove(a.key);  // already gone: fine
+  CHECK(store.load().jobs.size() == 1);
+}
+
+TEST_CASE("resume state: a process's start time on the daemon's clocks") {
+  auto mono = [] {
+    timespec ts;
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * kSec + uint64_t(ts.tv_nsec);
+  };
+  auto wall = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  REQUIRE(child > 0);
+  auto ticks = coloc::engine::process_start_time(child);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  REQUIRE(ticks);
+  const uint64_t m = mono();
+  const int64_t w = wall();
+  auto [start_mono, start_wall] = coloc::engine::start_on_daemon_clocks(*ticks, m, w);
+  // It started just now: within a couple of clock ticks (10 ms each) plus scheduling.
+  CHECK(start_mono <= m);
+  CHECK(m - start_mono < 2 * kSec);
+  CHECK(start_wall <= w);
+  CHECK(w - start_wall < 2000);
+  // Our own process started before the child.
+  auto own = coloc::engine::start_on_daemon_clocks(*coloc::engine::process_start_time(::getpid()), m, w);
+  CHECK(own.first <= start_mono + 20'000'000);
+}
+
+}  // TEST_SUITE
