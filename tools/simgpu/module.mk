@@ -1,4 +1,5 @@
-# simgpu: the simulated driver, build/sim/libcuda.so.1 (see tools/simgpu/README.md).
+# simgpu: the simulated driver, build/sim/libcuda.so.1, and the simulated NVML,
+# build/sim/libnvidia-ml.so.1 (see tools/simgpu/README.md).
 
 SIMGPU_LIB  := $(BUILD)/sim/libcuda.so.1
 SIMGPU_SRCS := $(wildcard tools/simgpu/*.cpp)
@@ -37,6 +38,18 @@ $(SIMGPU_LIB): $(SIMGPU_OBJS) $(SIMGPU_NOT_SUPPORTED) tools/simgpu/exports.map
 	  -o $@ $(SIMGPU_OBJS) $(SIMGPU_NOT_SUPPORTED) -ldl -lpthread
 
 PRODUCTS += $(SIMGPU_LIB)
+
+# The simulated NVML, build/sim/libnvidia-ml.so.1: free memory from the same shared state file.
+SIMNVML_LIB  := $(BUILD)/sim/libnvidia-ml.so.1
+SIMNVML_OBJS := $(OBJ)/tools/simgpu/nvml/nvml.o $(addprefix $(OBJ)/tools/simgpu/,config.o shared_state.o os.o)
+$(OBJ)/tools/simgpu/nvml/nvml.o: CXXFLAGS += -fvisibility=hidden
+$(SIMNVML_LIB): $(SIMNVML_OBJS) tools/simgpu/nvml/exports.map
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) -shared $(LDFLAGS) -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=tools/simgpu/nvml/exports.map \
+	  -Wl,-z,nodelete $(SIMGPU_DEFS) -o $@ $(SIMNVML_OBJS) -lpthread
+
+PRODUCTS += $(SIMNVML_LIB)
 
 # The pure parts (configuration, address ranges, module images, shared state, error table) are
 # unit-tested in the test binaries directly.

@@ -110,7 +110,7 @@ class SharedState::Lock {
 };
 
 std::unique_ptr<SharedState> SharedState::open(const std::string& dir, const std::vector<DeviceSpec>& devices,
-                                               std::string* error, OpenFailure* why) {
+                                               std::string* error, OpenFailure* why, bool claim) {
   *why = OpenFailure::system;
   std::unique_ptr<SharedState> s(new SharedState);
   s->path_ = dir + "/state";
@@ -195,6 +195,7 @@ std::unique_ptr<SharedState> SharedState::open(const std::string& dir, const std
   // Held (shared) for the life of the process: marks the file as in use.
   while (flock(s->fd_, LOCK_SH) != 0 && errno == EINTR) {
   }
+  if (!claim) return s;
   if (!s->claim_slot(error)) {
     *why = OpenFailure::full;
     return nullptr;

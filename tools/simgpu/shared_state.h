@@ -98,10 +98,13 @@ enum class OpenFailure {
 class SharedState {
  public:
   /// Opens (creating if needed) the state in `dir` for `devices`, then claims a process slot for
-  /// the calling process. Returns null with a one-line *error on failure (cannot create the
-  /// directory or file, the file is in use with another device configuration, every slot taken).
+  /// the calling process, unless `claim` is false: then it only observes (meminfo() works,
+  /// charge() fails, add_context() returns -1), as the simulated NVML does — a process may hold
+  /// libcuda.so.1's state and NVML's at once, and only the former owns its slot. Returns null with
+  /// a one-line *error on failure (cannot create the directory or file, the file is in use with
+  /// another device configuration, every slot taken).
   static std::unique_ptr<SharedState> open(const std::string& dir, const std::vector<DeviceSpec>& devices,
-                                           std::string* error, OpenFailure* why);
+                                           std::string* error, OpenFailure* why, bool claim = true);
   ~SharedState();
   SharedState(const SharedState&) = delete;
   SharedState& operator=(const SharedState&) = delete;

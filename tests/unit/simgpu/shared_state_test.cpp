@@ -85,6 +85,27 @@ TEST_CASE("shared state: created with private modes; charges stop at capacity") 
   CHECK_FALSE(s->charge(0, 1));  // released: charges nothing more
 }
 
+TEST_CASE("shared state: an observer (the simulated NVML) takes no slot, sees every charge, and keeps the owner's") {
+  TempDir tmp("simgpu-state");
+  const std::string dir = tmp / "s";
+  auto owner = open_state(dir, {{"A", 8 * GiB}});
+  REQUIRE(owner->charge(0, 3 * GiB));
+  std::string error;
+  simgpu::OpenFailure why;
+  // The same process opens the state again to observe it, as a program using CUDA and NVML does.
+  auto observer = SharedState::open(dir, {{"A", 8 * GiB}}, &error, &why, /*claim=*/false);
+  REQUIRE_MESSAGE(observer, error);
+  CHECK(observer->process_slot() == -1);
+  CHECK(observer->meminfo(0).used == 3 * GiB);
+  CHECK(owner->charged_by_me(0) == 3 * GiB);  // a claiming open would have reclaimed the owner's slot
+  CHECK_FALSE(observer->charge(0, 1));
+  CHECK(observer->add_context(0) == -1);
+  owner->uncharge(0, 1 * GiB);
+  CHECK(observer->meminfo(0).used == 2 * GiB);
+  observer.reset();
+  CHECK(owner->meminfo(0).used == 2 * GiB);  // closing the observer gives nothing back
+}
+
 TEST_CASE("shared state: a dead process's memory is reclaimed, zombie or reaped") {
   TempDir tmp("simgpu-state");
   const std::string dir = tmp / "s";
