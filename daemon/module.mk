@@ -17,7 +17,8 @@ DAEMON_CORE_SRCS := \
   daemon/report/job_state_store.cpp \
   daemon/engine/resume_state.cpp \
   daemon/config/config.cpp \
-  daemon/engine/client_pages.cpp
+  daemon/engine/client_pages.cpp \
+  daemon/device/nvml_reader.cpp
 DAEMON_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_CORE_SRCS))
 
 # The rest of the daemon: sockets, pages, the loop, the process watcher.
@@ -61,7 +62,7 @@ COLOCD := $(BUILD)/bin/colocd
 $(COLOCD): $(DAEMON_OBJS) $(DAEMON_CORE_OBJS)
 	$(call say,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(SPDLOG_LIBS) -lbpf -lxxhash -lpthread
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(SPDLOG_LIBS) -lbpf -lxxhash -ldl -lpthread
 
 PRODUCTS += $(COLOCD)
 TEST_EXTRA_OBJS += $(DAEMON_CORE_OBJS)

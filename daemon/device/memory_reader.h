@@ -1,0 +1,31 @@
+// daemon/device/memory_reader.h — how colocd reads a device's free memory itself, without waiting
+// for a client to report it: the ground truth behind the broker's estimate of memory used outside
+// coloc (Broker::refresh_outside).
+//
+// The engine holds one reader (NvmlReader in colocd, a fake in tests) and asks it on its sampling
+// timer and whenever a request finds too little room. Readers are called on the daemon's loop
+// thread only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "broker/types.h"
+
+namespace coloc::device {
+
+class MemoryReader {
+ public:
+  virtual ~MemoryReader() = default;
+
+  /// A short name for logs and status ("nvml").
+  virtual const char* name() const = 0;
+
+  /// The free memory of the device `uuid` (as cuDeviceGetUuid gives it), in bytes, as the driver
+  /// sees it: every process's allocations count, under coloc or not. nullopt when the reader does
+  /// not know the device or the read failed (the caller then keeps its estimate); the reader logs
+  /// such a failure itself, once until the device reads again.
+  virtual std::optional<broker::Bytes> free_bytes(const broker::Uuid& uuid) = 0;
+};
+
+}  // namespace coloc::device

@@ -1,0 +1,45 @@
+// daemon/device/nvml_reader.h — MemoryReader over NVML (libnvidia-ml.so.1), loaded with dlopen at
+// run time: colocd needs no NVML headers to build and runs on machines without the library.
+//
+// On simgpu machines build/sim/libnvidia-ml.so.1 (tools/simgpu/nvml/) stands in for it, reading
+// the simulated devices' shared state.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "device/memory_reader.h"
+#include "util/result.h"
+
+namespace coloc::device {
+
+class NvmlReader final : public MemoryReader {
+ public:
+  /// Loads `library` (dlopen, so LD_LIBRARY_PATH applies to a bare name) and calls nvmlInit_v2.
+  /// Errors: the library cannot be loaded, lacks one of nvmlInit_v2, nvmlShutdown,
+  /// nvmlDeviceGetHandleByUUID, nvmlDeviceGetMemoryInfo, or nvmlInit_v2 fails (the message then
+  /// carries nvmlErrorString's words, e.g. "Driver Not Loaded").
+  static Result<std::unique_ptr<NvmlReader>> open(const std::string& library = "libnvidia-ml.so.1");
+  /// nvmlShutdown, then dlclose.
+  ~NvmlReader() override;
+  NvmlReader(const NvmlReader&) = delete;
+  NvmlReader& operator=(const NvmlReader&) = delete;
+
+  const char* name() const override { return "nvml"; }
+  /// nvmlDeviceGetHandleByUUID (cached per device), then nvmlDeviceGetMemoryInfo's `free` (bytes).
+  std::optional<broker::Bytes> free_bytes(const broker::Uuid& uuid) override;
+
+ private:
+  struct Api;
+  NvmlReader(void* handle, std::unique_ptr<Api> api);
+  std::string error_text(int rc) const;
+
+  void* handle_ = nullptr;
+  std::unique_ptr<Api> api_;
+  std::map<broker::Uuid, void*> devices_;  ///< nvmlDevice_t by UUID
+  std::set<broker::Uuid> warned_;          ///< devices whose failure was logged
+};
+
+}  // namespace coloc::device

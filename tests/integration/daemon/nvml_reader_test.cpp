@@ -1,0 +1,85 @@
+// colocd's NVML reader (daemon/device/nvml_reader): how it fails when NVML is missing or broken
+// (colocd then falls back to the clients' reports), and what it reads from simgpu's simulated
+// libnvidia-ml.so.1, loaded into the test process as colocd loads it.
+#include <doctest/doctest.h>
+#include <stdlib.h>
+
+#include <map>
+#include <optional>
+
+#include "../../../tools/simgpu/config.h"
+#include "../../support/proc.h"
+#include "device/nvml_reader.h"
+
+using coloc::broker::Uuid;
+using coloc::device::NvmlReader;
+
+namespace {
+
+/// Sets environment variables for the life of the object, restoring the previous values after.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const std::map<std::string, std::string>& vars) {
+    for (auto& [k, v] : vars) {
+      const char* old = getenv(k.c_str());
+      saved_[k] = old ? std::optional<std::string>(old) : std::nullopt;
+      setenv(k.c_str(), v.c_str(), 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (auto& [k, v] : saved_) {
+      if (v) setenv(k.c_str(), v->c_str(), 1);
+      else unsetenv(k.c_str());
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+std::string sim_nvml() { return coloc::test::build_path("sim/libnvidia-ml.so.1"); }
+
+}  // namespace
+
+TEST_SUITE("daemon") {
+TEST_CASE("NVML reader: a missing library, one without NVML, or a failing nvmlInit_v2 is a clear error") {
+  auto missing = NvmlReader::open("/nonexistent/libnvidia-ml.so.1");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().message().find("cannot load /nonexistent/libnvidia-ml.so.1") == 0);
+
+  auto not_nvml = NvmlReader::open(coloc::test::build_path("sim/libcuda.so.1"));
+  REQUIRE_FALSE(not_nvml.ok());
+  CHECK(not_nvml.error().message().find("has no nvmlInit_v2") != std::string::npos);
+
+  coloc::test::TempDir tmp("nvml-reader");
+  ScopedEnv env({{"SIMGPU_STATE_DIR", tmp / "simgpu"}, {"SIMGPU_DEVICES", "80XB"}});  // simgpu refuses it
+  auto broken = NvmlReader::open(sim_nvml());
+  REQUIRE_FALSE(broken.ok());
+  CHECK(broken.error().message() == "nvmlInit_v2 failed: Unknown Error (nvmlReturn_t 999)");
+}
+
+TEST_CASE("NVML reader: reads a simulated device's free memory by its CUDA UUID") {
+  coloc::test::TempDir tmp("nvml-reader");
+  ScopedEnv env({{"SIMGPU_STATE_DIR", tmp / "simgpu"}, {"SIMGPU_DEVICES", "16GiB,8GiB"}});
+  auto r = NvmlReader::open(sim_nvml());
+  REQUIRE_MESSAGE(r.ok(), r.error().message());
+  NvmlReader& nvml = *r.value();
+  CHECK(std::string(nvml.name()) == "nvml");
+  char* real = realpath((tmp / "simgpu").c_str(), nullptr);
+  REQUIRE(real);
+  std::string dir = real;
+  free(real);
+  auto uuid = [&](int i) {
+    simgpu::Uuid u = simgpu::device_uuid(dir, i);
+    Uuid b;
+    std::copy(u.begin(), u.end(), b.bytes.begin());
+    return b;
+  };
+  CHECK(nvml.free_bytes(uuid(0)) == std::optional<uint64_t>(16ull << 30));
+  CHECK(nvml.free_bytes(uuid(1)) == std::optional<uint64_t>(8ull << 30));
+  Uuid unknown;
+  unknown.bytes.fill(0x5A);
+  CHECK(nvml.free_bytes(unknown) == std::nullopt);
+  CHECK(nvml.free_bytes(unknown) == std::nullopt);  // retried, logged once
+}
+}  // TEST_SUITE
