@@ -23,6 +23,10 @@
 #include "log.h"
 #include "runtime.h"
 
+#include <cstdio>
+
+#include "coloc/size.h"
+
 namespace coloc::interpose {
 
 namespace {
@@ -39,8 +43,27 @@ int admitted_slot(CUdevice dev, CUresult* refused) {
   int slot = devices().attach(dev, &why);
   *refused = CUDA_SUCCESS;
   if (slot < 0 && why != Refusal::none) {
-    logf(LogLevel::warn, "job %s not admitted on device %d (%s): returning CUDA_ERROR_OUT_OF_MEMORY",
-         options().job, int(dev), refusal_name(why));
+    if (why == Refusal::own_limit) {  // admission asks for one context: the limit is below that
+      char lim[32], ctx[32];
+      uint64_t limit = broker().unattached_limit(int(dev));
+      if (limit == kNoLimit) std::snprintf(lim, sizeof lim, "none");
+      else format_size(limit, lim, sizeof lim);
+      format_size(context_cost(), ctx, sizeof ctx);
+      if (limit < context_cost())
+        logf(LogLevel::warn,
+             "job %s not admitted on device %d (own limit): its limit %s is less than one CUDA context, which coloc "
+             "counts as %s (COLOC_CONTEXT_BYTES; a CUDA context alone takes a few hundred MiB on real GPUs, 512 MiB "
+             "on simgpu); returning CUDA_ERROR_OUT_OF_MEMORY",
+             options().job, int(dev), lim, ctx);
+      else  // the job's other processes hold the rest of it
+        logf(LogLevel::warn,
+             "job %s not admitted on device %d (own limit): its limit %s has no room left for one more CUDA context "
+             "(%s, COLOC_CONTEXT_BYTES) next to what the job holds; returning CUDA_ERROR_OUT_OF_MEMORY",
+             options().job, int(dev), lim, ctx);
+    } else {
+      logf(LogLevel::warn, "job %s not admitted on device %d (%s): returning CUDA_ERROR_OUT_OF_MEMORY",
+           options().job, int(dev), refusal_name(why));
+    }
     *refused = CUDA_ERROR_OUT_OF_MEMORY;
   }
   return slot;
@@ -48,7 +71,7 @@ int admitted_slot(CUdevice dev, CUresult* refused) {
 
 // The charge of one context.
 CUresult charge_context(int slot) {
-  if (CUresult r = charge(slot, context_cost(), "context creation"); r != CUDA_SUCCESS) return r;
+  if (CUresult r = charge(slot, context_cost(), kContextCreation); r != CUDA_SUCCESS) return r;
   ledger().commit(Key{0, Space::none}, context_record(slot));
   return CUDA_SUCCESS;
 }

@@ -6,6 +6,7 @@
 #include "limits.h"
 
 #include <cstdio>
+#include <cstring>
 
 #include "broker.h"
 #include "coloc/size.h"
@@ -34,10 +35,16 @@ void warn_refused(int slot, uint64_t request, uint64_t in_use, uint64_t limit, R
   format_size(in_use, use, sizeof use);
   if (limit == kNoLimit) std::snprintf(lim, sizeof lim, "none");
   else format_size(limit, lim, sizeof lim);
+  // A context that does not fit the limit at all: the limit is too small for any CUDA work.
+  const bool context_too_big = why == Refusal::own_limit && std::strcmp(what, kContextCreation) == 0 &&
+                               limit != kNoLimit && request > limit;
   logf(LogLevel::warn,
        "out of memory (%s): job %s, device %d (%s): %s requests %s, in use %s, limit %s; "
-       "returning CUDA_ERROR_OUT_OF_MEMORY%s",
+       "returning CUDA_ERROR_OUT_OF_MEMORY%s%s",
        refusal_name(why), options().job, devices().info(slot).ordinal, id, what, req, use, lim,
+       context_too_big ? " (the limit is less than one CUDA context, which coloc counts as COLOC_CONTEXT_BYTES; a CUDA "
+                         "context alone takes a few hundred MiB on real GPUs, 512 MiB on simgpu)"
+                       : "",
        suppressed ? " (more refusals since the last warning)" : "");
 }
 

@@ -44,6 +44,9 @@ class ChargeAttempt {
 /// for (for the warning).
 CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt& attempt);
 
+/// The `what` of a context's charge (charge_with's warning names it, and explains a limit below it).
+inline constexpr const char* kContextCreation = "context creation";
+
 /// charge_with for a plain charge of `bytes` on `slot`.
 CUresult charge(int slot, uint64_t bytes, const char* what);
 

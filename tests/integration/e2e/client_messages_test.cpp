@@ -117,4 +117,16 @@ TEST_CASE("e2e: when colocd goes away, 'running on the current grants' is said o
   CHECK(ru.err.find("running on the current grants") != std::string::npos);
 }
 
+TEST_CASE("e2e: a limit below one CUDA context: the refused admission says that a context itself costs memory") {
+  if (simulated_only()) return;
+  Node n("16GiB");
+  auto job = n.run({"--job", "tiny", "--mem", "100MiB"}, {cuprobe(), "init", "ctx", "0"});
+  ProcResult r = finish(*job);
+  CHECK(step(r.out, "ctx")["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");
+  CHECK_MESSAGE(r.err.find("not admitted on device 0 (own limit): its limit 100.00 MiB is less than one CUDA context") !=
+                    std::string::npos,
+                r.err);
+  CHECK(r.err.find("a CUDA context alone takes a few hundred MiB on real GPUs") != std::string::npos);
+}
+
 }  // TEST_SUITE
