@@ -17,6 +17,17 @@ std::string bytes_text(const json& v) {
   return format_size(v.get<uint64_t>(), buf, sizeof buf);
 }
 
+uint64_t oom_request_bytes(const json& ev) {
+  auto num = [&](const char* k) -> uint64_t {
+    auto it = ev.find(k);
+    if (it == ev.end() || !it->is_number()) return uint64_t(0);
+    if (it->is_number_float()) return it->get<double>() > 0 ? uint64_t(it->get<double>()) : uint64_t(0);
+    return it->is_number_unsigned() || it->get<int64_t>() >= 0 ? it->get<uint64_t>() : uint64_t(0);
+  };
+  uint64_t request = num("request"), in_use = num("in_use");
+  return request >= in_use ? request - in_use : request;
+}
+
 std::string duration_text(double s) {
   char buf[48];
   if (s < 60) std::snprintf(buf, sizeof buf, "%.1f s", s);
@@ -142,7 +153,7 @@ std::string report_table(const json& r) {
         char at[32];
         std::snprintf(at, sizeof at, "+%.2f s", ev.value("t_s", 0.0));
         e.add({at, short_uuid(str(d, "uuid")), str(ev, "reason") + (ev.value("admission", false) ? " (admission)" : ""),
-               bytes_text(ev["request"]), bytes_text(ev["in_use"])});
+               bytes_text(json(oom_request_bytes(ev))), bytes_text(ev["in_use"])});
       }
     o << e.render("  ");
   }

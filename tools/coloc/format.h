@@ -18,7 +18,15 @@ std::string duration_text(double seconds);
 std::string status_table(const nlohmann::json& status);
 /// `coloc jobs`: one line per job.
 std::string jobs_table(const nlohmann::json& jobs);
-/// `coloc report JOB`: summary, per-device table, OOM events and waits.
+/// The bytes a refused request of a report's `oom_events` entry asked for, alone. The daemon
+/// records a refused growth with `request` = what the job would have held had it been granted
+/// (Grow's `need`: in-use + the request) and `in_use` = what it held; an admission carries the
+/// request itself with in_use 0. So the request alone is request - in_use (request when in_use is
+/// larger, which a consistent report never has).
+uint64_t oom_request_bytes(const nlohmann::json& event);
+
+/// `coloc report JOB`: summary, per-device table, OOM events (REQUEST: the request alone, as
+/// oom_request_bytes) and waits.
 std::string report_table(const nlohmann::json& report);
 
 }  // namespace coloc::cli

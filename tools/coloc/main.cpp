@@ -103,6 +103,7 @@ int do_run(const coloc::cli::RunOptions& opt) {
   coloc::cli::RunPlan plan;
   std::string error;
   if (!coloc::cli::plan_run(opt, env, exe_dir(), coloc::cli::random_suffix(), &plan, &error)) return fail(kUsage, error);
+  for (const std::string& n : plan.notes) std::fprintf(stderr, "coloc: note: %s\n", n.c_str());
   coloc::log::get("cli")->debug("running {} as job {}", plan.argv.front(), plan.job_id);
   std::vector<std::string> env_strings;
   for (auto& [k, v] : plan.env) env_strings.push_back(k + "=" + v);
@@ -200,6 +201,8 @@ int run_cli(int argc, char** argv) {
   if (!coloc::proto::valid_job_id(job.c_str()) || job.empty())
     return fail(kUsage, "'" + job + "' is not a job id (printable characters without spaces or '/', at most 63)");
   if (report_cmd->parsed()) {
+    if (report_cmd->count("--svg") && svg_file.empty())
+      return fail(kUsage, "report: --svg needs a file name to write the plot to (it was given an empty one)");
     if (!ask(socket, admin_msg(coloc::proto::AdminOp::kReport, job), &j, &code)) return code;
     std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::report_table(j));
     if (!svg_file.empty()) {
@@ -213,6 +216,9 @@ int run_cli(int argc, char** argv) {
   }
   if (set_cmd->parsed()) {
     auto m = admin_msg(coloc::proto::AdminOp::kSet, job);
+    for (const char* o : {"--mem", "--priority"})
+      if (set_cmd->count(o) && (std::string(o) == "--mem" ? set_mem : set_priority).empty())
+        return fail(kUsage, std::string("set: ") + o + " was given an empty value");
     if (set_mem.empty() && set_priority.empty()) return fail(kUsage, "set: give --mem SIZE and/or --priority P");
     if (!set_mem.empty()) {
       coloc::SizeParse s = coloc::parse_size(set_mem);

@@ -62,6 +62,20 @@ bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& e
       return false;
     }
     p.env["COLOC_MEM_LIMIT"] = std::to_string(*s.bytes);
+    // A job is admitted at its first context, which costs memory itself: a limit below that admits
+    // nothing. Said here, before the job starts (the library says it again when it refuses).
+    uint64_t context = kDefaultContextBytes;
+    if (auto it = env.find("COLOC_CONTEXT_BYTES"); it != env.end())
+      if (SizeParse c = parse_size(it->second); c) context = *c.bytes;
+    if (*s.bytes < context) {
+      char lim[32], ctx[32];
+      format_size(*s.bytes, lim, sizeof lim);
+      format_size(context, ctx, sizeof ctx);
+      p.notes.push_back(std::string("--mem ") + lim + " is less than one CUDA context: coloc counts " + ctx +
+                        " per context (COLOC_CONTEXT_BYTES; simgpu's contexts cost 512 MiB), and a CUDA context "
+                        "alone takes a few hundred MiB on real GPUs. The job's first context will fail with "
+                        "CUDA_ERROR_OUT_OF_MEMORY: give --mem at least " + ctx + " plus what the job allocates.");
+    }
   } else {
     p.env.erase("COLOC_MEM_LIMIT");
   }
@@ -79,9 +93,11 @@ bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& e
   p.env["COLOC_ON_FULL"] = on_full;
 
   std::string name = opt.job.empty() ? base_name(opt.command.front()) : opt.job;
+  bool rewritten = false;
   if (opt.job.empty()) {  // a name from the command: make it fit
     std::string clean;
     for (char c : name) clean += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+    rewritten = clean != name || clean.size() > 40 || clean.empty();
     name = clean.substr(0, 40);
     if (name.empty()) name = "job";
   } else {
@@ -96,6 +112,10 @@ bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& e
     }
   }
   p.job_id = name + "-" + suffix;
+  if (rewritten)
+    p.notes.insert(p.notes.begin(), "job name " + p.job_id + " (the command's name '" + base_name(opt.command.front()) +
+                                        "' holds characters a job name cannot: only letters, digits, '.', '_' and '-' "
+                                        "are kept, at most 40; --job NAME chooses one)");
   p.env["COLOC_JOB"] = p.job_id;
   p.env["COLOC_SOCKET"] = opt.socket;
 

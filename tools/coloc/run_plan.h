@@ -24,6 +24,10 @@ struct RunPlan {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;  ///< the child's whole environment
   std::string job_id;
+  /// Sentences for the user (coloc run prints each as "coloc: note: ..." on stderr): the job name
+  /// was made from the command's name with characters changed or cut; --mem is less than one CUDA
+  /// context costs.
+  std::vector<std::string> notes;
 };
 
 /// Builds the plan from `opt`, this process's environment `env`, and `exe_dir` (the directory of
@@ -32,6 +36,10 @@ struct RunPlan {
 /// sentence in `*error`.
 bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& env, const std::string& exe_dir,
               const std::string& suffix, RunPlan* plan, std::string* error);
+
+/// What coloc charges per CUDA context when COLOC_CONTEXT_BYTES is not set (bytes; libcoloc.so's
+/// default, and what simgpu's contexts cost).
+inline constexpr uint64_t kDefaultContextBytes = 512ull << 20;
 
 /// 6 random hex digits (getrandom).
 std::string random_suffix();

@@ -1,5 +1,7 @@
 #include "svg_plot.h"
 
+#include "format.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -82,6 +84,48 @@ double get_num(const json& j, const char* k, double dflt = 0) {
   return (it != j.end() && it->is_number()) ? it->get<double>() : dflt;
 }
 
+/// "1 allocation", "2 allocations".
+std::string count_of(long long n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+/// Places text labels so that none overlaps another (or a marker): each label tries its candidate
+/// positions in order and is dropped when every one collides. Sizes are estimates from the font
+/// size (SVG has no text metrics without a renderer); a little slack keeps neighbours apart.
+class LabelPlacer {
+ public:
+  struct Box {
+    double x0, y0, x1, y1;
+  };
+  /// `anchor`: 's' start, 'm' middle, 'e' end; (x, y) is the text's anchor point on its baseline.
+  static Box text_box(double x, double y, char anchor, const std::string& text, double font_px) {
+    const double w = double(text.size()) * font_px * 0.6;
+    const double x0 = anchor == 's' ? x : anchor == 'm' ? x - w / 2 : x - w;
+    return {x0 - 2, y - font_px, x0 + w + 2, y + 3};
+  }
+  /// Marks an area as taken (a marker, a label placed without choice).
+  void block(const Box& b) { taken_.push_back(b); }
+  /// Places the text of text_box(*x, y, anchor, text, font_px): moved sideways into the area when
+  /// it sticks out (*x is updated), then taken when it overlaps nothing taken. False: no place.
+  bool take(double* x, double y, char anchor, const std::string& text, double font_px) {
+    Box b = text_box(*x, y, anchor, text, font_px);
+    double dx = b.x0 < area_.x0 ? area_.x0 - b.x0 : b.x1 > area_.x1 ? area_.x1 - b.x1 : 0;
+    b.x0 += dx;
+    b.x1 += dx;
+    if (b.x0 < area_.x0 || b.x1 > area_.x1 || b.y0 < area_.y0 || b.y1 > area_.y1) return false;
+    for (const Box& t : taken_)
+      if (b.x0 < t.x1 && t.x0 < b.x1 && b.y0 < t.y1 && t.y0 < b.y1) return false;
+    taken_.push_back(b);
+    *x += dx;
+    return true;
+  }
+  explicit LabelPlacer(Box area) : area_(area) {}
+
+ private:
+  Box area_;
+  std::vector<Box> taken_;
+};
+
 /// One device panel at vertical offset `y0`.
 void panel(std::ostringstream& o, const json& d, double duration, double y0) {
   const double pw = kWidth - kLeft - kRight, ph = kPanelHeight - kTop - kBottom;
@@ -105,7 +149,8 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
   double ymax_bytes = std::max({capacity, limit, peak, 1.0});
   for (double b : bs) ymax_bytes = std::max(ymax_bytes, b);
   for (const json& e : d.value("oom_events", json::array()))
-    ymax_bytes = std::max(ymax_bytes, std::min(get_num(e, "in_use") + get_num(e, "request"), capacity > 0 ? capacity : 1e300));
+    ymax_bytes = std::max(ymax_bytes, std::min(get_num(e, "in_use") + double(oom_request_bytes(e)),
+                                               capacity > 0 ? capacity : 1e300));
   const Unit u = unit_for(ymax_bytes);
   const double ystep = nice_step(ymax_bytes * 1.04 / u.bytes, 6);
   const double ytop = std::ceil(ymax_bytes * 1.04 / u.bytes / ystep) * ystep;  // in units
@@ -122,7 +167,7 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
     << "</text>\n";
   o << "<text x='" << num(px) << "' y='" << num(y0 + 47) << "' class='sub'>peak " << xml_escape(bytes_label(peak))
     << (has_limit ? " of a " + xml_escape(bytes_label(limit)) + " limit" : " (no limit)") << " · device "
-    << xml_escape(bytes_label(capacity)) << " · " << d.value("allocations", 0) << " allocations, "
+    << xml_escape(bytes_label(capacity)) << " · " << count_of(d.value("allocations", 0LL), "allocation", "allocations") << ", "
     << d.value("failures", 0) << " failed · waited " << num(get_num(d, "wait_memory_s")) << " s for memory, "
     << num(get_num(d, "wait_admission_s")) << " s for admission</text>\n";
 
@@ -148,7 +193,12 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
   o << "<text transform='translate(" << num(px - 58) << "," << num(py + ph / 2)
     << ") rotate(-90)' class='axis' text-anchor='middle'>device memory (" << u.name << ")</text>\n";
 
-  // Waiting periods: shaded bands behind the curve.
+  // Labels inside the plot never overlap: each takes its place in this order (capacity, limit,
+  // peak, waits, refusals) and moves, or is dropped, when its place is taken.
+  LabelPlacer labels({px, py, px + pw, py + ph + 1});
+
+  // Waiting periods: shaded bands behind the curve (labelled after the lines and the peak).
+  std::vector<std::pair<double, std::string>> band_labels;
   for (const json& w : d.value("waits", json::array())) {
     double x0 = X(get_num(w, "start_s")), x1 = X(get_num(w, "end_s"));
     bool adm = w.value("kind", "") == "admission";
@@ -156,9 +206,7 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
       << num(ph) << "' fill='" << kWaitColour << "' fill-opacity='" << (adm ? "0.35" : "0.22")
       << "'><title>waiting for " << xml_escape(w.value("kind", "memory")) << " from +" << num(get_num(w, "start_s"))
       << " s to +" << num(get_num(w, "end_s")) << " s: " << xml_escape(w.value("outcome", "")) << "</title></rect>\n";
-    if (x1 - x0 > 70)
-      o << "<text x='" << num((x0 + x1) / 2) << "' y='" << num(py + 16) << "' class='band' text-anchor='middle'>waiting for "
-        << xml_escape(w.value("kind", "memory")) << "</text>\n";
+    if (x1 - x0 > 70) band_labels.emplace_back((x0 + x1) / 2, "waiting for " + w.value("kind", "memory"));
   }
 
   // Bytes in use: a step curve, filled below.
@@ -175,18 +223,23 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
   }
 
   // Capacity and limit.
-  auto hline = [&](double bytes, const char* colour, const std::string& text, double dy) {
+  auto hline = [&](double bytes, const char* colour, const std::string& text) {
     double y = Y(bytes);
     o << "<line x1='" << num(px) << "' y1='" << num(y) << "' x2='" << num(px + pw) << "' y2='" << num(y) << "' stroke='"
       << colour << "' stroke-width='1.6' stroke-dasharray='7 4'/>\n";
-    o << "<text x='" << num(px + pw - 6) << "' y='" << num(y + dy) << "' class='lbl' fill='" << colour
-      << "' text-anchor='end'>" << xml_escape(text) << "</text>\n";
+    // Above the line at the right end, else below it, else further left; dropped when all are taken
+    // (the legend still names the line).
+    for (auto [dx, dy] : {std::pair{0.0, -5.0}, {0.0, 14.0}, {-pw / 2, -5.0}, {-pw / 2, 14.0}}) {
+      double x = px + pw - 6 + dx;
+      if (labels.take(&x, y + dy, 'e', text, 12)) {
+        o << "<text x='" << num(x) << "' y='" << num(y + dy) << "' class='lbl' fill='" << colour
+          << "' text-anchor='end'>" << xml_escape(text) << "</text>\n";
+        break;
+      }
+    }
   };
-  if (capacity > 0) hline(capacity, kCapacityColour, "device capacity " + bytes_label(capacity), -5);
-  if (has_limit) {
-    bool close = capacity > 0 && std::fabs(Y(limit) - Y(capacity)) < 14;
-    hline(limit, kLimitColour, "job limit " + bytes_label(limit), close ? 14 : -5);
-  }
+  if (capacity > 0) hline(capacity, kCapacityColour, "device capacity " + bytes_label(capacity));
+  if (has_limit) hline(limit, kLimitColour, "job limit " + bytes_label(limit));
 
   // The peak.
   if (!ts.empty() && peak > 0) {
@@ -194,32 +247,64 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
     for (size_t i = 0; i < bs.size(); ++i)
       if (bs[i] > bs[at]) at = i;
     double yp = Y(std::max(peak, bs[at]));
-    o << "<circle cx='" << num(X(ts[at])) << "' cy='" << num(yp) << "' r='4' fill='" << kUseColour
+    const double xp = X(ts[at]);
+    o << "<circle cx='" << num(xp) << "' cy='" << num(yp) << "' r='4' fill='" << kUseColour
       << "'><title>peak " << xml_escape(bytes_label(peak)) << "</title></circle>\n";
-    o << "<text x='" << num(X(ts[at]) + 7) << "' y='" << num(yp - 7) << "' class='lbl' fill='" << kUseColour << "'>peak "
-      << xml_escape(bytes_label(peak)) << "</text>\n";
+    labels.block({xp - 5, yp - 5, xp + 5, yp + 5});
+    const std::string text = "peak " + bytes_label(peak);
+    struct Spot {
+      double dx, dy;
+      char anchor;
+    };
+    for (Spot s : {Spot{7, -7, 's'}, Spot{-7, -7, 'e'}, Spot{7, 16, 's'}, Spot{-7, 16, 'e'}}) {
+      double x = xp + s.dx;
+      if (labels.take(&x, yp + s.dy, s.anchor, text, 12)) {
+        o << "<text x='" << num(x) << "' y='" << num(yp + s.dy) << "' class='lbl' fill='" << kUseColour
+          << "' text-anchor='" << (s.anchor == 's' ? "start" : "end") << "'>" << xml_escape(text) << "</text>\n";
+        break;
+      }
+    }
   }
+  for (auto [xb, text] : band_labels)
+    if (labels.take(&xb, py + 16, 'm', text, 11))
+      o << "<text x='" << num(xb) << "' y='" << num(py + 16) << "' class='band' text-anchor='middle'>"
+        << xml_escape(text) << "</text>\n";
 
-  // Refused allocations.
-  for (const json& e : d.value("oom_events", json::array())) {
-    double x = X(get_num(e, "t_s"));
-    double y = Y(std::min(get_num(e, "in_use"), ytop * u.bytes));
+  // Refused allocations: the markers first (labels keep off them), then one label each where it fits.
+  const json ooms = d.value("oom_events", json::array());
+  std::vector<std::pair<double, double>> marks;
+  for (const json& e : ooms) {
+    marks.emplace_back(X(get_num(e, "t_s")), Y(std::min(get_num(e, "in_use"), ytop * u.bytes)));
+    labels.block({marks.back().first - 7, marks.back().second - 7, marks.back().first + 7, marks.back().second + 7});
+  }
+  for (size_t i = 0; i < ooms.size(); ++i) {
+    const json& e = ooms[i];
+    const auto [x, y] = marks[i];
     std::string reason = e.value("reason", "?");
     o << "<g><title>+" << num(get_num(e, "t_s")) << " s: refused (" << xml_escape(reason) << ") — asked "
-      << xml_escape(bytes_label(get_num(e, "request"))) << " with " << xml_escape(bytes_label(get_num(e, "in_use")))
+      << xml_escape(bytes_label(double(oom_request_bytes(e)))) << " with " << xml_escape(bytes_label(get_num(e, "in_use")))
       << " in use</title>";
     o << "<path d='M" << num(x - 6) << "," << num(y - 6) << " L" << num(x + 6) << "," << num(y + 6) << " M" << num(x + 6)
       << "," << num(y - 6) << " L" << num(x - 6) << "," << num(y + 6) << "' stroke='" << kOomColour
       << "' stroke-width='3' stroke-linecap='round'/>";
-    o << "<text x='" << num(x) << "' y='" << num(y - 11) << "' class='oom' text-anchor='middle'>OOM: "
-      << xml_escape(reason) << "</text></g>\n";
+    const std::string text = "OOM: " + reason;
+    for (double dy : {-11.0, 20.0, -24.0, 33.0}) {
+      double xl = x;
+      if (labels.take(&xl, y + dy, 'm', text, 11)) {
+        o << "<text x='" << num(xl) << "' y='" << num(y + dy) << "' class='oom' text-anchor='middle'>"
+          << xml_escape(text) << "</text>";
+        break;
+      }
+    }
+    o << "</g>\n";
   }
 
   // Legend.
   const double lx = px + pw + 22;
   double ly = py + 8;
+  const int entries = 4 + (has_limit ? 1 : 0);
   o << "<rect x='" << num(lx - 10) << "' y='" << num(ly - 8) << "' width='" << num(kRight - 30)
-    << "' height='150' rx='6' fill='#ffffff' stroke='#cccccc'/>\n";
+    << "' height='" << num(27.0 * entries + 15) << "' rx='6' fill='#ffffff' stroke='#cccccc'/>\n";
   auto entry = [&](const std::string& swatch, const std::string& text) {
     o << swatch << "<text x='" << num(lx + 34) << "' y='" << num(ly + 14) << "' class='leg'>" << text << "</text>\n";
     ly += 27;
@@ -227,9 +312,10 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
   entry("<rect x='" + num(lx) + "' y='" + num(ly + 4) + "' width='26' height='12' fill='" + kUseColour +
             "' fill-opacity='0.25' stroke='" + kUseColour + "' stroke-width='2'/>",
         "bytes in use");
-  entry("<line x1='" + num(lx) + "' y1='" + num(ly + 10) + "' x2='" + num(lx + 26) + "' y2='" + num(ly + 10) +
-            "' stroke='" + kLimitColour + "' stroke-width='2' stroke-dasharray='7 4'/>",
-        "job limit");
+  if (has_limit)  // a job without a limit has no limit line to explain
+    entry("<line x1='" + num(lx) + "' y1='" + num(ly + 10) + "' x2='" + num(lx + 26) + "' y2='" + num(ly + 10) +
+              "' stroke='" + kLimitColour + "' stroke-width='2' stroke-dasharray='7 4'/>",
+          "job limit");
   entry("<line x1='" + num(lx) + "' y1='" + num(ly + 10) + "' x2='" + num(lx + 26) + "' y2='" + num(ly + 10) +
             "' stroke='" + kCapacityColour + "' stroke-width='2' stroke-dasharray='7 4'/>",
         "device capacity");

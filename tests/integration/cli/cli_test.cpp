@@ -4,6 +4,7 @@
 
 #include <pwd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "../daemon/colocd_fixture.h"
 
@@ -144,6 +145,12 @@ TEST_CASE("coloc: unknown jobs and bad arguments") {
   CHECK(r.exit_code == 2);
   r = coloc_cli(d, {"report", "a b"});
   CHECK(r.exit_code == 2);
+  r = coloc_cli(d, {"report", "no-such-job", "--svg", ""});  // an empty file name is an error, not ignored
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--svg needs a file name") != std::string::npos);
+  r = coloc_cli(d, {"set", "x", "--mem", ""});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--mem was given an empty value") != std::string::npos);
   for (auto sub : {"run", "status", "jobs", "report", "set"}) {
     ProcResult h = coloc_cli(d, {sub, "--help"});
     CHECK(h.exit_code == 0);
@@ -184,6 +191,23 @@ TEST_CASE("coloc run: sets the environment and execs the command") {
   CHECK(r.out.find("COLOC_JOB=envcheck-") != std::string::npos);
   CHECK(r.out.find("COLOC_SOCKET=" + d.socket()) != std::string::npos);
   CHECK(r.out.find("libcoloc.so") != std::string::npos);
+  // A job name made from a command whose name does not fit: a note names the one used.
+  TempDir dir("coloc-cli-run");
+  std::string odd = dir / "my env!";
+  REQUIRE(::symlink("/usr/bin/env", odd.c_str()) == 0);
+  ProcResult renamed = coloc_cli(d, {"run", "--", odd});
+  REQUIRE_MESSAGE(renamed.exit_code == 0, describe(renamed));
+  size_t at = renamed.out.find("COLOC_JOB=my_env_-");
+  REQUIRE(at != std::string::npos);
+  std::string id = renamed.out.substr(at + 10, renamed.out.find('\n', at) - at - 10);
+  CHECK_MESSAGE(renamed.err.find("coloc: note: job name " + id + " (the command's name 'my env!'") != std::string::npos,
+                renamed.err);
+  CHECK(r.err.find("note") == std::string::npos);  // --job envcheck: nothing rewritten
+  // A limit below one CUDA context: said before the job starts.
+  ProcResult small = coloc_cli(d, {"run", "--mem", "100MiB", "--", "/bin/true"});
+  CHECK(small.exit_code == 0);
+  CHECK(small.err.find("--mem 100.00 MiB is less than one CUDA context") != std::string::npos);
+  CHECK(small.err.find("a CUDA context alone takes a few hundred MiB on real GPUs") != std::string::npos);
   ProcResult missing = coloc_cli(d, {"run", "--", "/no/such/program"});
   CHECK(missing.exit_code == 127);
   CHECK(missing.err.find("cannot run /no/such/program") != std::string::npos);

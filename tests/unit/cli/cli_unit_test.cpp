@@ -3,6 +3,8 @@
 
 #include <sys/stat.h>
 
+#include <set>
+
 #include "../../support/proc.h"
 #include "format.h"
 #include "run_plan.h"
@@ -37,7 +39,7 @@ json sample_report() {
       "kernel_launches": 5000, "wait_memory_s": 12.5, "wait_admission_s": 3.0, "driver_ooms": 0,
       "waits": [{"kind": "admission", "start_s": 0.0, "end_s": 3.0, "outcome": "granted"},
                 {"kind": "memory", "start_s": 40.0, "end_s": 52.5, "outcome": "granted"}],
-      "oom_events": [{"t_s": 70.0, "reason": "own-limit", "admission": false, "request": 4294967296, "in_use": 19327352832}],
+      "oom_events": [{"t_s": 70.0, "reason": "own-limit", "admission": false, "request": 23622320128, "in_use": 19327352832}],
       "timeline": {"t_s": [3.0, 10.0, 40.0, 52.5, 80.0, 100.0],
                    "bytes": [1073741824, 8589934592, 12884901888, 19327352832, 10737418240, 0]}
     }]
@@ -142,6 +144,45 @@ TEST_CASE("tables: status, jobs and report show what matters") {
   CHECK(r.find("own-limit") != std::string::npos);
   CHECK(r.find("+40.00 s") != std::string::npos);
   CHECK(r.find("12.5 s") != std::string::npos);
+  // The OOM event's REQUEST is the request alone: the report's request is what the job would have
+  // held (18 GiB in use + 4 GiB asked).
+  size_t row = r.find("own-limit ");
+  REQUIRE(row != std::string::npos);
+  std::string line = r.substr(row, r.find('\n', row) - row);
+  CHECK_MESSAGE(line.find(" 4.00 GiB ") != std::string::npos, line);
+  CHECK(r.find("22.00 GiB") == std::string::npos);
+  CHECK(oom_request_bytes(json{{"request", 4096}, {"in_use", 0}, {"admission", true}}) == 4096);
+}
+
+TEST_CASE("coloc run: notes for a rewritten job name and for a limit below one CUDA context") {
+  Install in;
+  RunOptions o;
+  o.socket = "/s";
+  o.command = {"/opt/bin/my train!"};
+  RunPlan p;
+  std::string err;
+  REQUIRE(plan_run(o, {}, in.dir / "bin", "abcdef", &p, &err));
+  REQUIRE(p.notes.size() == 1);
+  CHECK(p.notes[0].find("job name my_train_-abcdef") != std::string::npos);
+  CHECK(p.notes[0].find("'my train!'") != std::string::npos);
+  o.command = {"/opt/bin/train.py"};  // a name that fits: nothing to say
+  REQUIRE(plan_run(o, {}, in.dir / "bin", "abcdef", &p, &err));
+  CHECK(p.notes.empty());
+  o.command = {std::string(50, 'a')};  // cut to 40 characters
+  REQUIRE(plan_run(o, {}, in.dir / "bin", "abcdef", &p, &err));
+  REQUIRE(p.notes.size() == 1);
+  CHECK(p.notes[0].find("job name " + std::string(40, 'a') + "-abcdef") != std::string::npos);
+  o.command = {"train"};
+  o.mem = "100MiB";
+  REQUIRE(plan_run(o, {}, in.dir / "bin", "abcdef", &p, &err));
+  REQUIRE(p.notes.size() == 1);
+  CHECK(p.notes[0].find("--mem 100.00 MiB is less than one CUDA context") != std::string::npos);
+  CHECK(p.notes[0].find("a CUDA context alone takes a few hundred MiB on real GPUs") != std::string::npos);
+  REQUIRE(plan_run(o, {{"COLOC_CONTEXT_BYTES", "64MiB"}}, in.dir / "bin", "abcdef", &p, &err));
+  CHECK(p.notes.empty());  // the context is counted smaller: 100 MiB holds one
+  o.mem = "1GiB";
+  REQUIRE(plan_run(o, {}, in.dir / "bin", "abcdef", &p, &err));
+  CHECK(p.notes.empty());
 }
 
 TEST_CASE("svg: a valid SVG document, checked by parsing it, with every element a reader needs") {
@@ -169,6 +210,53 @@ TEST_CASE("svg: a valid SVG document, checked by parsing it, with every element 
   // A report with nothing in it is still a valid picture.
   coloc::test::write_file(tmp / "empty.svg", render_svg(json::object()));
   CHECK(coloc::test::run({"xmllint", "--noout", tmp / "empty.svg"}, coloc::test::Env(), std::chrono::seconds(20)).exit_code == 0);
+}
+
+namespace {
+/// (x, y) of every <text> element of `cls` in an SVG document.
+std::vector<std::pair<std::string, std::string>> text_positions(const std::string& svg, const std::string& cls) {
+  std::vector<std::pair<std::string, std::string>> v;
+  for (size_t at = 0; (at = svg.find("<text ", at)) != std::string::npos; ++at) {
+    size_t end = svg.find('>', at);
+    std::string tag = svg.substr(at, end - at);
+    if (tag.find("class='" + cls + "'") == std::string::npos) continue;
+    auto attr = [&](const std::string& k) {
+      size_t a = tag.find(" " + k + "='") + k.size() + 3;
+      return tag.substr(a, tag.find('\'', a) - a);
+    };
+    v.emplace_back(attr("x"), attr("y"));
+  }
+  return v;
+}
+}  // namespace
+
+TEST_CASE("svg: labels that would collide are moved or dropped; counts read as words; no limit, no limit legend") {
+  json r = sample_report();
+  json& d = r["devices"][0];
+  // The limit a hair under the capacity, and four refusals at the same moment and use: their labels
+  // would all sit on one spot, and the limit's on the capacity's.
+  d["limit"] = 85899345920.0 - 100 * 1048576.0;
+  json ev = d["oom_events"][0];
+  for (int i = 0; i < 3; ++i) d["oom_events"].push_back(ev);
+  d["allocations"] = 1;
+  std::string svg = render_svg(r);
+  for (const char* cls : {"lbl", "oom"}) {
+    auto pos = text_positions(svg, cls);
+    std::set<std::pair<std::string, std::string>> distinct(pos.begin(), pos.end());
+    CAPTURE(cls);
+    CHECK(distinct.size() == pos.size());
+  }
+  auto ooms = text_positions(svg, "oom");
+  CHECK(ooms.size() >= 2);  // moved above and below the marker ...
+  CHECK(ooms.size() <= 4);  // ... or dropped when no place is left
+  CHECK(svg.find("1 allocation,") != std::string::npos);
+  CHECK(svg.find("1 allocations") == std::string::npos);
+  CHECK(svg.find(">job limit</text>") != std::string::npos);
+
+  d["limit"] = nullptr;  // no limit: nothing in the legend about one
+  svg = render_svg(r);
+  CHECK(svg.find("job limit") == std::string::npos);
+  CHECK(svg.find("(no limit)") != std::string::npos);
 }
 
 TEST_CASE("svg: axis steps are round numbers") {
