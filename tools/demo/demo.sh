@@ -19,6 +19,28 @@
 # Results go to BUILD_DIR/demo/ (the summary's inputs, the reports, the SVG plots).
 set -euo pipefail
 
+usage() {
+  cat <<'EOF_USAGE'
+Usage: tools/demo/demo.sh [BUILD_DIR] [--quick] [--no-monitor] [--out DIR] [--keep]
+
+Runs the same mix of training jobs twice on one GPU: without coloc (at least one crashes with
+out-of-memory), then under colocd with `coloc run --mem` (every job completes; one waits to be
+admitted instead). Prints a side-by-side summary, a verdict, and each job's report. `make demo`
+runs it.
+
+  BUILD_DIR     the build directory (default: build)
+  --quick       a 36 GiB simulated GPU and one training step per trace (seconds; the tests use it)
+  --no-monitor  do not sample the GPU's total use (sanitizer builds: python cannot load them)
+  --out DIR     where the results go (default: BUILD_DIR/demo)
+  --keep        keep the temporary directory (colocd's socket and state; simgpu's state)
+  -h, --help    this text
+
+The GPU is the real one when /proc/driver/nvidia/version exists, else simgpu with one 80 GiB
+device. Exit status: 0 when the demo showed what it should (the verdict says PASS), 1 otherwise,
+2 for a bad option.
+EOF_USAGE
+}
+
 BUILD=build
 QUICK=0 MONITOR=1 KEEP=0 OUT=
 while [ $# -gt 0 ]; do
@@ -27,7 +49,7 @@ while [ $# -gt 0 ]; do
     --no-monitor) MONITOR=0 ;;
     --keep) KEEP=1 ;;
     --out) [ $# -ge 2 ] || { echo "demo: --out needs a directory" >&2; exit 2; }; OUT=$2; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     -*) echo "demo: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) BUILD=$1 ;;
   esac
@@ -158,7 +180,8 @@ stop_monitor
 # ---- run 2: with coloc ---------------------------------------------------------------------------
 echo "Run 2: with coloc. colocd keeps the books; each job starts with coloc run --mem..."
 SOCK=$WORK/colocd.sock
-"$BIN/colocd" --socket "$SOCK" --state-dir "$WORK/state" --log-level info 2> "$OUT/colocd.log" &
+# colocd reads each device's free memory through NVML: on simgpu, the simulated one in $BUILD/sim.
+"${SIM[@]}" "$BIN/colocd" --socket "$SOCK" --state-dir "$WORK/state" --log-level info 2> "$OUT/colocd.log" &
 DAEMON=$!
 export COLOC_SOCKET=$SOCK
 for _ in $(seq 200); do "$BIN/coloc" status >/dev/null 2>&1 && break; sleep 0.05; done

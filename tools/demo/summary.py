@@ -48,10 +48,27 @@ def outcome(rc, res):
 
 
 def waited(report):
-    """Seconds the job waited for memory (admission + growth), from colocd's report."""
+    """Seconds the job waited in all (to be admitted + for memory to grow), from colocd's report."""
     if not report:
         return None
     return sum(d.get("wait_admission_s", 0) + d.get("wait_memory_s", 0) for d in report.get("devices", []))
+
+
+def waits_of(report):
+    """(seconds waiting to be admitted, seconds waiting for memory to grow), from colocd's report."""
+    devices = (report or {}).get("devices", [])
+    return (sum(d.get("wait_admission_s", 0) for d in devices), sum(d.get("wait_memory_s", 0) for d in devices))
+
+
+def wait_words(name, report):
+    """What the job waited for, worded by what happened: ' (NAME waited 1.2 s to be admitted ...)'."""
+    admission, memory = waits_of(report)
+    parts = []
+    if admission >= 0.05:
+        parts.append(f"{admission:.1f} s to be admitted")
+    if memory >= 0.05:
+        parts.append(f"{memory:.1f} s for memory to grow")
+    return f" ({name} waited {' and '.join(parts)} instead of crashing)" if parts else ""
 
 
 def main():
@@ -102,7 +119,7 @@ def main():
     if crashed and not failed:
         waits = [(name, waited(runs["coloc"]["rows"][name]["report"]) or 0) for name, _, _ in jobs]
         longest = max(waits, key=lambda x: x[1])
-        extra = f" ({longest[0]} waited {longest[1]:.1f} s for memory instead of crashing)" if longest[1] > 0 else ""
+        extra = wait_words(longest[0], runs["coloc"]["rows"][longest[0]]["report"]) if longest[1] > 0 else ""
         print(f"Verdict: PASS — without coloc {len(crashed)} of {n} jobs crashed with out-of-memory "
               f"({', '.join(crashed)}); with coloc all {n} completed{extra}.")
         return 0
