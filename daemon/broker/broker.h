@@ -7,9 +7,11 @@
 //
 // The books
 //   device  capacity, headroom, and `outside`: memory used outside coloc, estimated from the
-//           latest physical-free report as capacity - physical free - sum of coloc clients' in-use
-//           (stats pages). Physical free is the ground truth; client ledgers are checked against
-//           it (a ledger claiming more than the device shows is logged and clamped).
+//           latest physical-free figure (a client's report, or the engine's own NVML read through
+//           refresh_outside) as capacity - physical free - sum of coloc clients' in-use (stats
+//           pages). Physical free is the ground truth; client ledgers are checked against it (when
+//           they claim more than the device shows used, a known estimate is kept, capped by what
+//           the device shows used: client figures never erase it).
 //   job     (uid, id): limit, priority, wait choice; per device: admitted?, reservation (the
 //           declared footprint held at admission: min(limit, capacity - headroom), 0 without a
 //           limit) and granted (sum of its clients' grants).
@@ -25,8 +27,8 @@
 //   grow    raise a client's grant to `need`: granted (rounded up to the grant step, within the
 //           limit), refused (own limit: at once, never waits), or parked (wait policy).
 //   shrink  lower a grant (lazy return of surplus), never below what the client has in use.
-//   Parked requests are served in the policy's order; a later request never takes memory on a
-//   device where an earlier one waits. They end when served, when their wait timeout passes,
+//   Parked requests are served in the policy's order; a request never takes memory on a device
+//   where one ahead of it in that order waits. They end when served, when their wait timeout passes,
 //   when cancelled, or when the deadlock breaker picks their job (every job on the device parked).
 #pragma once
 

@@ -56,8 +56,8 @@ class MemoryPolicy {
 
   /// Called whenever parked requests are considered (after memory frees, a request parks, or a
   /// priority changes) to sort them. Returns true when `a` must be served before `b`; must be a
-  /// strict weak ordering. The broker serves in this order and never lets a later request take
-  /// memory on a device where an earlier one is still waiting.
+  /// strict weak ordering. The broker serves in this order and never lets a request take memory on
+  /// a device where one ahead of it in this order is still waiting.
   virtual bool before(const WaiterView& a, const WaiterView& b) const = 0;
 
   /// Called when a request (admission or growth) does not fit now. Returns park, or refuse with

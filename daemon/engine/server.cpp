@@ -21,6 +21,7 @@
 #include <fstream>
 
 #include "coloc/wire.h"
+#include "device/nvml_reader.h"
 #include "util/log.h"
 
 namespace coloc::engine {
@@ -98,6 +99,7 @@ Server::Server(config::Config cfg)
       broker_(broker_config(cfg_), policy_),
       store_(cfg_.state_dir + "/reports"),
       resume_(cfg_.state_dir + "/clients"),
+      job_states_(cfg_.state_dir + "/jobs"),
       rx_(proto::kMaxMessage) {}
 
 Server::~Server() {
@@ -130,7 +132,17 @@ Result<void> Server::open_state_dir() {
   }
   info_.admin_gid = admin_gid;
   if (auto r = store_.prepare(admin_gid ? int(*admin_gid) : -1); !r) return r;
-  return resume_.load();
+  if (auto r = resume_.load(); !r) return r;
+  // The running jobs' report state of the previous run: continued when their processes
+  // re-register, reported as ended while the daemon was away when they do not.
+  if (auto r = job_states_.prepare(); !r) return r;
+  boot_id_ = report::boot_id();
+  report::JobStateStore::Loaded saved = job_states_.load();
+  for (const std::string& p : saved.problems) log::get("report")->error("{}", p);
+  for (report::SavedJob& j : saved.jobs) away_.emplace(j.key, std::move(j));
+  if (!away_.empty())
+    log::get("report")->info("restart: {} job(s) were running when colocd stopped; their reports continue", away_.size());
+  return {};
 }
 
 Result<void> Server::open_socket() {
@@ -229,6 +241,17 @@ Result<void> Server::start() {
   watcher_ = std::move(w.value());
   info_.watcher = watcher_->description();
   admin_ = std::make_unique<Admin>(broker_, recorders_, store_, info_);
+  if (!memory_reader_set_) {
+    auto nvml = device::NvmlReader::open();
+    if (nvml) {
+      memory_reader_ = std::move(nvml.value());
+      lg->info("reading each device's free memory through NVML every {} ms and when a request finds no room",
+               cfg_.sample_interval / 1000000);
+    } else {
+      lg->warn("NVML is not available ({}): memory used outside coloc is estimated only from the clients' reports",
+               nvml.error().message());
+    }
+  }
 
   if (auto r = open_signals_and_timers(); !r) return r;
   if (auto r = open_socket(); !r) return r;
@@ -239,6 +262,7 @@ Result<void> Server::start() {
     lg->info("restart: waiting up to {:.1f} s for {} running process(es) to re-register before serving new requests",
              double(cfg_.resume_grace) / 1e9, n);
   }
+  away_deadline_ = now() + cfg_.resume_grace;
   lg->info("colocd listening on {} (protocol {}, accepts {}..{}), state in {}, headroom {}, watcher {}", cfg_.socket,
            proto::kVersion, proto::kMinVersion, proto::kVersion, cfg_.state_dir,
            cfg_.headroom.bytes ? fmt::format("{} bytes", *cfg_.headroom.bytes)
@@ -263,6 +287,7 @@ int Server::run() {
     }
   }
   if (auto r = resume_.save_if_dirty(); !r) lg->warn("{}", r.error().message());
+  persist_jobs(now(), true);  // the jobs keep running: the next daemon continues their reports
   struct stat st;
   if (::stat(cfg_.socket.c_str(), &st) == 0 && st.st_ino == socket_inode_) ::unlink(cfg_.socket.c_str());
   lg->info("colocd stopped");
@@ -449,6 +474,9 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
       for (uint32_t i = 0; i < m.body.attach.n_devices; ++i) {
         const proto::AttachDevice& d = m.body.attach.devices[i];
         reqs.push_back({broker::Uuid::from(d.device.uuid), d.device.capacity, d.device.physical_free, d.request});
+        // A client has no context to ask before admission: the device's own figure, when we can read it.
+        if (reqs.back().physical_free == broker::kUnknown && memory_reader_)
+          if (auto free = memory_reader_->free_bytes(reqs.back().uuid)) reqs.back().physical_free = *free;
       }
       broker_.attach(id, h.seq, reqs, t);
       break;
@@ -473,6 +501,9 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
     default:
       break;
   }
+  // A request found no room: the outside-coloc estimate may be stale (nobody reported since
+  // that memory was freed). Ask the device; a lower figure serves the waiter at once.
+  for (uint32_t dev : broker_.take_short_devices()) read_device_memory(dev, t);
   // Grants change at requests: sample the job there too, so short jobs have a timeline.
   sample_job(c.job, t);
 }
@@ -503,15 +534,26 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   spec.wait_timeout = r.wait_timeout_ns;
   auto start_time = process_start_time(c.pid());
   spec.age = start_time ? *start_time : t;
+  const bool resume = (r.flags & proto::kRegResume) != 0;
+  // A job that was running when the previous daemon stopped keeps the limit and priority the
+  // daemon last gave it (a `coloc set` survives), not the ones its environment asked for.
+  std::optional<report::SavedJob> saved = claim_saved(spec, start_time, resume);
+  if (saved) {
+    spec.limit = saved->limit;
+    for (proto::Priority p : {proto::Priority::kBestEffort, proto::Priority::kNormal, proto::Priority::kHigh})
+      if (saved->priority == proto::priority_name(p)) spec.priority = p;
+  }
   c.pages = std::make_unique<ClientPages>(std::move(pages.value()));
   const broker::ClientId id = broker_.add_client(spec, c.pages->control(), c.pages->stats(), t);
-  const bool resume = (r.flags & proto::kRegResume) != 0;
+  const broker::JobSerial serial = broker_.find_client(id)->job;
+  if (saved) limit_known_.insert(serial);
   if (resume) {
     std::vector<broker::ResumeEntry> ledger;
     for (uint32_t i = 0; i < r.n_ledger; ++i) {
       const proto::LedgerEntry& e = r.ledger[i];
+      // limit 0: the saved limit is the daemon's own word, a ledger does not lower it.
       ledger.push_back({broker::Uuid::from(e.device.uuid), e.device.capacity, e.device.physical_free, e.in_use, e.grant,
-                        e.limit});
+                        limit_known_.count(serial) ? 0 : e.limit});
     }
     broker_.resume(id, ledger, t);
   }
@@ -526,12 +568,29 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   ++clients_per_uid_[c.uid()];
   resume_.add(c.pid(), start_time.value_or(0));
   resume_.settle(c.pid());
+  if (!recorders_.count(job.serial) && saved) {
+    // Continue the report from before the restart: start, timeline, counters, waits.
+    auto rec = report::JobRecorder::from_state(saved->recorder, job.serial);
+    if (rec) {
+      rec.value().daemon_restarted(saved->saved_mono);
+      recorders_.emplace(job.serial, std::move(rec.value()));
+      continued_.insert(job.serial);
+      lg->info("job {}: continuing its report from before the restart", job.key.str());
+    } else {
+      lg->error("job {}: its saved report state is unusable ({}); the report starts over", job.key.str(),
+                rec.error().message());
+    }
+  }
   if (!recorders_.count(job.serial)) {
     std::string command = r.cmdline[0] ? std::string(r.cmdline)
                                        : (m.h.version == 1 ? "(unknown: protocol v1 client)" : "(unknown)");
+    // A process coming back after a restart that left no saved state: the job started no later
+    // than the process did.
+    const int64_t wall_now = wall_ms();
+    auto started = resume && start_time ? start_on_daemon_clocks(*start_time, t, wall_now) : std::make_pair(t, wall_now);
     recorders_.emplace(std::piecewise_construct, std::forward_as_tuple(job.serial),
                        std::forward_as_tuple(job.serial, job.key, user_name(job.key.uid), command, r.cmdline_hash,
-                                             proto::priority_name(job.priority), t, wall_ms()));
+                                             proto::priority_name(job.priority), started.first, started.second));
   }
   recorders_.at(job.serial).add_process(c.pid());
 
@@ -565,6 +624,8 @@ void Server::on_admin(Connection& c, const proto::Message& m) {
   }
   if (a.status != proto::AdminStatus::kOk)
     log::get("engine")->info("admin request from {} refused: {}", c.describe(), a.text);
+  else if (proto::AdminOp(m.body.admin.op) == proto::AdminOp::kSet)
+    persist_jobs(now(), false, false);  // a new limit or priority outlives a daemon killed right after
   std::vector<unsigned char> buf(proto::kMaxMessage);
   size_t off = 0;
   do {
@@ -641,6 +702,10 @@ void Server::finalize_job(broker::JobSerial serial) {
   auto path = store_.write(rec->second.key().id, text);
   if (path) lg->info("job {} ended; report {}", rec->second.key().str(), path.value());
   else lg->error("job {} ended; its report could not be written: {}", rec->second.key().str(), path.error().message());
+  if (!broker_.find_job(rec->second.key())) job_states_.remove(rec->second.key());  // (not a new run of the same id)
+  persisted_.erase(serial);
+  continued_.erase(serial);
+  limit_known_.erase(serial);
   recorders_.erase(rec);
 }
 
@@ -746,18 +811,136 @@ void Server::sample_job(broker::JobSerial serial, Nanos t) {
   if (it != broker_.jobs().end()) sample_job(it->second, t);
 }
 
+void Server::read_device_memory(uint32_t device, Nanos t) {
+  if (!memory_reader_ || device >= broker_.devices().size()) return;
+  if (auto free = memory_reader_->free_bytes(broker_.devices()[device].uuid))
+    broker_.refresh_outside(device, *free, t);
+}
+
 void Server::on_sample() {
   uint64_t n;
   while (::read(sample_timer_.get(), &n, sizeof n) == ssize_t(sizeof n)) {
   }
   const broker::Nanos t = now();
+  (void)broker_.take_short_devices();  // every device is read below
+  for (uint32_t dev = 0; dev < broker_.devices().size(); ++dev) read_device_memory(dev, t);
   for (const auto& [serial, job] : broker_.jobs()) sample_job(job, t);
   if (auto r = resume_.save_if_dirty(); !r) log::get("engine")->warn("{}", r.error().message());
+  persist_jobs(t, false);
+  sweep_away(t);
   if (broker_.holding() && resume_.expected() == 0) {
     log::get("engine")->info("restart: every running process has re-registered");
     broker_.end_hold(t);
   }
   settle();
+}
+
+// ---- job state across restarts -------------------------------------------------------------------
+
+void Server::save_job(const broker::Job& job, const report::JobRecorder& rec, Nanos t) {
+  report::SavedJob s;
+  s.key = job.key;
+  s.limit = job.limit;
+  s.priority = proto::priority_name(job.priority);
+  for (broker::ClientId id : job.clients) {
+    const broker::Client* c = broker_.find_client(id);
+    if (auto st = resume_.start_time(c->pid)) s.pids.emplace_back(c->pid, *st);
+  }
+  s.saved_mono = t;
+  s.saved_unix_ms = wall_ms();
+  s.boot_id = boot_id_;
+  s.recorder = rec.state();
+  Persisted& p = persisted_[job.serial];
+  if (auto r = job_states_.save(s); !r) {
+    if (!p.warned) log::get("report")->warn("job {}: {} (a restart would lose its report so far)", job.key.str(), r.error().message());
+    p.warned = true;
+    return;
+  }
+  p = {rec.revision(), job.limit, job.priority, t, false};
+}
+
+void Server::persist_jobs(Nanos t, bool force, bool throttle) {
+  constexpr Nanos kEvery = 1'000'000'000, kRefresh = 10'000'000'000;
+  if (throttle && !force && t < next_persist_) return;
+  next_persist_ = t + kEvery;
+  for (const auto& [serial, job] : broker_.jobs()) {
+    auto rec = recorders_.find(serial);
+    if (rec == recorders_.end() || job.clients.empty()) continue;
+    auto p = persisted_.find(serial);
+    bool changed = p == persisted_.end() || p->second.revision != rec->second.revision() ||
+                   p->second.limit != job.limit || p->second.priority != job.priority;
+    if (force || changed || t - p->second.at >= kRefresh) save_job(job, rec->second, t);
+  }
+}
+
+std::optional<report::SavedJob> Server::claim_saved(const broker::ClientSpec& spec, std::optional<uint64_t> start_time,
+                                                    bool resume) {
+  const broker::JobKey key{spec.uid, spec.job_id};
+  auto it = away_.find(key);
+  if (it == away_.end() || broker_.find_job(key)) return std::nullopt;
+  bool listed = false;
+  for (auto& [pid, st] : it->second.pids) listed |= pid == spec.pid && start_time && st == *start_time;
+  if (it->second.boot_id != boot_id_ || !(resume || listed)) {
+    // A new run under the same id: the saved one is over (any of its processes that comes back
+    // joins the new run, which has the same key).
+    report::SavedJob gone = std::move(it->second);
+    away_.erase(it);
+    finish_away(gone);
+    return std::nullopt;
+  }
+  report::SavedJob s = std::move(it->second);
+  away_.erase(it);
+  return s;
+}
+
+void Server::finish_away(const report::SavedJob& saved) {
+  auto lg = log::get("report");
+  auto rec = report::JobRecorder::from_state(saved.recorder, 0);  // checked at load
+  if (!rec) {
+    lg->error("job {}: its saved report state is unusable ({}); no report", saved.key.str(), rec.error().message());
+    job_states_.remove(saved.key);
+    return;
+  }
+  rec.value().finish_away(saved.saved_mono, saved.saved_unix_ms);
+  auto path = store_.write(saved.key.id, rec.value().to_json(saved.saved_mono).dump(1));
+  if (path)
+    lg->warn("job {} ended while colocd was away (its processes did not come back); report {} (exit status unknown)",
+             saved.key.str(), path.value());
+  else
+    lg->error("job {} ended while colocd was away; its report could not be written: {}", saved.key.str(),
+              path.error().message());
+  job_states_.remove(saved.key);
+}
+
+void Server::sweep_away(Nanos t) {
+  if ((away_.empty() && continued_.empty()) || t < next_sweep_) return;
+  if (t < away_deadline_ && resume_.expected() > 0) return;  // processes may still come back
+  next_sweep_ = t + 1'000'000'000;
+  auto alive = [](pid_t pid, uint64_t start) {
+    auto now = process_start_time(pid);
+    return now && *now == start;
+  };
+  std::vector<broker::JobKey> over;
+  for (auto& [key, saved] : away_) {
+    bool any = false;
+    if (saved.boot_id == boot_id_)
+      for (auto& [pid, start] : saved.pids) any |= alive(pid, start);
+    if (!any) over.push_back(key);  // a live process that never re-registers keeps it until it dies
+  }
+  for (const broker::JobKey& key : over) {
+    report::SavedJob s = std::move(away_.at(key));
+    away_.erase(key);
+    finish_away(s);
+  }
+  // Continued jobs: their processes that did not come back died while the daemon was away.
+  for (broker::JobSerial serial : continued_) {
+    auto rec = recorders_.find(serial);
+    if (rec == recorders_.end()) continue;
+    for (pid_t pid : rec->second.pending_exits())
+      if (!by_pid_.count(pid) && !lingering_.count(pid) && !process_start_time(pid))
+        rec->second.process_exited({pid, std::nullopt, std::nullopt, "daemon-away"});
+  }
+  continued_.clear();
 }
 
 }  // namespace coloc::engine

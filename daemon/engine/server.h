@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,11 +19,13 @@
 #include "broker/broker.h"
 #include "broker/priority_fifo_policy.h"
 #include "config/config.h"
+#include "device/memory_reader.h"
 #include "engine/admin.h"
 #include "engine/connection.h"
 #include "engine/event_loop.h"
 #include "engine/resume_state.h"
 #include "report/job_recorder.h"
+#include "report/job_state_store.h"
 #include "report/report_store.h"
 #include "util/result.h"
 #include "util/unique_fd.h"
@@ -40,6 +43,13 @@ class Server {
   Result<void> start();
   /// Serves until SIGINT or SIGTERM. Returns the process exit code.
   int run();
+  /// Replaces how the daemon reads each device's free memory (call before start()). Without
+  /// this, start() loads NVML (device::NvmlReader); a null reader, or NVML missing, leaves the
+  /// outside-coloc estimate to the clients' reports.
+  void set_memory_reader(std::unique_ptr<device::MemoryReader> reader) {
+    memory_reader_ = std::move(reader);
+    memory_reader_set_ = true;
+  }
 
  private:
   using Nanos = broker::Nanos;
@@ -61,6 +71,9 @@ class Server {
   void sample_job(const broker::Job& job, Nanos t);
   void sample_job(broker::JobSerial serial, Nanos t);
   void on_deadline();
+  /// Reads the free memory of broker device `device` through memory_reader_ (if any) and hands
+  /// it to the broker (Broker::refresh_outside).
+  void read_device_memory(uint32_t device, Nanos t);
 
   /// Sends an Error and closes the connection (after this event is handled).
   void refuse(Connection& c, proto::ErrorCode code, const std::string& text);
@@ -74,6 +87,19 @@ class Server {
   void finalize_job(broker::JobSerial serial);
   void fold_stats(Connection& c);
   void rearm_deadline();
+  // Job state across restarts (<state-dir>/jobs/, report/job_state_store.h).
+  /// Saves the live jobs' report state: changed ones at most once a second (every one when
+  /// `force`), unchanged ones every 10 s.
+  void persist_jobs(Nanos t, bool force, bool throttle = true);
+  void save_job(const broker::Job& job, const report::JobRecorder& rec, Nanos t);
+  /// The saved job of the previous run that registration `spec` continues (removed from away_),
+  /// or nullopt. Only a resuming process, or one the saved state lists, continues a saved job.
+  std::optional<report::SavedJob> claim_saved(const broker::ClientSpec& spec, std::optional<uint64_t> start_time,
+                                              bool resume);
+  /// After the resume grace: saved jobs none of whose processes is alive get their report (ended
+  /// while the daemon was away); continued jobs' processes that did not come back are marked so.
+  void sweep_away(Nanos t);
+  void finish_away(const report::SavedJob& saved);
   void send_or_drop(Connection& c, const void* data, size_t len, std::vector<int> fds = {});
 
   config::Config cfg_;
@@ -92,7 +118,25 @@ class Server {
   std::map<uid_t, size_t> clients_per_uid_;
   report::ReportStore store_;
   ResumeState resume_;
+  report::JobStateStore job_states_;
+  std::string boot_id_;
+  std::map<broker::JobKey, report::SavedJob> away_;  ///< saved jobs of the previous run, not (yet) continued
+  Nanos away_deadline_ = 0;       ///< the resume grace ends: away_ is swept from then on
+  Nanos next_sweep_ = 0;
+  std::set<broker::JobSerial> continued_;    ///< continued from a saved state: processes still to account for
+  std::set<broker::JobSerial> limit_known_;  ///< the limit came from a saved state: ledgers do not change it
+  struct Persisted {
+    uint64_t revision = 0;
+    broker::Bytes limit = 0;
+    proto::Priority priority = proto::Priority::kNormal;
+    Nanos at = 0;
+    bool warned = false;
+  };
+  std::map<broker::JobSerial, Persisted> persisted_;
+  Nanos next_persist_ = 0;
   std::unique_ptr<watch::ProcessWatcher> watcher_;
+  std::unique_ptr<device::MemoryReader> memory_reader_;  ///< null: client reports only
+  bool memory_reader_set_ = false;
   DaemonInfo info_;
   std::unique_ptr<Admin> admin_;
   uint64_t next_conn_id_ = 1;
