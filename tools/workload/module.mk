@@ -32,12 +32,13 @@ WORKLOAD_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(addprefix tools/workload/, \
 COLOC_TRAIN_OBJS := $(WORKLOAD_CORE_OBJS) $(OBJ)/tools/workload/gpu.o $(OBJ)/tools/workload/main.o
 COLOC_TRAIN := $(BUILD)/bin/coloc-train
 
-# Linked against the toolkit's stub libcuda.so (SONAME libcuda.so.1) without an rpath: at run time
-# the loader finds the real driver, or simgpu through LD_LIBRARY_PATH=build/sim.
+# Not linked against libcuda: gpu.cpp loads libcuda.so.1 with dlopen when the first device is used,
+# so --help, --list-models and argument errors need no CUDA library; a run finds the real driver,
+# or simgpu through LD_LIBRARY_PATH=build/sim.
 $(COLOC_TRAIN): $(COLOC_TRAIN_OBJS) $(KERNELS_OBJ)
 	$(call say,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ -L$(CUDA_HOME)/lib64/stubs -lcuda
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ -ldl
 
 PRODUCTS += $(COLOC_TRAIN)
 TEST_EXTRA_OBJS += $(WORKLOAD_CORE_OBJS)

@@ -232,6 +232,34 @@ TEST_CASE("bad input: one line on stderr, exit 2, nothing on stdout") {
   }
 }
 
+TEST_CASE("without any CUDA library: --help, --list-models and bad input work; a run says the driver is missing") {
+  if (real_driver()) {
+    MESSAGE("skipped: the real driver is installed here");
+    return;
+  }
+  // No LD_LIBRARY_PATH to simgpu, and no driver on this machine: libcuda.so.1 cannot be found.
+  Env env;
+  env.unset("LD_LIBRARY_PATH");
+  ProcResult help = run(train({"--help"}), env);
+  INFO(describe(help));
+  CHECK(help.exit_code == 0);
+  CHECK(help.out.find("Usage") != std::string::npos);
+  CHECK(help.err.empty());
+  ProcResult list = run(train({"--list-models"}), env);
+  CHECK(list.exit_code == 0);
+  CHECK(list.out.find("gpt2-small") != std::string::npos);
+  ProcResult bad = run(train({"--model", "gpt-7"}), env);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("unknown model 'gpt-7'") != std::string::npos);
+  ProcResult none = run(train({"--model", "gpt2-small", "--iters", "1"}), env);
+  INFO(describe(none));
+  CHECK(none.exit_code == 1);
+  nlohmann::json j = none.last_json();
+  check_result_line(j, "error");
+  CHECK(j["error"].get<std::string>().find("cannot load the CUDA driver (libcuda.so.1)") != std::string::npos);
+  CHECK(none.err.find("LD_LIBRARY_PATH=build/sim") != std::string::npos);
+}
+
 TEST_CASE("a CUDA error other than out-of-memory exits 1 with the error's name") {
   TempDir dir("coloc-train");
   ProcResult res = run(train({"--model", "gpt2-small", "--seq", "64", "--iters", "1", "--device", "3"}), sim(dir, "80GiB"));
