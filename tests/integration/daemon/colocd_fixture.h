@@ -34,7 +34,11 @@ class Colocd {
     std::vector<std::string> argv = {build_path("bin/colocd"), "--socket", socket_, "--state-dir", state_, "--log-level", "info"};
     argv.insert(argv.end(), args_.begin(), args_.end());
     if (proc_) old_logs_ += proc_->err_so_far();
-    proc_ = std::make_unique<Proc>(argv, Env());
+    // As on a simgpu node: colocd finds the simulated NVML, which knows none of the fake
+    // clients' devices, so their reports alone shape the books (as without NVML).
+    Env env;
+    env.simgpu(dir_);
+    proc_ = std::make_unique<Proc>(argv, env);
     bool up = wait_until([&] { return ask(proto::AdminOp::kStatus).kind == cli::Answer::Kind::kOk || !proc_->running(); }, 20s);
     REQUIRE_MESSAGE(up, "colocd did not come up:\n", log());
     REQUIRE_MESSAGE(proc_->running(), "colocd exited:\n", describe(proc_->wait(1s)));
