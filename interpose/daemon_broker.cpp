@@ -144,6 +144,15 @@ bool DaemonBroker::adopt(const proto::RegisterReplyMsg& reply, int control_fd, i
     return false;
   }
   job_limit_.store(reply.limit, std::memory_order_relaxed);
+  const Options& o = options();
+  if (!resume && o.job_set && std::strncmp(reply.job, o.job, sizeof reply.job) != 0) {
+    char filed[sizeof reply.job + 1] = {};
+    std::memcpy(filed, reply.job, sizeof reply.job);
+    logf(LogLevel::warn,
+         "COLOC_JOB '%s' is not a job id as it stands (printable characters without spaces, '/' or '\\', at most "
+         "63): colocd files this process under job '%s'",
+         o.job, filed);
+  }
   if (resume)
     for (int s = 0; s < kMaxDevices; ++s)
       if (slots_[s].attached.load(std::memory_order_acquire)) set_floor(s);

@@ -300,7 +300,7 @@ struct DriverOomMsg {
   uint32_t slot;
   uint32_t reserved0;
   uint64_t request;        ///< bytes the failed allocation asked for
-  uint64_t in_use;         ///< bytes this process holds on the device
+  uint64_t in_use;         ///< bytes this process holds on the device, not counting `request`
   uint64_t physical_free;  ///< bytes free on the device right after the failure, or kUnknown
 };
 

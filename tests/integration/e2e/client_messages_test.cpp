@@ -129,4 +129,21 @@ TEST_CASE("e2e: a limit below one CUDA context: the refused admission says that 
   CHECK(r.err.find("a CUDA context alone takes a few hundred MiB on real GPUs") != std::string::npos);
 }
 
+TEST_CASE("e2e: a COLOC_JOB that is not a job id as it stands is filed under a changed name, and the job says so") {
+  if (simulated_only()) return;
+  Node n("16GiB");
+  Env env = n.base_env();
+  env.preload_coloc().set("COLOC_JOB", "my job/x");
+  ProcResult r = run({cuprobe(), "init", "touch", n.file("ready")}, env);
+  INFO(describe(r));
+  CHECK(r.exit_code == 0);
+  CHECK(count(r.err, "COLOC_JOB 'my job/x' is not a job id as it stands") == 1);
+  CHECK(r.err.find("colocd files this process under job 'my_job_x'") != std::string::npos);
+  CHECK(n.report("my_job_x")["job"] == "my_job_x");
+  env.set("COLOC_JOB", "fine-name");  // a valid one: nothing said
+  ProcResult ok = run({cuprobe(), "init"}, env);
+  CHECK(ok.exit_code == 0);
+  CHECK(ok.err.find("COLOC_JOB") == std::string::npos);
+}
+
 }  // TEST_SUITE
