@@ -130,7 +130,13 @@ json Admin::status(broker::Nanos now) const {
     broker::Bytes granted = 0;
     for (auto& [serial, job] : broker_.jobs())
       if (auto it = job.devices.find(i); it != job.devices.end()) granted += it->second.granted;
+    // Idle: no process attached and no admission waiting for it. colocd learns of devices from
+    // its clients and never forgets one; an idle device's figures are the last ones it had.
+    bool waited_for = false;
+    for (const broker::Waiter& w : broker_.waiters())
+      for (auto& [dev, req] : w.devices) waited_for |= dev == i;
     devices.push_back({{"uuid", d.uuid.str()},
+                       {"idle", d.attachments.empty() && !waited_for},
                        {"capacity", d.capacity},
                        {"headroom", d.headroom},
                        {"outside", d.outside},

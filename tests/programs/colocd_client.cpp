@@ -17,6 +17,7 @@
 //     oom:SLOT:BYTES[:FREE]     report a driver OOM
 //     cancel-after:MS           the next alloc cancels its wait after MS milliseconds
 //     sleep:MS   hold[:MS] (wait for the daemon's messages; reconnect if it goes away)
+//     hold-file:PATH            hold until PATH exists
 //     fork-hold   goodbye:CODE   exit:CODE   status
 //     raw:HEX                   send raw bytes (malformed-input tests)
 //     sendfd                    send a valid Shrink carrying an unasked descriptor
@@ -339,6 +340,27 @@ void step_free(Client& c, uint32_t slot, uint64_t bytes) {
 
 /// Waits for the daemon's messages (there are none unasked) for `ms` milliseconds (-1: forever),
 /// noticing at once when it goes away, and reconnecting then with --reconnect.
+/// Waits up to `timeout_ms` (-1: for ever) for the daemon's messages: reconnects (--reconnect) or
+/// exits when the daemon goes away, exits on an Error.
+void serve(Client& c, int timeout_ms) {
+  proto::Message m;
+  int rc = wire::recv_message(c.fd, &m, c.buf.data(), c.buf.size(), timeout_ms);
+  if (rc == -ETIMEDOUT) return;
+  if (rc == -ECONNRESET || rc == -EPIPE) {
+    if (!c.reconnect) {
+      out("{\"event\":\"daemon-lost\"}");
+      std::exit(0);
+    }
+    reconnect(c);
+    return;
+  }
+  if (rc == 0 && m.type() == proto::MsgType::kError) {
+    out(std::string("{\"event\":\"refused\",\"text\":\"") + m.body.error.text + "\"}");
+    std::exit(4);
+  }
+  if (rc != 0 && rc != -EPROTO) die("hold: " + std::string(std::strerror(-rc)));
+}
+
 void step_hold(Client& c, int64_t ms) {
   out("{\"event\":\"holding\"}");
   const uint64_t end = ms < 0 ? UINT64_MAX : wire::now_ns() + uint64_t(ms) * 1000000ull;
@@ -348,24 +370,15 @@ void step_hold(Client& c, int64_t ms) {
       out("{\"event\":\"held\"}");
       return;
     }
-    int timeout = end == UINT64_MAX ? -1 : int((end - now) / 1000000ull) + 1;
-    proto::Message m;
-    int rc = wire::recv_message(c.fd, &m, c.buf.data(), c.buf.size(), timeout);
-    if (rc == -ETIMEDOUT) continue;
-    if (rc == -ECONNRESET || rc == -EPIPE) {
-      if (!c.reconnect) {
-        out("{\"event\":\"daemon-lost\"}");
-        std::exit(0);
-      }
-      reconnect(c);
-      continue;
-    }
-    if (rc == 0 && m.type() == proto::MsgType::kError) {
-      out(std::string("{\"event\":\"refused\",\"text\":\"") + m.body.error.text + "\"}");
-      std::exit(4);
-    }
-    if (rc != 0 && rc != -EPROTO) die("hold: " + std::string(std::strerror(-rc)));
+    serve(c, end == UINT64_MAX ? -1 : int((end - now) / 1000000ull) + 1);
   }
+}
+
+/// Like hold, until `path` exists (checked every 10 ms): the test says when to go on.
+void step_hold_file(Client& c, const std::string& path) {
+  out("{\"event\":\"holding\"}");
+  while (::access(path.c_str(), F_OK) != 0) serve(c, 10);
+  out("{\"event\":\"held\"}");
 }
 
 void step_status(Client& c) {
@@ -499,6 +512,7 @@ int main(int argc, char** argv) {
     } else if (op == "cancel-after") c.cancel_after_ms = std::atoi(f.at(1).c_str());
     else if (op == "sleep") wire::sleep_ns(uint64_t(std::atoll(f.at(1).c_str())) * 1000000ull);
     else if (op == "hold") step_hold(c, f.size() > 1 ? std::atoll(f[1].c_str()) : -1);
+    else if (op == "hold-file") step_hold_file(c, s.substr(10));
     else if (op == "fork-hold") {
       pid_t child = ::fork();
       if (child == 0) {

@@ -1,0 +1,33 @@
+// colocd's status of devices over time: a device stays in the books after its last job, shown idle.
+#include <doctest/doctest.h>
+
+#include "colocd_fixture.h"
+
+using namespace coloc::test;
+using nlohmann::json;
+
+TEST_SUITE("daemon") {
+
+TEST_CASE("colocd: a device with no process attached and no admission waiting is shown idle") {
+  Colocd d;
+  const std::string go = d.dir() / "go";
+  auto a = d.client({"--job", "first", "--mem", "6GiB", "attach:1:10GiB:1GiB", "alloc:0:4GiB", "hold-file:" + go,
+                     "goodbye:0", "exit:0"});
+  REQUIRE(wait_until([&] { return has_event(*a, "holding"); }));
+  REQUIRE(d.status()["devices"].size() == 1);
+  CHECK(d.status()["devices"][0]["idle"] == false);
+  // A second job waits for admission there: the device is not idle while it waits.
+  auto b = d.client({"--job", "second", "--mem", "6GiB", "attach:1:10GiB:1GiB", "goodbye:0", "exit:0"});
+  REQUIRE(wait_until([&] { return !d.job("second").is_null() && d.job("second")["state"] == "admission-pending"; }));
+  write_file(go, "");
+  CHECK(a->wait(20s).exit_code == 0);
+  CHECK(b->wait(20s).exit_code == 0);
+  REQUIRE(wait_until([&] { return d.status()["jobs"].empty(); }));
+  json dev = d.status()["devices"];
+  REQUIRE(dev.size() == 1);
+  CHECK(dev[0]["idle"] == true);
+  CHECK(dev[0]["committed"] == 0);
+  CHECK(dev[0]["jobs"].empty());
+}
+
+}  // TEST_SUITE
