@@ -1,0 +1,217 @@
+// colocd restarts while jobs run (real processes, real sockets): a running job's report keeps its
+// start, its timeline and its counters; a job whose processes die while the daemon is down still
+// gets a report, marked as ended while the daemon was away; a corrupt saved state is named and
+// costs nothing else; a `coloc set --mem` (raised or lowered) is written to every process's
+// control page, used for growth at once, and survives the restart.
+#include <doctest/doctest.h>
+
+#include <dirent.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "colocd_fixture.h"
+
+using namespace coloc::test;
+using nlohmann::json;
+
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+constexpr uint64_t GiB = 1ull << 30;
+
+json report_file(const Colocd& d, const std::string& job) {
+  std::string text = read_file(d.state() + "/reports/" + job + ".json");
+  return text.empty() ? json() : json::parse(text, nullptr, false);
+}
+
+/// The saved state of job `id` in <state>/jobs (null when none).
+json saved_job(const Colocd& d, const std::string& id) {
+  json found;
+  if (DIR* dir = ::opendir((d.state() + "/jobs").c_str())) {
+    while (dirent* e = ::readdir(dir)) {
+      std::string n = e->d_name;
+      if (n.size() < 5 || n.compare(n.size() - 5, 5, ".json") != 0) continue;
+      json j = json::parse(read_file(d.state() + "/jobs/" + n), nullptr, false);
+      if (!j.is_discarded() && j.is_object() && j.value("job", "") == id) found = j;
+    }
+    ::closedir(dir);
+  }
+  return found;
+}
+
+/// The running job's report as `coloc report` shows it.
+json live_report(const Colocd& d, const std::string& job) {
+  coloc::cli::Answer a = d.ask(coloc::proto::AdminOp::kReport, job);
+  REQUIRE_MESSAGE(a.kind == coloc::cli::Answer::Kind::kOk, a.text);
+  return json::parse(a.text);
+}
+
+coloc::cli::Answer set_mem(const Colocd& d, const std::string& job, uint64_t bytes) {
+  coloc::proto::AdminMsg m;
+  std::memset(&m, 0, sizeof m);
+  m.op = uint32_t(coloc::proto::AdminOp::kSet);
+  m.set_fields = coloc::proto::kSetMem;
+  m.mem = bytes;
+  coloc::proto::set_string(m.job, job.c_str());
+  return coloc::cli::admin_request(d.socket(), m, 5000);
+}
+
+/// The limit on the control page of slot 0 as the client's n-th "status" step printed it.
+uint64_t page_limit(const Proc& p, size_t n) {
+  auto all = events_of(p, "status");
+  REQUIRE(all.size() > n);
+  return all[n]["slots"][0]["limit"].get<uint64_t>();
+}
+
+}  // namespace
+
+TEST_SUITE("daemon") {
+
+TEST_CASE("colocd restart: a running job's report keeps its start, its timeline before the restart, and its end") {
+  Colocd d;
+  const std::string go = d.dir() / "go";
+  auto a = d.client({"--job", "long", "--reconnect", "attach:1:20GiB:256MiB", "alloc:0:1GiB", "hold-file:" + go,
+                     "alloc:0:512MiB", "goodbye:0", "exit:0"});
+  REQUIRE(wait_until([&] { return has_event(*a, "holding"); }));
+  // The daemon saves a running job's report state (once a second when it changed).
+  REQUIRE_MESSAGE(wait_until([&] {
+                    json s = saved_job(d, "long");
+                    return !s.is_null() && s["recorder"]["devices"].size() == 1 &&
+                           s["recorder"]["devices"][0]["peak"] == GiB;
+                  }),
+                  d.log());
+  json before = live_report(d, "long");
+  d.kill9();
+  d.start();
+  REQUIRE(wait_until([&] { return has_event(*a, "reregistered"); }));
+  REQUIRE(wait_until([&] { return !d.status()["daemon"]["holding_for_restart"].get<bool>(); }));
+  json during = live_report(d, "long");
+  CHECK(during["start_unix_ms"] == before["start_unix_ms"]);
+  write_file(go, "");
+  ProcResult r = a->wait(20s);
+  REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
+  CHECK(event_of(*a, "alloc")["ok"] == true);
+  REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/long.json"); }));
+  json rep = report_file(d, "long");
+  CHECK(rep["start_unix_ms"] == before["start_unix_ms"]);  // not the time of the re-registration
+  CHECK(rep["ended_while_daemon_away"] == false);
+  CHECK(rep["exit_status"] == 0);
+  CHECK(rep["duration_s"].get<double>() > before["duration_s"].get<double>());
+  REQUIRE(rep["processes"].size() == 1);
+  CHECK(rep["processes"][0]["noticed_by"] != "daemon-away");
+  json tl_before = before["devices"][0]["timeline"], tl = rep["devices"][0]["timeline"];
+  REQUIRE(tl_before["t_s"].size() >= 2);
+  // Every point from before the restart (but the closing one, "now" then) is still there.
+  for (size_t i = 0; i + 1 < tl_before["t_s"].size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(i < tl["t_s"].size());
+    CHECK(tl["t_s"][i] == tl_before["t_s"][i]);
+    CHECK(tl["bytes"][i] == tl_before["bytes"][i]);
+  }
+  CHECK(rep["devices"][0]["peak"] == GiB + 512 * MiB);
+  CHECK(rep["devices"][0]["allocations"] == 2);
+  CHECK(rep["devices"][0]["admitted_s"] == before["devices"][0]["admitted_s"]);
+  CHECK(saved_job(d, "long").is_null());           // removed with the report
+}
+
+TEST_CASE("colocd restart: a job that died while the daemon was down gets its report; a corrupt saved state costs nothing else") {
+  Colocd d({"--resume-grace", "1s"});
+  auto a = d.client({"--job", "lost", "attach:1:20GiB:256MiB", "alloc:0:2GiB", "hold"});
+  REQUIRE(wait_until([&] { return has_event(*a, "holding"); }));
+  REQUIRE_MESSAGE(wait_until([&] {
+                    json s = saved_job(d, "lost");
+                    return !s.is_null() && s["recorder"]["devices"].size() == 1 &&
+                           s["recorder"]["devices"][0]["peak"] == 2 * GiB;
+                  }),
+                  d.log());
+  json before = live_report(d, "lost");
+  d.kill9();
+  a->kill(SIGKILL);
+  a->wait(10s);
+  const std::string corrupt = d.state() + "/jobs/0.bogus.0123456789abcdef.json";
+  write_file(corrupt, "{\"format\": 1, \"uid\": ");
+  d.start();
+  REQUIRE_MESSAGE(wait_until([&] { return file_exists(d.state() + "/reports/lost.json"); }), d.log());
+  json rep = report_file(d, "lost");
+  CHECK(rep["ended_while_daemon_away"] == true);
+  CHECK(rep["complete"] == true);
+  CHECK(rep["exit_status"].is_null());
+  CHECK(rep["exit_signal"].is_null());
+  CHECK(rep["start_unix_ms"] == before["start_unix_ms"]);
+  CHECK(rep["end_unix_ms"].get<int64_t>() >= before["start_unix_ms"].get<int64_t>());
+  REQUIRE(rep["processes"].size() == 1);
+  CHECK(rep["processes"][0]["noticed_by"] == "daemon-away");
+  REQUIRE(rep["devices"].size() == 1);
+  CHECK(rep["devices"][0]["peak"] == 2 * GiB);
+  CHECK(rep["devices"][0]["allocations"] == 1);
+  json bytes = rep["devices"][0]["timeline"]["bytes"];
+  CHECK(std::find(bytes.begin(), bytes.end(), json(2 * GiB)) != bytes.end());
+  CHECK(saved_job(d, "lost").is_null());
+  CHECK(d.log().find("ended while colocd was away") != std::string::npos);
+  // The corrupt file: one clear line, set aside, the daemon serves.
+  CHECK(d.log().find(corrupt + " is unusable (it is not JSON)") != std::string::npos);
+  CHECK(file_exists(corrupt + ".bad"));
+  CHECK_FALSE(file_exists(corrupt));
+  CHECK(d.running());
+  CHECK(d.status()["jobs"].empty());
+}
+
+TEST_CASE("colocd: coloc set --mem reaches every process's control page, decides growth at once, and survives a restart") {
+  Colocd d;
+  const std::string go1 = d.dir() / "go1", go2 = d.dir() / "go2", go3 = d.dir() / "go3";
+  // Two processes of one job (limit 2 GiB), one of another (limit 4 GiB).
+  auto up1 = d.client({"--job", "raised", "--mem", "2GiB", "--reconnect", "attach:1:20GiB:256MiB", "alloc:0:1GiB",
+                       "hold-file:" + go1, "status", "alloc:0:1536MiB", "hold-file:" + go2, "status", "hold-file:" + go3,
+                       "status", "alloc:0:1GiB", "goodbye:0", "exit:0"});
+  auto up2 = d.client({"--job", "raised", "--mem", "2GiB", "--reconnect", "attach:1:20GiB:64MiB", "hold-file:" + go1, "status",
+                       "hold-file:" + go3, "status", "goodbye:0", "exit:0"});
+  auto down = d.client({"--job", "lowered", "--mem", "4GiB", "--reconnect", "attach:1:20GiB:256MiB", "alloc:0:1GiB",
+                        "hold-file:" + go3, "status", "alloc:0:1GiB", "goodbye:0", "exit:0"});
+  for (Proc* p : {up1.get(), up2.get(), down.get()}) REQUIRE(wait_until([&] { return has_event(*p, "holding"); }));
+
+  // Raised: both processes see it on their control pages, and the next growth uses it.
+  coloc::cli::Answer a = set_mem(d, "raised", 6 * GiB);
+  REQUIRE_MESSAGE(a.kind == coloc::cli::Answer::Kind::kOk, a.text);
+  a = set_mem(d, "lowered", 1536 * MiB);
+  REQUIRE_MESSAGE(a.kind == coloc::cli::Answer::Kind::kOk, a.text);
+  write_file(go1, "");
+  REQUIRE(wait_until([&] { return events_of(*up1, "holding").size() == 2 && events_of(*up2, "holding").size() == 2; }));
+  CHECK(page_limit(*up1, 0) == 6 * GiB);
+  CHECK(page_limit(*up2, 0) == 6 * GiB);
+  CHECK(event_of(*up1, "alloc")["ok"] == true);  // 2.5 GiB: over the old limit, under the new one
+
+  // The daemon is killed right after: the limits were saved with the set.
+  d.kill9();
+  d.start();
+  for (Proc* p : {up1.get(), up2.get(), down.get()}) REQUIRE(wait_until([&] { return has_event(*p, "reregistered"); }));
+  REQUIRE(wait_until([&] { return d.status()["jobs"].size() == 2 && !d.status()["daemon"]["holding_for_restart"]; }));
+  CHECK(d.job("raised")["limit"] == 6 * GiB);  // not the 2 GiB its processes registered with
+  CHECK(d.job("lowered")["limit"] == 1536 * MiB);
+  write_file(go2, "");
+  REQUIRE(wait_until([&] { return events_of(*up1, "holding").size() == 3; }));
+  CHECK(page_limit(*up1, 1) == 6 * GiB);  // the new daemon's control page
+
+  // Lowered again under the new daemon: every page follows, growth is refused at once.
+  a = set_mem(d, "raised", 3 * GiB);
+  REQUIRE_MESSAGE(a.kind == coloc::cli::Answer::Kind::kOk, a.text);
+  write_file(go3, "");
+  for (Proc* p : {up1.get(), up2.get(), down.get()}) {
+    ProcResult r = p->wait(20s);
+    CHECK_MESSAGE(r.exit_code == 0, describe(r));
+  }
+  CHECK(page_limit(*up1, 2) == 3 * GiB);
+  CHECK(page_limit(*up2, 1) == 3 * GiB);
+  CHECK(page_limit(*down, 0) == 1536 * MiB);
+  CHECK(event_of(*up1, "alloc")["ok"] == false);   // 3.5 GiB > 3 GiB
+  CHECK(event_of(*down, "alloc")["ok"] == false);  // 2 GiB > 1.5 GiB, after the restart
+  REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/raised.json"); }));
+  json rep = report_file(d, "raised");
+  CHECK(rep["devices"][0]["limit"] == 3 * GiB);
+  CHECK(rep["devices"][0]["peak"] == 2 * GiB + 512 * MiB);
+  REQUIRE(rep["devices"][0]["oom_events"].size() == 1);
+  CHECK(rep["devices"][0]["oom_events"][0]["reason"] == "own-limit");
+}
+
+}  // TEST_SUITE
