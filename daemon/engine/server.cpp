@@ -878,11 +878,19 @@ std::optional<report::SavedJob> Server::claim_saved(const broker::ClientSpec& sp
   const broker::JobKey key{spec.uid, spec.job_id};
   auto it = away_.find(key);
   if (it == away_.end() || broker_.find_job(key)) return std::nullopt;
-  bool listed = false;
-  for (auto& [pid, st] : it->second.pids) listed |= pid == spec.pid && start_time && st == *start_time;
-  if (it->second.boot_id != boot_id_ || !(resume || listed)) {
-    // A new run under the same id: the saved one is over (any of its processes that comes back
-    // joins the new run, which has the same key).
+  // It continues the saved job when it is one of its processes coming back, or when any of
+  // those is still alive (a new process of a job that is still running).
+  bool ours = false;
+  if (it->second.boot_id == boot_id_) {
+    ours = resume;
+    for (auto& [pid, st] : it->second.pids) {
+      if (ours) break;
+      if (pid == spec.pid) ours = start_time && st == *start_time;
+      else if (auto now = process_start_time(pid)) ours = *now == st;
+    }
+  }
+  if (!ours) {
+    // A new run under the same id: the saved one is over (it is reported now).
     report::SavedJob gone = std::move(it->second);
     away_.erase(it);
     finish_away(gone);

@@ -93,7 +93,9 @@ class Server {
   void persist_jobs(Nanos t, bool force, bool throttle = true);
   void save_job(const broker::Job& job, const report::JobRecorder& rec, Nanos t);
   /// The saved job of the previous run that registration `spec` continues (removed from away_),
-  /// or nullopt. Only a resuming process, or one the saved state lists, continues a saved job.
+  /// or nullopt. A resuming process, one the saved state lists, or any process of the job while
+  /// one it lists is alive continues it; otherwise a saved job of the same key is over and is
+  /// reported at once (ended while the daemon was away).
   std::optional<report::SavedJob> claim_saved(const broker::ClientSpec& spec, std::optional<uint64_t> start_time,
                                               bool resume);
   /// After the resume grace: saved jobs none of whose processes is alive get their report (ended

@@ -158,6 +158,44 @@ TEST_CASE("colocd restart: a job that died while the daemon was down gets its re
   CHECK(d.status()["jobs"].empty());
 }
 
+TEST_CASE("colocd restart: a new process of a job whose process is alive but not back yet continues the same report") {
+  Colocd d;
+  const std::string go = d.dir() / "go";
+  auto a = d.client({"--job", "twin", "--reconnect", "attach:1:20GiB:256MiB", "alloc:0:1GiB", "hold-file:" + go,
+                     "goodbye:0", "exit:0"});
+  REQUIRE(wait_until([&] { return has_event(*a, "holding"); }));
+  REQUIRE_MESSAGE(wait_until([&] {
+                    json s = saved_job(d, "twin");
+                    return !s.is_null() && s["recorder"]["devices"].size() == 1 &&
+                           s["recorder"]["devices"][0]["peak"] == GiB;
+                  }),
+                  d.log());
+  REQUIRE(wait_until([&] { return read_file(d.state() + "/clients").find(std::to_string(a->pid()) + " ") == 0; }));
+  json before = live_report(d, "twin");
+  a->kill(SIGSTOP);  // alive, but it cannot re-register until it is continued
+  d.kill9();
+  d.start();
+  auto b = d.client({"--job", "twin", "hold-file:" + go, "goodbye:0", "exit:0"});
+  REQUIRE(wait_until([&] { return has_event(*b, "holding"); }));
+  CHECK(live_report(d, "twin")["start_unix_ms"] == before["start_unix_ms"]);
+  a->kill(SIGCONT);
+  REQUIRE(wait_until([&] { return has_event(*a, "reregistered"); }));
+  REQUIRE(wait_until([&] { return d.job("twin")["pids"].size() == 2; }));
+  write_file(go, "");
+  for (Proc* p : {a.get(), b.get()}) {
+    ProcResult r = p->wait(20s);
+    CHECK_MESSAGE(r.exit_code == 0, describe(r));
+  }
+  REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/twin.json"); }));
+  REQUIRE(wait_until([&] { return d.status()["jobs"].empty(); }));
+  CHECK_FALSE(file_exists(d.state() + "/reports/twin.2.json"));  // one run, one report
+  json rep = report_file(d, "twin");
+  CHECK(rep["ended_while_daemon_away"] == false);
+  CHECK(rep["start_unix_ms"] == before["start_unix_ms"]);
+  CHECK(rep["processes"].size() == 2);
+  CHECK(rep["devices"][0]["peak"] == GiB);
+}
+
 TEST_CASE("colocd: coloc set --mem reaches every process's control page, decides growth at once, and survives a restart") {
   Colocd d;
   const std::string go1 = d.dir() / "go1", go2 = d.dir() / "go2", go3 = d.dir() / "go3";
