@@ -9,9 +9,14 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <cstring>
 
+#include "coloc/wire.h"
 #include "colocd_fixture.h"
+#include "engine/resume_state.h"
 
 using namespace coloc::test;
 using nlohmann::json;
@@ -194,6 +199,32 @@ TEST_CASE("colocd restart: a new process of a job whose process is alive but not
   CHECK(rep["start_unix_ms"] == before["start_unix_ms"]);
   CHECK(rep["processes"].size() == 2);
   CHECK(rep["devices"][0]["peak"] == GiB);
+}
+
+TEST_CASE("colocd restart: without a saved state, a job coming back starts at its process's start, not at its re-registration") {
+  Colocd d;
+  const std::string go = d.dir() / "go";
+  auto a = d.client({"--job", "nostate", "--reconnect", "attach:1:20GiB:256MiB", "alloc:0:1GiB", "hold-file:" + go,
+                     "goodbye:0", "exit:0"});
+  REQUIRE(wait_until([&] { return has_event(*a, "holding"); }));
+  REQUIRE(wait_until([&] { return read_file(d.state() + "/clients").find(std::to_string(a->pid()) + " ") == 0; }));
+  // Long enough that a start at the re-registration would be plainly later than the process's.
+  REQUIRE(wait_until([&] { return live_report(d, "nostate")["duration_s"].get<double>() >= 0.3; }));
+  d.kill9();
+  std::filesystem::remove_all(d.state() + "/jobs");  // the saved state is lost
+  d.start();
+  REQUIRE(wait_until([&] { return has_event(*a, "reregistered"); }));
+  json rep = live_report(d, "nostate");
+  auto ticks = coloc::engine::process_start_time(a->pid());
+  REQUIRE(ticks);
+  auto mono_now = coloc::wire::now_ns();
+  auto wall_now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t expected = coloc::engine::start_on_daemon_clocks(*ticks, mono_now, wall_now).second;
+  CHECK(std::llabs(rep["start_unix_ms"].get<int64_t>() - expected) <= 30);
+  CHECK(rep["duration_s"].get<double>() >= 0.3);
+  write_file(go, "");
+  CHECK(a->wait(20s).exit_code == 0);
 }
 
 TEST_CASE("colocd: coloc set --mem reaches every process's control page, decides growth at once, and survives a restart") {
