@@ -499,7 +499,7 @@ void DaemonLink::lose(const char* why) {
   else  // nothing to run on: the first context (admission) waits for the reconnect
     logf(LogLevel::warn,
          "lost the connection to colocd (%s): reconnecting; no device is attached yet, so a first CUDA context "
-         "waits until colocd is back",
+         "waits until colocd is back (with COLOC_ON_FULL=fail it fails at once)",
          why);
 }
 
