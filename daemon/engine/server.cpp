@@ -287,6 +287,8 @@ int Server::run() {
     }
   }
   if (auto r = resume_.save_if_dirty(); !r) lg->warn("{}", r.error().message());
+  // Ended jobs still waiting briefly for an exit status get their report now (status unknown).
+  while (!closing_.empty()) finalize_job(closing_.begin()->first);
   persist_jobs(now(), true);  // the jobs keep running: the next daemon continues their reports
   struct stat st;
   if (::stat(cfg_.socket.c_str(), &st) == 0 && st.st_ino == socket_inode_) ::unlink(cfg_.socket.c_str());

@@ -18,6 +18,8 @@
 //     cancel-after:MS           the next alloc cancels its wait after MS milliseconds
 //     sleep:MS   hold[:MS] (wait for the daemon's messages; reconnect if it goes away)
 //     hold-file:PATH            hold until PATH exists
+//     close                     hang up without a goodbye (the process keeps running)
+//     wait-file:PATH            wait until PATH exists, without reading the connection
 //     fork-hold   goodbye:CODE   exit:CODE   status
 //     raw:HEX                   send raw bytes (malformed-input tests)
 //     sendfd                    send a valid Shrink carrying an unasked descriptor
@@ -513,6 +515,14 @@ int main(int argc, char** argv) {
     else if (op == "sleep") wire::sleep_ns(uint64_t(std::atoll(f.at(1).c_str())) * 1000000ull);
     else if (op == "hold") step_hold(c, f.size() > 1 ? std::atoll(f[1].c_str()) : -1);
     else if (op == "hold-file") step_hold_file(c, s.substr(10));
+    else if (op == "close") {  // hang up without a goodbye, and keep running
+      ::close(c.fd);
+      c.fd = -1;
+      out("{\"event\":\"closed\"}");
+    } else if (op == "wait-file") {  // wait for a file without a connection
+      while (::access(s.substr(10).c_str(), F_OK) != 0) wire::sleep_ns(10'000'000);
+      out("{\"event\":\"waited\"}");
+    }
     else if (op == "fork-hold") {
       pid_t child = ::fork();
       if (child == 0) {

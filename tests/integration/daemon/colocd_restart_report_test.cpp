@@ -227,6 +227,26 @@ TEST_CASE("colocd restart: without a saved state, a job coming back starts at it
   CHECK(a->wait(20s).exit_code == 0);
 }
 
+TEST_CASE("colocd stop: a job that ended just before (its exit status still awaited) gets its report") {
+  Colocd d;
+  const std::string go = d.dir() / "go";
+  // It hangs up without a goodbye and keeps running: colocd waits briefly for an exit status.
+  auto a = d.client({"--job", "hungup", "attach:1:20GiB:256MiB", "alloc:0:1GiB", "close", "wait-file:" + go, "exit:0"});
+  REQUIRE(wait_until([&] { return has_event(*a, "closed"); }));
+  REQUIRE(wait_until([&] { return d.status()["jobs"].empty(); }));  // the job has ended
+  ProcResult r = d.stop();
+  CHECK_MESSAGE(r.exit_code == 0, describe(r));
+  REQUIRE_MESSAGE(file_exists(d.state() + "/reports/hungup.json"), d.log());
+  json rep = report_file(d, "hungup");
+  CHECK(rep["complete"] == true);
+  CHECK(rep["exit_status"].is_null());
+  CHECK(rep["processes"][0]["noticed_by"] == "hangup");
+  CHECK(rep["devices"][0]["peak"] == GiB);
+  CHECK(saved_job(d, "hungup").is_null());
+  write_file(go, "");
+  CHECK(a->wait(20s).exit_code == 0);
+}
+
 TEST_CASE("colocd: coloc set --mem reaches every process's control page, decides growth at once, and survives a restart") {
   Colocd d;
   const std::string go1 = d.dir() / "go1", go2 = d.dir() / "go2", go3 = d.dir() / "go3";
