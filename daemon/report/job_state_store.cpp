@@ -172,6 +172,8 @@ JobStateStore::Loaded JobStateStore::load() const {
         why = "it names job " + s.value().key.str() + ", which belongs in another file";
       } else if (auto r = JobRecorder::from_state(s.value().recorder, 0); !r) {
         why = r.error().message();
+      } else if (!(r.value().key() == s.value().key)) {
+        why = "its recorder belongs to job " + r.value().key().str() + ", not " + s.value().key.str();
       } else {
         out.jobs.push_back(std::move(s.value()));
         continue;

@@ -254,6 +254,8 @@ TEST_CASE("job state store: saved whole, loaded back; a corrupt file is named, k
   a.saved_unix_ms = 1700000030000;
   a.boot_id = "b00t";
   a.recorder = busy_recorder().state();
+  a.recorder["uid"] = 1000;
+  a.recorder["job"] = "../weird id";
   REQUIRE(store.save(a).ok());
   const std::string path = store.path(a.key);
   CHECK(std::filesystem::path(path).parent_path() == tmp / "jobs");  // the id cannot escape
@@ -262,6 +264,8 @@ TEST_CASE("job state store: saved whole, loaded back; a corrupt file is named, k
   SavedJob b = a;
   b.key = {0, "other"};
   b.limit = coloc::broker::kNoLimit;
+  b.recorder["uid"] = 0;
+  b.recorder["job"] = "other";
   REQUIRE(store.save(b).ok());
   a.limit = 6 * GiB;  // saved again: replaced
   REQUIRE(store.save(a).ok());
@@ -295,6 +299,14 @@ TEST_CASE("job state store: saved whole, loaded back; a corrupt file is named, k
   CHECK(loaded.jobs.size() == 2);
   REQUIRE(loaded.problems.size() == 1);
   CHECK(loaded.problems[0].find("recorder.devices is missing") != std::string::npos);
+
+  // A recorder of another job than the file names is refused too.
+  SavedJob e = b;
+  e.key = {0, "mismatched"};
+  REQUIRE(store.save(e).ok());
+  loaded = store.load();
+  REQUIRE(loaded.problems.size() == 1);
+  CHECK(loaded.problems[0].find("its recorder belongs to job 0:other, not 0:mismatched") != std::string::npos);
 
   store.remove(a.key);
   store.remove(a.key);  // already gone: fine
