@@ -139,7 +139,24 @@ Result<void> Server::open_state_dir() {
   boot_id_ = report::boot_id();
   report::JobStateStore::Loaded saved = job_states_.load();
   for (const std::string& p : saved.problems) log::get("report")->error("{}", p);
-  for (report::SavedJob& j : saved.jobs) away_.emplace(j.key, std::move(j));
+  // The previous daemon saw its jobs alive until it last said it was running (a job that died
+  // while it ran would have been noticed), which is often later than a job's last save.
+  restart_wall_ms_ = wall_ms();
+  const std::optional<report::DaemonAlive> alive = job_states_.load_alive();
+  for (report::SavedJob& j : saved.jobs) {
+    if (alive && alive->boot_id == j.boot_id && alive->mono > j.saved_mono) {
+      j.saved_mono = alive->mono;
+      j.saved_unix_ms = std::max(j.saved_unix_ms, alive->unix_ms);
+    }
+    bool any = false;
+    if (j.boot_id == boot_id_)
+      for (auto& [pid, start] : j.pids) {
+        auto now = process_start_time(pid);
+        any |= now && *now == start;
+      }
+    if (!any) dead_at_start_.insert(j.key);
+    away_.emplace(j.key, std::move(j));
+  }
   if (!away_.empty())
     log::get("report")->info("restart: {} job(s) were running when colocd stopped; their reports continue", away_.size());
   return {};
@@ -574,7 +591,11 @@ void Server::on_register(Connection& c, const proto::Message& m) {
     // Continue the report from before the restart: start, timeline, counters, waits.
     auto rec = report::JobRecorder::from_state(saved->recorder, job.serial);
     if (rec) {
+      // Waits open then stay open until their requests come back (re-sent right after the
+      // re-registration): one row spans the restart. Those that do not come back are closed
+      // where the daemon last saw them, once the resume grace is over (at least a second later).
       rec.value().daemon_restarted(saved->saved_mono);
+      restart_waits_[job.serial] = std::max(away_deadline_, t + 1'000'000'000);
       recorders_.emplace(job.serial, std::move(rec.value()));
       continued_.insert(job.serial);
       lg->info("job {}: continuing its report from before the restart", job.key.str());
@@ -678,6 +699,11 @@ void Server::on_broker_event(const broker::Event& e) {
   auto rec = recorders_.find(e.job);
   if (rec == recorders_.end()) return;
   if (e.kind != broker::Event::Kind::kJobEnded) {
+    // A device the job waits for (or was refused on) is in the books with the capacity its
+    // Attach gave: the report shows it before admission too.
+    if (e.kind == broker::Event::Kind::kWaitBegin || e.kind == broker::Event::Kind::kRefused)
+      for (const broker::Device& d : broker_.devices())
+        if (d.uuid == e.device) rec->second.set_capacity(d.uuid, d.capacity);
     rec->second.on_event(e);
     return;
   }
@@ -699,6 +725,8 @@ void Server::finalize_job(broker::JobSerial serial) {
       lingering_.erase(l);
     }
   }
+  rec->second.close_restart_waits();  // requests open at a restart that never came back
+  restart_waits_.erase(serial);
   auto lg = log::get("report");
   std::string text = rec->second.to_json(now()).dump(1);
   auto path = store_.write(rec->second.key().id, text);
@@ -783,6 +811,7 @@ void Server::on_process_exit(const watch::Exit& e) {
 void Server::sample_job(const broker::Job& job, Nanos t) {
   auto rec = recorders_.find(job.serial);
   if (rec == recorders_.end()) return;
+  rec->second.set_limit(job.limit);  // also before admission, and after a `coloc set`
   for (const auto& [dev, jd] : job.devices) {
     const broker::Device& d = broker_.devices()[dev];
     report::DeviceSample ds;
@@ -828,6 +857,14 @@ void Server::on_sample() {
   for (uint32_t dev = 0; dev < broker_.devices().size(); ++dev) read_device_memory(dev, t);
   for (const auto& [serial, job] : broker_.jobs()) sample_job(job, t);
   if (auto r = resume_.save_if_dirty(); !r) log::get("engine")->warn("{}", r.error().message());
+  for (auto it = restart_waits_.begin(); it != restart_waits_.end();) {
+    if (t < it->second) {
+      ++it;
+      continue;
+    }
+    if (auto rec = recorders_.find(it->first); rec != recorders_.end()) rec->second.close_restart_waits();
+    it = restart_waits_.erase(it);
+  }
   persist_jobs(t, false);
   sweep_away(t);
   if (broker_.holding() && resume_.expected() == 0) {
@@ -873,6 +910,12 @@ void Server::persist_jobs(Nanos t, bool force, bool throttle) {
                    p->second.limit != job.limit || p->second.priority != job.priority;
     if (force || changed || t - p->second.at >= kRefresh) save_job(job, rec->second, t);
   }
+  // The daemon is running: should it die now, the jobs it had were alive until about here.
+  if (broker_.jobs().empty() && away_.empty()) return;
+  if (auto r = job_states_.save_alive({t, wall_ms(), boot_id_}); !r) {
+    if (!alive_warned_) log::get("report")->warn("{} (after a restart, jobs that ended meanwhile get a wider end range)", r.error().message());
+    alive_warned_ = true;
+  }
 }
 
 std::optional<report::SavedJob> Server::claim_saved(const broker::ClientSpec& spec, std::optional<uint64_t> start_time,
@@ -911,11 +954,17 @@ void Server::finish_away(const report::SavedJob& saved) {
     job_states_.remove(saved.key);
     return;
   }
-  rec.value().finish_away(saved.saved_mono, saved.saved_unix_ms);
+  // It died after the daemon last saw it, and before this daemon started (or, when one of its
+  // processes was still alive then, before now).
+  const int64_t noticed = dead_at_start_.count(saved.key) ? restart_wall_ms_ : wall_ms();
+  dead_at_start_.erase(saved.key);
+  rec.value().set_limit(saved.limit);
+  rec.value().finish_away(saved.saved_mono, saved.saved_unix_ms, noticed);
   auto path = store_.write(saved.key.id, rec.value().to_json(saved.saved_mono).dump(1));
   if (path)
-    lg->warn("job {} ended while colocd was away (its processes did not come back); report {} (exit status unknown)",
-             saved.key.str(), path.value());
+    lg->warn("job {} ended while colocd was away, between {} and {} (its processes did not come back); report {} "
+             "(exit status unknown)",
+             saved.key.str(), report::iso8601_utc(saved.saved_unix_ms), report::iso8601_utc(noticed), path.value());
   else
     lg->error("job {} ended while colocd was away; its report could not be written: {}", saved.key.str(),
               path.error().message());

@@ -101,6 +101,9 @@ class Server {
   /// After the resume grace: saved jobs none of whose processes is alive get their report (ended
   /// while the daemon was away); continued jobs' processes that did not come back are marked so.
   void sweep_away(Nanos t);
+  /// Writes the report of a saved job that ended while the daemon was away: between its last
+  /// sighting (saved_mono / saved_unix_ms) and the restart (or, when one of its processes was
+  /// still alive at the restart, now).
   void finish_away(const report::SavedJob& saved);
   void send_or_drop(Connection& c, const void* data, size_t len, std::vector<int> fds = {});
 
@@ -124,6 +127,12 @@ class Server {
   std::string boot_id_;
   std::map<broker::JobKey, report::SavedJob> away_;  ///< saved jobs of the previous run, not (yet) continued
   Nanos away_deadline_ = 0;       ///< the resume grace ends: away_ is swept from then on
+  int64_t restart_wall_ms_ = 0;   ///< when this daemon started (Unix ms): the latest the previous one stopped
+  std::set<broker::JobKey> dead_at_start_;  ///< saved jobs none of whose processes was alive at the start
+  /// Continued jobs whose waits open at the restart are still pending: when (monotonic ns) those
+  /// whose request has not come back are closed (JobRecorder::close_restart_waits).
+  std::map<broker::JobSerial, Nanos> restart_waits_;
+  bool alive_warned_ = false;     ///< save_alive failed once (said once)
   Nanos next_sweep_ = 0;
   std::set<broker::JobSerial> continued_;    ///< continued from a saved state: processes still to account for
   std::set<broker::JobSerial> limit_known_;  ///< the limit came from a saved state: ledgers do not change it

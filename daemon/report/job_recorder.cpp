@@ -42,6 +42,25 @@ JobRecorder::JobRecorder(broker::JobSerial serial, broker::JobKey key, std::stri
 
 JobRecorder::Device& JobRecorder::device(const broker::Uuid& u) { return devices_[u]; }
 
+JobRecorder::Wait* JobRecorder::pending_wait(Device& d, bool admission) {
+  for (Wait& w : d.waits)
+    if (!w.end && w.pending_since && w.admission == admission) return &w;
+  return nullptr;
+}
+
+void JobRecorder::set_limit(Bytes limit) {
+  if (limit == job_limit_) return;
+  job_limit_ = limit;
+  ++revision_;
+}
+
+void JobRecorder::set_capacity(const broker::Uuid& u, Bytes capacity) {
+  Device& d = device(u);
+  if (d.sampled || capacity == 0 || d.capacity == capacity) return;
+  d.capacity = capacity;
+  ++revision_;
+}
+
 void JobRecorder::on_event(const broker::Event& e) {
   using K = broker::Event::Kind;
   ++revision_;
@@ -49,10 +68,21 @@ void JobRecorder::on_event(const broker::Event& e) {
     case K::kAdmitted: {
       Device& d = device(e.device);
       if (!d.admitted_at) d.admitted_at = e.at;
+      if (Wait* w = pending_wait(d, true)) {  // a wait from before a restart, granted at once after it
+        w->end = std::max(e.at, w->start);
+        w->outcome = broker::Reason::kNone;
+        w->pending_since.reset();
+        w->resumed = true;
+      }
       break;
     }
     case K::kWaitBegin: {
       Device& d = device(e.device);
+      if (Wait* w = pending_wait(d, e.admission)) {  // the same wait, back after a restart: one row
+        w->pending_since.reset();
+        w->resumed = true;
+        break;
+      }
       if (d.waits.size() >= kMaxListed) {
         // Bounded: drop the oldest closed wait, keeping its time in the sums.
         auto closed = std::find_if(d.waits.begin(), d.waits.end(), [](const Wait& w) { return w.end.has_value(); });
@@ -64,23 +94,36 @@ void JobRecorder::on_event(const broker::Event& e) {
         ++d.waits_omitted;
         d.waits.erase(closed);
       }
-      d.waits.push_back({e.admission, e.at, std::nullopt, broker::Reason::kNone, false});
+      d.waits.push_back({e.admission, e.at, std::nullopt, broker::Reason::kNone, false, false, std::nullopt});
       break;
     }
     case K::kWaitEnd: {
-      // Close the oldest open wait of the same kind on the device.
+      // Close the oldest open wait of the same kind on the device (one whose request is back
+      // after a restart before one still pending).
       Device& d = device(e.device);
-      for (Wait& w : d.waits) {
-        if (!w.end && w.admission == e.admission) {
-          w.end = e.at;
-          w.outcome = e.reason;
+      Wait* open = nullptr;
+      for (Wait& w : d.waits)
+        if (!w.end && w.admission == e.admission && !w.pending_since) {
+          open = &w;
           break;
         }
+      if (!open) open = pending_wait(d, e.admission);
+      if (open) {
+        open->end = std::max(e.at, open->start);
+        open->outcome = e.reason;
+        if (open->pending_since) open->resumed = true;
+        open->pending_since.reset();
       }
       break;
     }
     case K::kRefused: {
       Device& d = device(e.device);
+      if (Wait* w = pending_wait(d, e.admission)) {  // a wait from before a restart, refused at once after it
+        w->end = std::max(e.at, w->start);
+        w->outcome = e.reason;
+        w->pending_since.reset();
+        w->resumed = true;
+      }
       if (d.ooms.size() >= kMaxListed) {
         d.ooms.erase(d.ooms.begin());
         ++d.ooms_omitted;
@@ -102,6 +145,8 @@ void JobRecorder::sample(const broker::Uuid& u, Nanos now, const DeviceSample& s
   const size_t stored = d.timeline.stored();
   const Bytes peak = d.peak;
   const Counters live = d.live;
+  if (!d.sampled) ++revision_;
+  d.sampled = true;
   d.capacity = s.capacity;
   d.limit = s.limit;
   d.reservation = std::max(d.reservation, s.reservation);
@@ -171,15 +216,24 @@ void JobRecorder::set_start(Nanos mono_start, int64_t wall_start_ms) {
 void JobRecorder::daemon_restarted(Nanos last_seen) {
   for (auto& [u, d] : devices_)
     for (Wait& w : d.waits)
-      if (!w.end) {
-        w.end = std::max(last_seen, w.start);
-        w.interrupted = true;
-      }
+      if (!w.end && !w.pending_since) w.pending_since = std::max(last_seen, w.start);  // (an earlier restart's stays)
   ++revision_;
 }
 
-void JobRecorder::finish_away(Nanos last_seen, int64_t last_seen_wall_ms) {
+void JobRecorder::close_restart_waits() {
+  for (auto& [u, d] : devices_)
+    for (Wait& w : d.waits)
+      if (!w.end && w.pending_since) {
+        w.end = *w.pending_since;
+        w.pending_since.reset();
+        w.interrupted = true;
+        ++revision_;
+      }
+}
+
+void JobRecorder::finish_away(Nanos last_seen, int64_t last_seen_wall_ms, int64_t noticed_wall_ms) {
   daemon_restarted(last_seen);
+  close_restart_waits();
   for (ProcessExit& p : processes_)
     if (p.source.empty()) p.source = "daemon-away";
   for (auto& [u, d] : devices_) {
@@ -188,6 +242,7 @@ void JobRecorder::finish_away(Nanos last_seen, int64_t last_seen_wall_ms) {
   }
   end_mono_ = std::max(last_seen, mono_start_);
   wall_end_ms_ = std::max(last_seen_wall_ms, wall_start_ms_);
+  away_before_ms_ = std::max(noticed_wall_ms, wall_end_ms_);
   away_ = true;
   ++revision_;
 }
@@ -233,6 +288,19 @@ json JobRecorder::to_json(Nanos now) const {
     j["end_unix_ms"] = nullptr;
   }
   j["duration_s"] = secs(rel(end));
+  // Ended while the daemon was away: when exactly is not known, only between the last time the
+  // daemon saw the job alive (`end`, `duration_s`) and when the new daemon found it gone.
+  if (away_) {
+    j["ended_after"] = iso8601_utc(wall_end_ms_);
+    j["ended_after_unix_ms"] = wall_end_ms_;
+    j["ended_before"] = iso8601_utc(away_before_ms_);
+    j["ended_before_unix_ms"] = away_before_ms_;
+    j["duration_max_s"] = secs(rel(end)) + double(away_before_ms_ - wall_end_ms_) / 1e3;
+  } else {
+    for (const char* k : {"ended_after", "ended_after_unix_ms", "ended_before", "ended_before_unix_ms", "duration_max_s"})
+      j[k] = nullptr;
+  }
+  j["limit"] = bytes_or_null(job_limit_);
 
   // The job's exit status is its first process's (the command coloc run started).
   json procs = json::array();
@@ -264,6 +332,7 @@ json JobRecorder::to_json(Nanos now) const {
       (w.admission ? wait_adm : wait_mem) += w_end - w.start;
       json e{{"kind", w.admission ? "admission" : "memory"}, {"start_s", secs(rel(w.start))}, {"end_s", secs(rel(w_end))}};
       e["outcome"] = w.interrupted ? json("daemon-restart") : w.end ? json(reason_or_granted(w.outcome)) : json("waiting");
+      e["across_restart"] = w.resumed || w.pending_since.has_value();
       waits.push_back(std::move(e));
     }
     json ooms = json::array();
@@ -281,7 +350,7 @@ json JobRecorder::to_json(Nanos now) const {
     json dj;
     dj["uuid"] = uuid.str();
     dj["capacity"] = d.capacity;
-    dj["limit"] = bytes_or_null(d.limit);
+    dj["limit"] = bytes_or_null(d.sampled ? d.limit : job_limit_);  // before admission: the job's
     dj["reservation"] = d.reservation;
     dj["peak"] = d.peak;
     dj["admitted_s"] = d.admitted_at ? json(secs(rel(*d.admitted_at))) : json(nullptr);
@@ -406,7 +475,8 @@ json JobRecorder::state() const {
   for (const auto& [uuid, d] : devices_) {
     json waits = json::array();
     for (const Wait& w : d.waits)
-      waits.push_back({w.admission, w.start, opt_u64(w.end), uint32_t(w.outcome), w.interrupted});
+      waits.push_back({w.admission, w.start, opt_u64(w.end), uint32_t(w.outcome), w.interrupted, w.resumed,
+                       opt_u64(w.pending_since)});
     json ooms = json::array();
     for (const Oom& o : d.ooms) ooms.push_back({o.at, uint32_t(o.reason), o.admission, o.request, o.in_use});
     devs.push_back({{"uuid", uuid_hex(uuid)},
@@ -414,6 +484,7 @@ json JobRecorder::state() const {
                     {"limit", d.limit},
                     {"reservation", d.reservation},
                     {"peak", d.peak},
+                    {"sampled", d.sampled},
                     {"timeline", d.timeline.state()},
                     {"folded", counters_state(d.folded)},
                     {"live", counters_state(d.live)},
@@ -434,6 +505,7 @@ json JobRecorder::state() const {
           {"priority", priority_},
           {"mono_start", mono_start_},
           {"wall_start_ms", wall_start_ms_},
+          {"limit", job_limit_},
           {"processes", procs},
           {"processes_omitted", processes_omitted_},
           {"devices", devs}};
@@ -462,6 +534,7 @@ Result<JobRecorder> JobRecorder::from_state(const json& state, broker::JobSerial
       rec.processes_.push_back(std::move(e));
     }
     rec.processes_omitted_ = r.u64("processes_omitted");
+    if (state.contains("limit")) rec.job_limit_ = r.u64("limit");  // (not in states of older daemons)
     const json& devs = r.array("devices", proto::kMaxDevices * 64);
     for (size_t i = 0; i < devs.size(); ++i) {
       Reader dr{devs[i], "recorder.devices[" + std::to_string(i) + "]"};
@@ -471,6 +544,7 @@ Result<JobRecorder> JobRecorder::from_state(const json& state, broker::JobSerial
       d.limit = dr.u64("limit");
       d.reservation = dr.u64("reservation");
       d.peak = dr.u64("peak");
+      d.sampled = devs[i].contains("sampled") ? dr.boolean("sampled") : d.capacity > 0;  // (older daemons)
       std::string why;
       if (!d.timeline.restore(dr.at("timeline"), &why)) throw StateError{dr.where + "." + why};
       d.folded = counters_from(dr.at("folded"), dr.where + ".folded");
@@ -479,14 +553,21 @@ Result<JobRecorder> JobRecorder::from_state(const json& state, broker::JobSerial
       for (size_t k = 0; k < waits.size(); ++k) {
         std::string name = dr.where + ".waits[" + std::to_string(k) + "]";
         const json& w = waits[k];
-        if (!w.is_array() || w.size() != 5 || !w[0].is_boolean() || !w[4].is_boolean())
-          throw StateError{name + " is not [admission, start, end|null, outcome, interrupted]"};
+        // (Older daemons wrote the first five.)
+        if (!w.is_array() || (w.size() != 5 && w.size() != 7) || !w[0].is_boolean() || !w[4].is_boolean() ||
+            (w.size() == 7 && !w[5].is_boolean()))
+          throw StateError{name + " is not [admission, start, end|null, outcome, interrupted, resumed, pending since|null]"};
         Wait x;
         x.admission = w[0].get<bool>();
         x.start = Reader::as_u64(w[1], name);
         if (!w[2].is_null()) x.end = std::max(Reader::as_u64(w[2], name), x.start);
         x.outcome = reason_from(Reader::as_u64(w[3], name), name);
         x.interrupted = w[4].get<bool>();
+        if (w.size() == 7) {
+          x.resumed = w[5].get<bool>();
+          if (!w[6].is_null()) x.pending_since = std::max(Reader::as_u64(w[6], name), x.start);
+          if (x.end) x.pending_since.reset();
+        }
         d.waits.push_back(x);
       }
       const json& ooms = dr.array("ooms", kMaxListed);

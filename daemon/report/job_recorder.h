@@ -79,6 +79,12 @@ class JobRecorder {
   std::vector<pid_t> pending_exits() const;
   bool has_process(pid_t pid) const;
   void set_priority(std::string p) { priority_ = std::move(p); }
+  /// The job's limit (bytes, or kNoLimit), known from its registration on: the report shows it
+  /// for a device the job has not been admitted on yet (waiting, or refused / cancelled there).
+  void set_limit(Bytes limit);
+  /// The capacity (bytes) of `device`, known before the job is admitted there (its Attach says
+  /// it); samples after admission take over.
+  void set_capacity(const broker::Uuid& device, Bytes capacity);
   /// The job ended at `now` (monotonic) / `wall_ms` (Unix ms).
   void finish(Nanos now, int64_t wall_ms);
 
@@ -88,12 +94,20 @@ class JobRecorder {
   /// re-registers after a restart without a saved recorder: its process start time).
   void set_start(Nanos mono_start, int64_t wall_start_ms);
   /// The daemon restarted; it last saw the job at `last_seen` (monotonic). Waits still open then
-  /// are closed there, marked interrupted (the clients re-send their requests to the new daemon).
+  /// stay open, pending: the clients re-send their requests to the new daemon, and a request of
+  /// the same kind on the same device that comes back (parked again, granted or refused)
+  /// continues that wait, so one row spans the restart. close_restart_waits() closes those that
+  /// did not come back.
   void daemon_restarted(Nanos last_seen);
+  /// Waits open at a restart whose request did not come back: closed at the time the daemon
+  /// last saw them open, outcome "daemon-restart".
+  void close_restart_waits();
   /// The job ended while the daemon was away: its processes did not come back. `last_seen` /
-  /// `last_seen_wall_ms` (when the daemon last saw it) become the end; processes whose end is not
-  /// known are marked "daemon-away" with no status; the last counters sampled are kept.
-  void finish_away(Nanos last_seen, int64_t last_seen_wall_ms);
+  /// `last_seen_wall_ms` (when the daemon last saw it alive) become the end, the earliest it can
+  /// have ended; `noticed_wall_ms` (Unix ms: the daemon's restart, or when it found the job's
+  /// processes gone) the latest. Processes whose end is not known are marked "daemon-away" with
+  /// no status; the last counters sampled are kept; open waits close at `last_seen`.
+  void finish_away(Nanos last_seen, int64_t last_seen_wall_ms, int64_t noticed_wall_ms);
   /// Changes on every update that a report would show (not on a sample repeating the last one).
   uint64_t revision() const { return revision_; }
 
@@ -119,7 +133,11 @@ class JobRecorder {
     Nanos start = 0;
     std::optional<Nanos> end;
     broker::Reason outcome = broker::Reason::kNone;
-    bool interrupted = false;  ///< open when the daemon stopped
+    bool interrupted = false;  ///< open when the daemon stopped, and its request never came back
+    bool resumed = false;      ///< open when the daemon stopped, continued after the restart
+    /// Open at a restart and its request not back yet: the last time the daemon saw it open
+    /// (monotonic ns), where it closes if the request does not come back.
+    std::optional<Nanos> pending_since;
   };
   struct Oom {
     Nanos at = 0;
@@ -133,6 +151,7 @@ class JobRecorder {
     Bytes limit = broker::kNoLimit;
     Bytes reservation = 0;
     Bytes peak = 0;
+    bool sampled = false;  ///< admitted: capacity and limit come from samples
     Timeline timeline;
     Counters folded;  ///< processes that left
     Counters live;    ///< the latest sample of live processes
@@ -146,6 +165,9 @@ class JobRecorder {
     uint64_t ooms_omitted = 0;            ///< OOM events dropped from `ooms` (bound)
   };
   Device& device(const broker::Uuid& u);
+  /// The open wait of kind `admission` on `d` that a request coming back after a restart
+  /// continues, or null.
+  static Wait* pending_wait(Device& d, bool admission);
   Nanos rel(Nanos t) const { return t > mono_start_ ? t - mono_start_ : 0; }
 
   broker::JobSerial serial_;
@@ -162,6 +184,8 @@ class JobRecorder {
   std::vector<ProcessExit> processes_;  ///< in registration order; exit fields filled when known
   uint64_t processes_omitted_ = 0;      ///< ended processes dropped from processes_ (bound)
   bool away_ = false;                   ///< ended while the daemon was away
+  int64_t away_before_ms_ = 0;          ///< then: the latest it can have ended (Unix ms)
+  Bytes job_limit_ = broker::kNoLimit;  ///< the job's limit (bytes)
   uint64_t revision_ = 0;
 };
 

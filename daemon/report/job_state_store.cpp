@@ -112,12 +112,10 @@ Result<SavedJob> JobStateStore::from_json(const json& j) {
   return s;
 }
 
-Result<void> JobStateStore::save(const SavedJob& job) const {
-  const std::string text = to_json(job).dump();
-  const std::string target = path(job.key);
-  if (text.size() > kMaxFileBytes)
-    return Error{EFBIG, "the state of job " + job.key.str() + " is " + std::to_string(text.size()) + " bytes, over " +
-                            std::to_string(kMaxFileBytes) + ": not saved"};
+namespace {
+
+/// Replaces `target` with `text`: a temporary file in the same directory, then rename(2).
+Result<void> replace_file(const std::string& target, const std::string& text) {
   const std::string tmp = target + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Error::from_errno("write " + tmp);
@@ -133,6 +131,33 @@ Result<void> JobStateStore::save(const SavedJob& job) const {
     return e;
   }
   return {};
+}
+
+}  // namespace
+
+Result<void> JobStateStore::save(const SavedJob& job) const {
+  const std::string text = to_json(job).dump();
+  if (text.size() > kMaxFileBytes)
+    return Error{EFBIG, "the state of job " + job.key.str() + " is " + std::to_string(text.size()) + " bytes, over " +
+                            std::to_string(kMaxFileBytes) + ": not saved"};
+  return replace_file(path(job.key), text);
+}
+
+Result<void> JobStateStore::save_alive(const DaemonAlive& a) const {
+  return replace_file(dir_ + "/colocd.alive",
+                      json{{"mono_ns", a.mono}, {"unix_ms", a.unix_ms}, {"boot_id", a.boot_id}}.dump() + "\n");
+}
+
+std::optional<DaemonAlive> JobStateStore::load_alive() const {
+  std::ifstream in(dir_ + "/colocd.alive");
+  if (!in) return std::nullopt;
+  std::string text;
+  std::getline(in, text);
+  json j = json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("mono_ns") || !j["mono_ns"].is_number_unsigned() || !j.contains("unix_ms") ||
+      !j["unix_ms"].is_number_integer() || !j.contains("boot_id") || !j["boot_id"].is_string())
+    return std::nullopt;
+  return DaemonAlive{j["mono_ns"].get<uint64_t>(), j["unix_ms"].get<int64_t>(), j["boot_id"].get<std::string>()};
 }
 
 void JobStateStore::remove(const broker::JobKey& key) const { ::unlink(path(key).c_str()); }

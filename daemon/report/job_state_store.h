@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,14 @@ struct SavedJob {
   int64_t saved_unix_ms = 0;     ///< the same moment in Unix ms
   std::string boot_id;           ///< /proc/sys/kernel/random/boot_id then (pids and monotonic times hold within one boot)
   nlohmann::json recorder;       ///< JobRecorder::state()
+};
+
+/// The last moment a daemon is known to have been running, for the next one: a job that was
+/// running then and whose processes are gone at the restart ended between then and the restart.
+struct DaemonAlive {
+  broker::Nanos mono = 0;  ///< CLOCK_MONOTONIC (ns)
+  int64_t unix_ms = 0;     ///< the same moment in Unix ms
+  std::string boot_id;     ///< the boot (monotonic times compare within one boot only)
 };
 
 class JobStateStore {
@@ -63,6 +72,12 @@ class JobStateStore {
   };
   /// Every saved job of the previous run.
   Loaded load() const;
+
+  /// Records that the daemon is running now (<dir>/colocd.alive, replaced whole like a job file);
+  /// the daemon does so about once a second while it has jobs, and when it stops.
+  Result<void> save_alive(const DaemonAlive& alive) const;
+  /// What the previous daemon last recorded with save_alive(); nullopt when nothing (usable) was.
+  std::optional<DaemonAlive> load_alive() const;
 
   /// The document of `job` (what save() writes) and back; from_json's Error names the bad field.
   static nlohmann::json to_json(const SavedJob& job);

@@ -129,11 +129,18 @@ TEST_CASE("job recorder: the saved state restores the same report, and the job g
   CHECK(q.key() == r.key());
   CHECK(q.to_json(now) == r.to_json(now));
 
-  // The daemon restarted at 125 s: the open wait closes there, marked; the rest continues.
+  // The daemon restarted, having last seen the job at 125 s: the open wait stays open until its
+  // request comes back; one that does not closes there, marked; the rest continues.
   q.daemon_restarted(125 * kSec);
   json j = q.to_json(now);
   auto waits = j["devices"][0]["waits"];
   REQUIRE(waits.size() == 2);
+  CHECK(waits[1]["outcome"] == "waiting");
+  CHECK(waits[1]["across_restart"] == true);
+  CHECK(waits[0]["across_restart"] == false);
+  q.close_restart_waits();
+  j = q.to_json(now);
+  waits = j["devices"][0]["waits"];
   CHECK(waits[1]["outcome"] == "daemon-restart");
   CHECK(waits[1]["end_s"].get<double>() == doctest::Approx(25.0));
   CHECK(j["start_unix_ms"] == 1700000000000);
@@ -183,7 +190,8 @@ TEST_CASE("job recorder: bad saved state is an error naming the field") {
 
 TEST_CASE("job recorder: a job that ended while the daemon was away keeps what was seen, status unknown") {
   JobRecorder r = busy_recorder();
-  r.finish_away(130 * kSec, 1700000030000);
+  // Last seen alive at +30 s; the new daemon started (and found it gone) at +34.5 s.
+  r.finish_away(130 * kSec, 1700000030000, 1700000034500);
   json j = r.to_json(500 * kSec);
   CHECK(j["complete"] == true);
   CHECK(j["ended_while_daemon_away"] == true);
@@ -191,6 +199,12 @@ TEST_CASE("job recorder: a job that ended while the daemon was away keeps what w
   CHECK(j["exit_signal"].is_null());
   CHECK(j["end_unix_ms"] == 1700000030000);
   CHECK(j["duration_s"].get<double>() == doctest::Approx(30.0));
+  // Both bounds of the end, and of the duration.
+  CHECK(j["ended_after_unix_ms"] == 1700000030000);
+  CHECK(j["ended_after"] == "2023-11-14T22:13:50.000Z");
+  CHECK(j["ended_before_unix_ms"] == 1700000034500);
+  CHECK(j["ended_before"] == "2023-11-14T22:13:54.500Z");
+  CHECK(j["duration_max_s"].get<double>() == doctest::Approx(34.5));
   REQUIRE(j["processes"].size() == 2);
   CHECK(j["processes"][0]["noticed_by"] == "daemon-away");
   CHECK(j["processes"][1]["noticed_by"] == "goodbye");  // known before: kept
@@ -198,7 +212,154 @@ TEST_CASE("job recorder: a job that ended while the daemon was away keeps what w
   CHECK(d["allocations"] == 2999 + 5);  // the last live sample plus the departed process
   CHECK(d["kernel_launches"] == 3 * 2999 + 100);
   CHECK(d["waits"][1]["outcome"] == "daemon-restart");
-  CHECK(busy_recorder().to_json(1)["ended_while_daemon_away"] == false);
+  json live = busy_recorder().to_json(1);
+  CHECK(live["ended_while_daemon_away"] == false);
+  for (const char* k : {"ended_after", "ended_before", "ended_after_unix_ms", "ended_before_unix_ms", "duration_max_s"})
+    CHECK(live[k].is_null());
+  // A restart time before the last sighting (a clock step) does not make the range negative.
+  JobRecorder odd = busy_recorder();
+  odd.finish_away(130 * kSec, 1700000030000, 1700000020000);
+  CHECK(odd.to_json(1)["ended_before_unix_ms"] == 1700000030000);
+}
+
+TEST_CASE("job recorder: a wait open across a restart is one row when its request comes back, and adds up") {
+  auto rec = [] {
+    JobRecorder r(3, {0, "w"}, "root", "x", 0, "normal", 10 * kSec, 1700000000000);
+    Event e{};
+    e.device = gpu(3);
+    e.admission = true;
+    e.kind = Event::Kind::kWaitBegin;
+    e.at = 12 * kSec;  // +2 s
+    r.on_event(e);
+    return r;
+  };
+  Event e{};
+  e.device = gpu(3);
+  e.admission = true;
+
+  SUBCASE("parked again after the restart: continued, ends when granted") {
+    JobRecorder r = rec();
+    r.daemon_restarted(15 * kSec);  // last seen at +5 s
+    // Across a second daemon's saved state too.
+    auto back = JobRecorder::from_state(json::parse(r.state().dump()), 3);
+    REQUIRE(back.ok());
+    JobRecorder& q = back.value();
+    e.kind = Event::Kind::kWaitBegin;  // the client re-sent its Attach at +8 s
+    e.at = 18 * kSec;
+    q.on_event(e);
+    q.close_restart_waits();  // nothing to close: it came back
+    e.kind = Event::Kind::kWaitEnd;
+    e.at = 20 * kSec;
+    q.on_event(e);
+    e.kind = Event::Kind::kAdmitted;
+    q.on_event(e);
+    json d = q.to_json(30 * kSec)["devices"][0];
+    REQUIRE(d["waits"].size() == 1);  // one row, not one per daemon
+    CHECK(d["waits"][0]["start_s"].get<double>() == doctest::Approx(2.0));
+    CHECK(d["waits"][0]["end_s"].get<double>() == doctest::Approx(10.0));
+    CHECK(d["waits"][0]["outcome"] == "granted");
+    CHECK(d["waits"][0]["across_restart"] == true);
+    CHECK(d["wait_admission_s"].get<double>() == doctest::Approx(8.0));  // the rows add up to the column
+  }
+  SUBCASE("granted at once after the restart (memory freed meanwhile): ends at the admission") {
+    JobRecorder r = rec();
+    r.daemon_restarted(15 * kSec);
+    e.kind = Event::Kind::kAdmitted;
+    e.at = 17 * kSec;
+    r.on_event(e);
+    json d = r.to_json(30 * kSec)["devices"][0];
+    REQUIRE(d["waits"].size() == 1);
+    CHECK(d["waits"][0]["end_s"].get<double>() == doctest::Approx(7.0));
+    CHECK(d["waits"][0]["outcome"] == "granted");
+    CHECK(d["wait_admission_s"].get<double>() == doctest::Approx(5.0));
+  }
+  SUBCASE("refused at once after the restart: ends at the refusal, with its reason") {
+    JobRecorder r = rec();
+    r.daemon_restarted(15 * kSec);
+    e.kind = Event::Kind::kRefused;
+    e.reason = Reason::kDeviceFull;
+    e.at = 16 * kSec;
+    r.on_event(e);
+    json d = r.to_json(30 * kSec)["devices"][0];
+    REQUIRE(d["waits"].size() == 1);
+    CHECK(d["waits"][0]["end_s"].get<double>() == doctest::Approx(6.0));
+    CHECK(d["waits"][0]["outcome"] == "device-full");
+  }
+  SUBCASE("its request never came back: closed where the daemon last saw it") {
+    JobRecorder r = rec();
+    r.daemon_restarted(15 * kSec);
+    r.close_restart_waits();
+    e.kind = Event::Kind::kWaitBegin;  // a later, new wait is a row of its own
+    e.at = 25 * kSec;
+    r.on_event(e);
+    json d = r.to_json(27 * kSec)["devices"][0];
+    REQUIRE(d["waits"].size() == 2);
+    CHECK(d["waits"][0]["end_s"].get<double>() == doctest::Approx(5.0));
+    CHECK(d["waits"][0]["outcome"] == "daemon-restart");
+    CHECK(d["waits"][1]["start_s"].get<double>() == doctest::Approx(15.0));
+    CHECK(d["waits"][1]["outcome"] == "waiting");
+    CHECK(d["wait_admission_s"].get<double>() == doctest::Approx(3.0 + 2.0));
+  }
+  SUBCASE("the job ended while the daemon was away: closed at the last sighting") {
+    JobRecorder r = rec();
+    r.finish_away(15 * kSec, 1700000005000, 1700000009000);
+    json d = r.to_json(30 * kSec)["devices"][0];
+    REQUIRE(d["waits"].size() == 1);
+    CHECK(d["waits"][0]["end_s"].get<double>() == doctest::Approx(5.0));
+    CHECK(d["waits"][0]["outcome"] == "daemon-restart");
+  }
+  SUBCASE("a state of an older daemon (five fields a wait) still loads") {
+    JobRecorder r = rec();
+    json st = r.state();
+    for (json& w : st["devices"][0]["waits"]) w.erase(w.begin() + 5, w.end());
+    st.erase("limit");
+    st["devices"][0].erase("sampled");
+    auto back = JobRecorder::from_state(st, 3);
+    REQUIRE_MESSAGE(back.ok(), back.error().message());
+    CHECK(back.value().to_json(30 * kSec)["devices"][0]["waits"].size() == 1);
+  }
+}
+
+TEST_CASE("job recorder: before admission the report shows the job's limit and the device's capacity") {
+  JobRecorder r(4, {0, "early"}, "root", "x", 0, "normal", 0, 1700000000000);
+  r.set_limit(14 * GiB);
+  r.set_capacity(gpu(4), 80 * GiB);
+  Event e{};
+  e.device = gpu(4);
+  e.admission = true;
+  e.kind = Event::Kind::kWaitBegin;
+  e.at = kSec;
+  r.on_event(e);
+  json j = r.to_json(3 * kSec);
+  CHECK(j["limit"] == 14 * GiB);
+  REQUIRE(j["devices"].size() == 1);
+  CHECK(j["devices"][0]["limit"] == 14 * GiB);  // not null ("none") while waiting
+  CHECK(j["devices"][0]["capacity"] == 80 * GiB);
+  CHECK(j["devices"][0]["reservation"] == 0);   // nothing is held for it yet
+  // Cancelled (Ctrl-C) during admission: still the job's limit.
+  e.kind = Event::Kind::kWaitEnd;
+  e.reason = Reason::kCancelled;
+  e.at = 2 * kSec;
+  r.on_event(e);
+  // Saved and restored (a restart meanwhile) it is the same.
+  auto back = JobRecorder::from_state(json::parse(r.state().dump()), 4);
+  REQUIRE(back.ok());
+  CHECK(back.value().to_json(3 * kSec) == r.to_json(3 * kSec));
+  r.finish(2 * kSec, 1700000002000);
+  j = r.to_json(3 * kSec);
+  CHECK(j["devices"][0]["limit"] == 14 * GiB);
+  CHECK(j["devices"][0]["waits"][0]["outcome"] == "cancelled");
+  // Once admitted, the samples say (a `coloc set` lowered it meanwhile).
+  JobRecorder s(5, {0, "later"}, "root", "x", 0, "normal", 0, 0);
+  s.set_limit(14 * GiB);
+  DeviceSample ds;
+  ds.capacity = 80 * GiB;
+  ds.limit = 10 * GiB;
+  ds.reservation = 10 * GiB;
+  s.sample(gpu(4), kSec, ds);
+  s.set_capacity(gpu(4), 1);  // ignored: the samples know better
+  CHECK(s.to_json(2 * kSec)["devices"][0]["limit"] == 10 * GiB);
+  CHECK(s.to_json(2 * kSec)["devices"][0]["capacity"] == 80 * GiB);
 }
 
 TEST_CASE("job recorder: waits, OOM events and processes stay bounded; the waiting time still adds up") {
@@ -311,6 +472,21 @@ TEST_CASE("job state store: saved whole, loaded back; a corrupt file is named, k
   store.remove(a.key);
   store.remove(a.key);  // already gone: fine
   CHECK(store.load().jobs.size() == 1);
+
+  // The daemon's "still running" mark: replaced whole, read back, not taken for a job's file.
+  CHECK_FALSE(store.load_alive());
+  REQUIRE(store.save_alive({5 * kSec, 1700000005000, "b00t"}).ok());
+  REQUIRE(store.save_alive({6 * kSec, 1700000006000, "b00t"}).ok());
+  auto alive = store.load_alive();
+  REQUIRE(alive);
+  CHECK(alive->mono == 6 * kSec);
+  CHECK(alive->unix_ms == 1700000006000);
+  CHECK(alive->boot_id == "b00t");
+  loaded = store.load();
+  CHECK(loaded.jobs.size() == 1);
+  CHECK(loaded.problems.empty());
+  coloc::test::write_file(tmp / "jobs/colocd.alive", "{\"mono_ns\": -1}");
+  CHECK_FALSE(store.load_alive());  // unusable: as if there were none
 }
 
 TEST_CASE("resume state: a process's start time on the daemon's clocks") {
