@@ -153,7 +153,12 @@ void Broker::refresh_outside_from(uint32_t device, Bytes physical_free, Nanos no
   }
   d.outside_known = true;
   d.outside_at = now;
-  if (d.outside < before) pump(now);
+  if (d.outside < before) {
+    pump(now);  // parked requests are re-examined against the fresh figure
+    // What is still parked there no longer waits for outside memory that is gone: a deadlock
+    // among coloc jobs that was hidden behind it is broken now.
+    if (!holding()) break_deadlock(device, now);
+  }
 }
 
 void Broker::note_short(uint32_t device) {
@@ -301,14 +306,34 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
                                job.key.str(), mib(in_use), d.uuid.str());
       in_use = sat_sub(d.capacity, e.physical_free);
     }
-    Bytes grant = std::min(std::max(e.grant, round_up(in_use, config_.grant_step)), d.capacity);
+    // Until now the device showed this memory in use but no coloc client claimed it: an estimate
+    // made meanwhile counted it as used outside coloc. It is coloc's again.
+    if (d.outside_known) d.outside = sat_sub(d.outside, in_use);
     JobDevice& jd = job.devices[dev];
+    // A resumed job gets back what it had only as far as it fits: a job that missed the resume
+    // grace may find its memory given to a newcomer meanwhile. What it really has in use cannot
+    // be taken away; its surplus grant and its reservation are cut to what is left.
+    const Bytes cur = jd.admitted ? std::max(jd.reserved, jd.granted) : 0;
+    const Bytes fits = sat_add(cur, available(dev));  // the most the job may commit on the device
+    const Bytes asked = std::min(std::max(e.grant, round_up(in_use, config_.grant_step)), d.capacity);
+    Bytes grant = std::min(asked, sat_sub(fits, jd.granted));
+    if (grant < in_use) grant = in_use;
     if (!jd.admitted) {
       jd.admitted = true;
       jd.admitted_at = now;
-      set_job_device(job, dev, reservation_for(job, d), jd.granted);
+      const Bytes wanted = reservation_for(job, d);
+      const Bytes reserved = std::min(wanted, std::max(fits, sat_add(jd.granted, grant)));
+      set_job_device(job, dev, reserved, jd.granted);
       event(Event::Kind::kAdmitted, job, now, dev);
+      if (reserved < wanted)
+        log::get("broker")->warn(
+            "job {}: resumed on {} with its reservation cut to {} (it had {}): only {} was left for it; beyond "
+            "that it grows by ordinary grants",
+            job.key.str(), d.uuid.str(), mib(reserved), mib(wanted), mib(fits));
     }
+    if (grant < asked)
+      log::get("broker")->warn("job {}: resumed on {} with a grant of {} instead of {} ({} in use): only {} was left for it",
+                               job.key.str(), d.uuid.str(), mib(grant), mib(asked), mib(in_use), mib(fits));
     ClientSlot& s = c.slots[slot];
     s.attached = true;
     s.device = dev;
@@ -323,8 +348,10 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
     write_grant(c, slot, grant);
     cs.attached.store(1, std::memory_order_release);
     if (d.committed > usable(dev))
-      log::get("broker")->warn("device {}: resumed grants over-commit it ({} committed, {} usable)", d.uuid.str(),
-                               mib(d.committed), mib(usable(dev)));
+      log::get("broker")->warn(
+          "device {}: over-committed by memory really in use ({} committed, {} usable): job {} holds {} in use; "
+          "nothing more is granted on the device until it fits again",
+          d.uuid.str(), mib(d.committed), mib(usable(dev)), job.key.str(), mib(in_use));
   }
   // Other clients of the job see the (possibly lowered) limit.
   for (ClientId other : job.clients) {
@@ -389,6 +416,9 @@ Broker::Decision Broker::decide_grow(Client& c, uint32_t slot, Bytes need, Nanos
   Job& job = job_of(c);
   const uint32_t dev = s.device;
   if (need > job.limit) {
+    // Grants above a lowered limit were kept only for memory in use then; what is no longer in
+    // use goes back now (a client that never shrinks would otherwise keep it).
+    if (job.devices[dev].granted > job.limit) trim_job(job, dev);
     d.kind = Decision::Kind::kRefuse;
     d.reason = Reason::kOwnLimit;
     return d;
@@ -683,6 +713,7 @@ void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes ph
   }
   if (d.kind == Decision::Kind::kRefuse) {
     refuse(c, seq, Reply::Kind::kGrow, slot, d.reason, need, dev, 0, now);
+    pump(now);  // a refusal over the limit may have trimmed grants
     return;
   }
   if (d.device_short) note_short(dev);
@@ -835,7 +866,61 @@ void Broker::pump(Nanos now) {
   waiters_.resize(out);
 }
 
+Bytes Broker::extra_need(const Waiter& w, uint32_t device) const {
+  const Client& c = clients_.at(w.client);
+  const Job& job = jobs_.at(w.job);
+  auto it = job.devices.find(device);
+  const bool admitted = it != job.devices.end() && it->second.admitted;
+  const Bytes reserved = admitted ? it->second.reserved : 0;
+  const Bytes granted = it != job.devices.end() ? it->second.granted : 0;
+  const Bytes cur = admitted ? std::max(reserved, granted) : 0;
+  if (!w.admission) {
+    const Bytes others = granted - c.slots[w.slot].grant;
+    return sat_sub(std::max(reserved, sat_add(others, w.need)), cur);
+  }
+  for (auto& [dev, req] : w.devices)
+    if (dev == device) {
+      const Bytes r = admitted ? reserved : reservation_for(job, devices_[device]);
+      return sat_sub(std::max(r, sat_add(granted, req)), cur);
+    }
+  return 0;
+}
+
+const Waiter* Broker::head_waiter(uint32_t device) const {
+  const Waiter* head = nullptr;
+  WaiterView head_view;
+  for (const Waiter& w : waiters_) {
+    if (!w.device_short) continue;  // held only by its user's cap
+    bool on_device = false;
+    if (w.admission) {
+      for (auto& [dev, req] : w.devices) on_device |= dev == device;
+    } else {
+      on_device = clients_.at(w.client).slots[w.slot].device == device;
+    }
+    if (!on_device) continue;
+    const Job& wj = jobs_.at(w.job);
+    WaiterView v{wj.priority, w.order, w.admission, w.admission && wj.limit != kNoLimit};
+    if (!head || policy_.before(v, head_view)) {
+      head = &w;
+      head_view = v;
+    }
+  }
+  return head;
+}
+
+bool Broker::waits_for_outside(const Waiter& w, uint32_t device) const {
+  const Device& d = devices_[device];
+  if (d.outside == 0) return false;
+  // Fits in capacity - headroom - every commitment, were nothing used outside coloc.
+  return extra_need(w, device) <= sat_sub(sat_sub(d.capacity, d.headroom), d.committed);
+}
+
 void Broker::break_deadlock(uint32_t device, Nanos now) {
+  // Only a real deadlock is broken: the request everything on the device waits behind (the first
+  // in the policy's order) must need memory that only the parked coloc jobs can give back. When it
+  // would fit were the memory used outside coloc freed, failing a coloc job is not the way out:
+  // it waits (up to its wait timeout) for the outside use to go away.
+  if (const Waiter* head = head_waiter(device); head && waits_for_outside(*head, device)) return;
   std::vector<VictimCandidate> candidates;
   for (auto& [serial, job] : jobs_) {
     auto it = job.devices.find(device);
@@ -863,6 +948,14 @@ void Broker::tick(Nanos now) {
   bool any = false;
   for (size_t i = waiters_.size(); i-- > 0;) {
     if (waiters_[i].deadline <= now) {
+      const Waiter& w = waiters_[i];
+      const uint32_t dev = w.admission ? w.devices.front().first : clients_.at(w.client).slots[w.slot].device;
+      if (waits_for_outside(w, dev))
+        log::get("broker")->warn(
+            "job {}: timeout waiting for memory used outside coloc on {} ({} used outside coloc, {} available, {} "
+            "needed)",
+            jobs_.at(w.job).key.str(), devices_[dev].uuid.str(), mib(devices_[dev].outside), mib(available(dev)),
+            mib(extra_need(w, dev)));
       answer_waiter(i, false, Reason::kTimeout, now);
       any = true;
     }
@@ -886,14 +979,59 @@ void Broker::end_hold(Nanos now) {
   for (uint32_t dev = 0; dev < devices_.size(); ++dev) break_deadlock(dev, now);
 }
 
-bool Broker::set_limit(JobSerial serial, Bytes limit, Nanos now) {
+bool Broker::set_limit(JobSerial serial, Bytes limit, Nanos now, std::vector<ReservationChange>* changes) {
   auto it = jobs_.find(serial);
   if (it == jobs_.end() || limit == 0) return false;
   Job& job = it->second;
+  const bool raised = limit > job.limit;  // from no limit to one is a lowering: no reservation appears
   job.limit = limit;
+  auto lg = log::get("broker");
   for (auto& [dev, jd] : job.devices) {
     if (!jd.admitted) continue;
-    set_job_device(job, dev, std::min(jd.reserved, reservation_for(job, devices_[dev])), jd.granted);
+    const Device& d = devices_[dev];
+    ReservationChange ch;
+    ch.device = dev;
+    ch.before = jd.reserved;
+    ch.wanted = reservation_for(job, d);
+    if (!raised || ch.wanted <= jd.reserved) {
+      ch.wanted = std::min(ch.wanted, jd.reserved);
+      set_job_device(job, dev, ch.wanted, jd.granted);
+      ch.outcome = ch.wanted < ch.before ? ReservationChange::kLowered : ReservationChange::kUnchanged;
+    } else {
+      // Raised: the reservation follows when the larger footprint fits now, all of it, without
+      // over-committing the device or the user's cap and without taking memory a request of
+      // another job is waiting for. Otherwise it stays, and the job grows by ordinary grants.
+      const Bytes cur = std::max(jd.reserved, jd.granted);
+      const Bytes extra = sat_sub(std::max(ch.wanted, jd.granted), cur);
+      bool others_wait = false;
+      for (const Waiter& w : waiters_) {
+        if (w.job == serial || !w.device_short) continue;
+        if (w.admission) {
+          for (auto& [wd, req] : w.devices) others_wait |= wd == dev;
+        } else {
+          others_wait |= clients_.at(w.client).slots[w.slot].device == dev;
+        }
+      }
+      const bool user_ok = !config_.max_per_user || sat_add(user_committed(job.key.uid), extra) <= *config_.max_per_user;
+      ch.available = available(dev);
+      if (!others_wait && user_ok && extra <= ch.available) {
+        set_job_device(job, dev, ch.wanted, jd.granted);
+        ch.outcome = ReservationChange::kRaised;
+      } else {
+        ch.outcome = others_wait ? ReservationChange::kKeptOthersWait
+                     : !user_ok  ? ReservationChange::kKeptUserCap
+                                 : ReservationChange::kKeptNoRoom;
+        lg->info("job {}: reservation on {} kept at {} ({} does not fit now: {} available{}); it grows by ordinary "
+                 "grants",
+                 job.key.str(), d.uuid.str(), mib(jd.reserved), mib(ch.wanted), mib(ch.available),
+                 others_wait ? ", and other jobs' requests wait there" : !user_ok ? ", over the user's cap" : "");
+      }
+    }
+    ch.after = jd.reserved;
+    if (ch.after != ch.before)
+      lg->info("job {}: reservation on {} {} from {} to {}", job.key.str(), d.uuid.str(),
+               ch.after > ch.before ? "raised" : "lowered", mib(ch.before), mib(ch.after));
+    if (changes) changes->push_back(ch);
     if (job.devices[dev].granted > limit) trim_job(job, dev);
   }
   for (ClientId id : job.clients) {

@@ -111,6 +111,24 @@ struct Client {
 };
 
 /// A parked request.
+/// What a limit change did to a job's reservation on one device (Broker::set_limit).
+struct ReservationChange {
+  enum Outcome {
+    kUnchanged,       ///< the footprint did not change
+    kLowered,         ///< lowered with the limit
+    kRaised,          ///< raised with the limit (it fitted)
+    kKeptNoRoom,      ///< raise wanted, but the device has too little available memory now
+    kKeptUserCap,     ///< raise wanted, but it would pass the user's cap
+    kKeptOthersWait,  ///< raise wanted, but requests of other jobs wait for memory on the device
+  };
+  uint32_t device = 0;
+  Outcome outcome = kUnchanged;
+  Bytes before = 0;     ///< reservation before (bytes)
+  Bytes after = 0;      ///< reservation after (bytes)
+  Bytes wanted = 0;     ///< min(limit, capacity - headroom) (bytes)
+  Bytes available = 0;  ///< the device's available memory when a raise was considered (bytes)
+};
+
 struct Waiter {
   uint64_t order = 0;
   ClientId client = 0;
@@ -173,9 +191,14 @@ class Broker {
   // ---- admin ----------------------------------------------------------------------------------
 
   /// Live limit change for a job (bytes > 0, or kNoLimit). Lowering it below what the job holds
-  /// refuses further growth and trims each client's grant to its in-use; nothing is killed.
+  /// refuses further growth and trims each client's grant to its in-use; nothing is killed; the
+  /// reservation drops to min(limit, capacity - headroom). Raising it raises the reservation to
+  /// min(new limit, capacity - headroom) on each device where that whole footprint fits now
+  /// (available memory, the user's cap, and no request of another job waiting on the device);
+  /// elsewhere the reservation stays and the job grows beyond it by ordinary grants. `changes`
+  /// (optional) receives what happened to the reservation on each admitted device.
   /// False when the job does not exist.
-  bool set_limit(JobSerial job, Bytes limit, Nanos now);
+  bool set_limit(JobSerial job, Bytes limit, Nanos now, std::vector<ReservationChange>* changes = nullptr);
   /// Live priority change. False when the job does not exist.
   bool set_priority(JobSerial job, Priority priority, Nanos now);
 
@@ -266,6 +289,13 @@ class Broker {
   void answer_waiter(size_t index, bool granted, Reason reason, Nanos now);
   void pump(Nanos now);
   void break_deadlock(uint32_t device, Nanos now);
+  /// Bytes the job of `w` must commit on `device` beyond what it commits now to serve `w`.
+  Bytes extra_need(const Waiter& w, uint32_t device) const;
+  /// The parked request first in the policy's order on `device` (device-short ones only), or null.
+  const Waiter* head_waiter(uint32_t device) const;
+  /// True when `w` waits for memory used outside coloc: some is (outside > 0) and `w` would fit
+  /// in capacity - headroom - committed without it.
+  bool waits_for_outside(const Waiter& w, uint32_t device) const;
   void refuse(Client& c, uint32_t seq, Reply::Kind kind, uint32_t slot, Reason reason, Bytes bytes,
               std::optional<uint32_t> device, Nanos waited, Nanos now);
   void event(Event::Kind kind, const Job& job, Nanos now, std::optional<uint32_t> device = std::nullopt,

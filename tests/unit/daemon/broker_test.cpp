@@ -324,12 +324,206 @@ TEST_CASE("broker: deadlock breaking fails the lowest-priority, youngest job") {
     CHECK(b.pending(g1));
     CHECK(b.pending(g2));
   }
-  SUBCASE("a job alone on a device, waiting for memory used outside coloc, is failed") {
+  SUBCASE("coloc jobs that need more than the memory used outside coloc could give are a deadlock") {
+    Bench b;
+    ClientId a = b.add("a", kNoLimit, Priority::kNormal, OnFull::kWait, 1000, 100);
+    ClientId c = b.add("c", kNoLimit, Priority::kNormal, OnFull::kWait, 1000, 200);
+    // 10 GiB device, 1 GiB used outside coloc, 4 GiB granted to each job.
+    REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 4 * GiB}}, 9 * GiB)));
+    REQUIRE(b.granted(b.attach(c, {{1, 10 * GiB, 4 * GiB}}, 9 * GiB)));
+    REQUIRE(b.broker.devices().at(0).outside == 1 * GiB);
+    uint32_t ga = b.grow(a, 0, 7 * GiB);  // 3 GiB more: even with the outside 1 GiB gone, 2 GiB short
+    CHECK(b.pending(ga));
+    uint32_t gc = b.grow(c, 0, 7 * GiB);
+    CHECK(b.refused(gc, Reason::kDeadlockBroken));  // the younger one
+    CHECK(b.pending(ga));
+  }
+}
+
+// ---- waiting for memory used outside coloc ---------------------------------------------------------
+
+TEST_CASE("broker: a job alone on a device, short only of memory used outside coloc, waits instead of a deadlock") {
+  // The tester's case: 40 GiB device, default headroom (2%), 26 GiB held by processes not under
+  // coloc; a job without --mem grows to ~17.6 GiB.
+  Bench b{BrokerConfig{}};
+  ClientId a = b.add("a");
+  REQUIRE(b.granted(b.attach(a, {{1, 40 * GiB, 1 * GiB}}, 14 * GiB)));
+  REQUIRE(b.broker.devices().at(0).outside == 26 * GiB);
+  b.use(a, 0, 1 * GiB);
+  REQUIRE(b.granted(b.grow(a, 0, 8 * GiB)));
+  b.use(a, 0, 8 * GiB);
+  REQUIRE(b.broker.devices().at(0).outside == 26 * GiB);
+  const Bytes need = 17 * GiB + 600 * MiB;  // past the 13.2 GiB usable now
+  SUBCASE("served as soon as the device shows the outside memory freed (the engine's NVML read)") {
+    uint32_t g = b.grow(a, 0, need, 6 * GiB);
+    CHECK(b.pending(g));
+    CHECK(b.count(Event::Kind::kRefused, Reason::kDeadlockBroken) == 0);
+    CHECK(b.broker.waiters().size() == 1);
+    b.advance(10 * kSec);
+    CHECK(b.pending(g));
+    // One of the two outside processes exits: 13 GiB of the 26 go.
+    b.broker.refresh_outside(0, 40 * GiB - 8 * GiB - 13 * GiB, b.now);
+    b.collect();
+    CHECK(b.broker.devices().at(0).outside == 13 * GiB);
+    CHECK(b.granted(g));  // 40 - 0.8 headroom - 13 outside = 26.2 GiB usable >= 17.6 GiB
+    CHECK(b.grant(a, 0) >= need);
+    CHECK(b.count(Event::Kind::kRefused) == 0);
+  }
+  SUBCASE("a refresh that frees too little keeps it waiting; the rest frees it") {
+    uint32_t g = b.grow(a, 0, 30 * GiB, 6 * GiB);  // 30 GiB: fits only once nearly all outside use is gone
+    CHECK(b.pending(g));
+    b.broker.refresh_outside(0, 40 * GiB - 8 * GiB - 13 * GiB, b.now);  // 13 GiB outside left
+    b.collect();
+    CHECK(b.pending(g));
+    CHECK(b.count(Event::Kind::kRefused) == 0);
+    b.broker.refresh_outside(0, 40 * GiB - 8 * GiB, b.now);  // nothing outside
+    b.collect();
+    CHECK(b.granted(g));
+  }
+  SUBCASE("when the outside memory never frees, the wait ends with its timeout, not a deadlock") {
+    uint32_t g = b.grow(a, 0, need, 6 * GiB);
+    CHECK(b.pending(g));
+    b.advance(299 * kSec);
+    CHECK(b.pending(g));
+    b.advance(1 * kSec);  // COLOC_WAIT_TIMEOUT's default: 300 s
+    CHECK(b.refused(g, Reason::kTimeout));
+    CHECK(b.count(Event::Kind::kRefused, Reason::kDeadlockBroken) == 0);
+  }
+}
+
+TEST_CASE("broker: several coloc jobs parked behind memory used outside coloc wait; the first in line is served when it frees") {
+  Bench b;
+  ClientId a = b.add("a", kNoLimit, Priority::kNormal, OnFull::kWait, 1000, 100);
+  ClientId c = b.add("c", kNoLimit, Priority::kNormal, OnFull::kWait, 1000, 200);
+  // 10 GiB device, 4 GiB used outside coloc, 3 GiB granted to each job: nothing available.
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 3 * GiB}}, 6 * GiB)));
+  b.use(a, 0, 3 * GiB);
+  REQUIRE(b.granted(b.attach(c, {{1, 10 * GiB, 3 * GiB}}, 3 * GiB)));
+  b.use(c, 0, 3 * GiB);
+  REQUIRE(b.broker.devices().at(0).outside == 4 * GiB);
+  uint32_t ga = b.grow(a, 0, 5 * GiB);  // 2 GiB more: fits once the outside use is gone
+  uint32_t gc = b.grow(c, 0, 5 * GiB);  // every job on the device is parked, but not on each other
+  CHECK(b.pending(ga));
+  CHECK(b.pending(gc));
+  CHECK(b.count(Event::Kind::kRefused) == 0);
+  b.broker.refresh_outside(0, 4 * GiB, b.now);  // the outside process exits
+  b.collect();
+  CHECK(b.granted(ga));
+  CHECK(b.granted(gc));
+}
+
+// ---- a late resume ----------------------------------------------------------------------------------
+
+TEST_CASE("broker: a job resuming after the grace cannot over-commit the device a newcomer was admitted into") {
+  Bench b;
+  // colocd restarted; the job "late" (--mem 25 GiB, 12 GiB in use) missed the resume grace (its
+  // processes were stopped). The device shows its 12 GiB used, so they count as outside coloc.
+  ClientId fresh = b.add("fresh", 25 * GiB);
+  REQUIRE(b.granted(b.attach(fresh, {{1, 40 * GiB, 1 * GiB}}, 28 * GiB)));
+  REQUIRE(b.broker.devices().at(0).outside == 12 * GiB);
+  REQUIRE(b.broker.devices().at(0).committed == 25 * GiB);
+  ClientId late = b.add("late", 25 * GiB);
+  ResumeEntry e{gpu(1), 40 * GiB, 28 * GiB, 12 * GiB, 12 * GiB + 64 * MiB, 25 * GiB};
+  b.broker.resume(late, std::span(&e, 1), b.now);
+  b.collect();
+  const Device& d = b.broker.devices().at(0);
+  CHECK(d.outside == 0);  // its memory is coloc's again
+  CHECK(b.grant(late, 0) == 12 * GiB + 64 * MiB);  // what it holds is kept
+  const JobDevice& jd = b.broker.find_job({1000, "late"})->devices.at(0);
+  CHECK(jd.reserved == 15 * GiB);  // what was left for it, not its 25 GiB
+  CHECK(b.pages.at(late).control->slots[0].reservation.load() == 15 * GiB);
+  CHECK(d.committed == 40 * GiB);
+  CHECK(d.committed <= b.broker.usable(0));
+  // Beyond what was left it is an ordinary grower: it waits, the newcomer's reservation stays.
+  b.use(late, 0, 12 * GiB);
+  uint32_t g = b.grow(late, 0, 16 * GiB);
+  CHECK(b.pending(g));
+  CHECK(b.granted(b.grow(fresh, 0, 20 * GiB)));  // within its own reservation
+}
+
+TEST_CASE("broker: a late resume whose memory in use the books never saw keeps it, and the over-commit shows") {
+  Bench b;
+  ClientId fresh = b.add("fresh", 30 * GiB);
+  REQUIRE(b.granted(b.attach(fresh, {{1, 40 * GiB, 1 * GiB}})));  // no physical figure: nothing seen outside
+  ClientId late = b.add("late", 25 * GiB);
+  ResumeEntry e{gpu(1), 40 * GiB, kUnknown, 12 * GiB, 12 * GiB, 25 * GiB};
+  b.broker.resume(late, std::span(&e, 1), b.now);
+  b.collect();
+  CHECK(b.grant(late, 0) == 12 * GiB);  // really in use: cannot be taken away
+  CHECK(b.broker.find_job({1000, "late"})->devices.at(0).reserved == 12 * GiB);  // no more than that
+  CHECK(b.broker.devices().at(0).committed == 42 * GiB);
+  CHECK(b.broker.devices().at(0).committed > b.broker.usable(0));  // what status flags as over-committed
+  ClientId other = b.add("other", 1 * GiB);
+  CHECK(b.pending(b.attach(other, {{1, 40 * GiB, 0}})));  // nothing more is given out
+}
+
+// ---- raising a limit ----------------------------------------------------------------------------------
+
+TEST_CASE("broker: raising a limit raises the reservation when the larger footprint fits now") {
+  Bench b;
+  ClientId a = b.add("a", 4 * GiB);
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 1 * GiB}})));
+  JobSerial ja = b.broker.find_job({1000, "a"})->serial;
+  std::vector<ReservationChange> ch;
+  REQUIRE(b.broker.set_limit(ja, 9 * GiB, b.now, &ch));
+  b.collect();
+  REQUIRE(ch.size() == 1);
+  CHECK(ch[0].outcome == ReservationChange::kRaised);
+  CHECK(ch[0].before == 4 * GiB);
+  CHECK(ch[0].after == 9 * GiB);
+  CHECK(b.limit_word(a, 0) == 9 * GiB);
+  CHECK(b.pages.at(a).control->slots[0].reservation.load() == 9 * GiB);
+  CHECK(b.broker.devices().at(0).committed == 9 * GiB);
+  ClientId c = b.add("c", 5 * GiB);
+  CHECK(b.pending(b.attach(c, {{1, 10 * GiB, 0}})));  // 9 + 5 > 10
+  CHECK(b.granted(b.grow(a, 0, 9 * GiB)));            // within its reservation: never waits
+  // Lowering lowers it.
+  ch.clear();
+  b.use(a, 0, 2 * GiB);
+  REQUIRE(b.broker.set_limit(ja, 3 * GiB, b.now, &ch));
+  b.collect();
+  CHECK(ch.at(0).outcome == ReservationChange::kLowered);
+  CHECK(b.broker.find_job({1000, "a"})->devices.at(0).reserved == 3 * GiB);
+}
+
+TEST_CASE("broker: raising a limit keeps the reservation when the larger footprint does not fit") {
+  SUBCASE("too little available") {
+    Bench b;
+    ClientId a = b.add("a", 4 * GiB);
+    REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 1 * GiB}})));
+    ClientId c = b.add("c", 5 * GiB);
+    REQUIRE(b.granted(b.attach(c, {{1, 10 * GiB, 0}})));
+    std::vector<ReservationChange> ch;
+    REQUIRE(b.broker.set_limit(b.broker.find_job({1000, "a"})->serial, 9 * GiB, b.now, &ch));
+    b.collect();
+    CHECK(ch.at(0).outcome == ReservationChange::kKeptNoRoom);
+    CHECK(ch.at(0).after == 4 * GiB);
+    CHECK(ch.at(0).available == 1 * GiB);
+    CHECK(b.limit_word(a, 0) == 9 * GiB);
+    CHECK(b.broker.devices().at(0).committed == 9 * GiB);
+    CHECK(b.pending(b.grow(a, 0, 6 * GiB)));  // beyond its reservation it competes like anyone else
+  }
+  SUBCASE("another job's request waits for the memory") {
+    Bench b;
+    ClientId a = b.add("a", 4 * GiB);
+    REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 1 * GiB}})));
+    ClientId c = b.add("c", 7 * GiB);
+    uint32_t sc = b.attach(c, {{1, 10 * GiB, 0}});
+    REQUIRE(b.pending(sc));
+    std::vector<ReservationChange> ch;
+    REQUIRE(b.broker.set_limit(b.broker.find_job({1000, "a"})->serial, 5 * GiB, b.now, &ch));
+    b.collect();
+    CHECK(ch.at(0).outcome == ReservationChange::kKeptOthersWait);
+    CHECK(b.broker.devices().at(0).committed == 4 * GiB);
+  }
+  SUBCASE("setting a limit on a job without one is a lowering: no reservation appears") {
     Bench b;
     ClientId a = b.add("a");
-    REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 1 * GiB}}, 4 * GiB)));  // 6 GiB used outside coloc
-    uint32_t g = b.grow(a, 0, 5 * GiB);
-    CHECK(b.refused(g, Reason::kDeadlockBroken));
+    REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 1 * GiB}})));
+    std::vector<ReservationChange> ch;
+    REQUIRE(b.broker.set_limit(b.broker.find_job({1000, "a"})->serial, 5 * GiB, b.now, &ch));
+    CHECK(ch.at(0).outcome == ReservationChange::kUnchanged);
+    CHECK(b.broker.devices().at(0).committed == 1 * GiB);
   }
 }
 
@@ -395,19 +589,6 @@ TEST_CASE("broker: lowering a limit refuses growth and kills nothing; it frees t
   CHECK(b.granted(sc));             // a now commits 3 GiB (its use) instead of 8: c's 5 GiB fit
   CHECK(b.refused(b.grow(a, 0, 3 * GiB + 1), Reason::kOwnLimit));
   CHECK_FALSE(b.broker.set_limit(999, GiB, b.now));
-}
-
-TEST_CASE("broker: raising a limit does not raise the reservation") {
-  Bench b;
-  ClientId a = b.add("a", 4 * GiB);
-  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 1 * GiB}})));
-  REQUIRE(b.broker.set_limit(b.broker.find_job({1000, "a"})->serial, 9 * GiB, b.now));
-  b.collect();
-  CHECK(b.limit_word(a, 0) == 9 * GiB);
-  CHECK(b.broker.devices().at(0).committed == 4 * GiB);
-  ClientId c = b.add("c", 5 * GiB);
-  CHECK(b.granted(b.attach(c, {{1, 10 * GiB, 0}})));
-  CHECK(b.pending(b.grow(a, 0, 6 * GiB)));  // beyond its reservation it competes like anyone else
 }
 
 TEST_CASE("broker: a priority change reorders the queue and shows on the control page") {
