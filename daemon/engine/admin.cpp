@@ -145,6 +145,9 @@ json Admin::status(broker::Nanos now) const {
                        {"granted", granted},
                        {"in_use", broker_.in_use(i)},
                        {"available", broker_.available(i)},
+                       // Commitments beyond usable: memory really in use beyond the books (e.g. a
+                       // late resume, or outside use that grew); nothing more is granted there.
+                       {"over_committed", d.committed > broker_.usable(i)},
                        {"driver_ooms", d.driver_ooms},
                        {"ledger_mismatches", d.ledger_mismatches},
                        {"jobs", jobs_by_device[i]}});
@@ -216,8 +219,9 @@ AdminAnswer Admin::set(const proto::AdminMsg& msg, const Caller& caller, broker:
     return {AdminStatus::kNotAllowed, "only root or the admin group may raise a job's priority"};
   const broker::JobSerial serial = job.serial;
   auto lg = log::get("engine");
+  std::vector<broker::ReservationChange> changes;
   if (msg.set_fields & proto::kSetMem) {
-    broker_.set_limit(serial, msg.mem, now);
+    broker_.set_limit(serial, msg.mem, now, &changes);
     lg->info("uid {} set the limit of job {} to {} bytes", caller.uid, msg.job, msg.mem);
   }
   if (msg.set_fields & proto::kSetPriority) {
@@ -227,7 +231,31 @@ AdminAnswer Admin::set(const proto::AdminMsg& msg, const Caller& caller, broker:
     lg->info("uid {} set the priority of job {} to {}", caller.uid, msg.job,
              proto::priority_name(proto::Priority(msg.priority)));
   }
-  return {AdminStatus::kOk, job_json(broker_.jobs().at(serial)).dump()};
+  json reply = job_json(broker_.jobs().at(serial));
+  if (msg.set_fields & proto::kSetMem) reply["reservation_changes"] = reservation_changes_json(changes);
+  return {AdminStatus::kOk, reply.dump()};
+}
+
+json Admin::reservation_changes_json(const std::vector<broker::ReservationChange>& changes) const {
+  json out = json::array();
+  for (const broker::ReservationChange& ch : changes) {
+    const char* outcome = "unchanged";
+    switch (ch.outcome) {
+      case broker::ReservationChange::kUnchanged: outcome = "unchanged"; break;
+      case broker::ReservationChange::kLowered: outcome = "lowered"; break;
+      case broker::ReservationChange::kRaised: outcome = "raised"; break;
+      case broker::ReservationChange::kKeptNoRoom: outcome = "kept: does not fit now"; break;
+      case broker::ReservationChange::kKeptUserCap: outcome = "kept: over the user's cap"; break;
+      case broker::ReservationChange::kKeptOthersWait: outcome = "kept: other jobs wait for memory there"; break;
+    }
+    out.push_back({{"uuid", broker_.devices()[ch.device].uuid.str()},
+                   {"outcome", outcome},
+                   {"before", ch.before},
+                   {"after", ch.after},
+                   {"wanted", ch.wanted},
+                   {"available", ch.available}});
+  }
+  return out;
 }
 
 AdminAnswer Admin::report(const std::string& name, const Caller& caller, broker::Nanos now) {

@@ -57,6 +57,9 @@ class Admin {
   /// One job as status shows it; `devices` (if given) receives the device index of each entry
   /// of its "devices" array.
   nlohmann::json job_json(const broker::Job& job, std::vector<uint32_t>* devices = nullptr) const;
+  /// What `coloc set --mem` did to the job's reservation on each device: [{uuid, outcome
+  /// ("unchanged", "lowered", "raised", "kept: ..."), before, after, wanted, available}] (bytes).
+  nlohmann::json reservation_changes_json(const std::vector<broker::ReservationChange>& changes) const;
   bool is_admin(const Caller& c) const;
 
  private:
