@@ -63,6 +63,17 @@ coloc::cli::Answer set_mem(const Colocd& d, const std::string& job, uint64_t byt
   return coloc::cli::admin_request(d.socket(), m, 5000);
 }
 
+int64_t wall_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+/// What colocd last recorded as "still running" (<state>/jobs/colocd.alive; null when none).
+json daemon_alive(const Colocd& d) {
+  json j = json::parse(read_file(d.state() + "/jobs/colocd.alive"), nullptr, false);
+  return j.is_discarded() ? json() : j;
+}
+
 /// The limit on the control page of slot 0 as the client's n-th "status" step printed it.
 uint64_t page_limit(const Proc& p, size_t n) {
   auto all = events_of(p, "status");
@@ -154,13 +165,131 @@ TEST_CASE("colocd restart: a job that died while the daemon was down gets its re
   json bytes = rep["devices"][0]["timeline"]["bytes"];
   CHECK(std::find(bytes.begin(), bytes.end(), json(2 * GiB)) != bytes.end());
   CHECK(saved_job(d, "lost").is_null());
-  CHECK(d.log().find("ended while colocd was away") != std::string::npos);
+  CHECK(d.log().find("ended while colocd was away, between") != std::string::npos);
   // The corrupt file: one clear line, set aside, the daemon serves.
   CHECK(d.log().find(corrupt + " is unusable (it is not JSON)") != std::string::npos);
   CHECK(file_exists(corrupt + ".bad"));
   CHECK_FALSE(file_exists(corrupt));
   CHECK(d.running());
   CHECK(d.status()["jobs"].empty());
+}
+
+TEST_CASE("colocd restart: a job that died while the daemon was down ended between the daemon's last sign of life and its restart") {
+  Colocd d({"--resume-grace", "1s"});
+  auto a = d.client({"--job", "idle", "attach:1:20GiB:256MiB", "alloc:0:1GiB", "hold"});
+  REQUIRE(wait_until([&] { return has_event(*a, "holding"); }));
+  REQUIRE_MESSAGE(wait_until([&] {
+                    json s = saved_job(d, "idle");
+                    return !s.is_null() && s["recorder"]["devices"].size() == 1 &&
+                           s["recorder"]["devices"][0]["peak"] == GiB;
+                  }),
+                  d.log());
+  // The job is idle: its state is not saved again for a while, but colocd keeps saying it runs.
+  const int64_t saved_ms = saved_job(d, "idle")["saved_unix_ms"].get<int64_t>();
+  REQUIRE_MESSAGE(wait_until([&] {
+                    json alive = daemon_alive(d);
+                    return !alive.is_null() && alive["unix_ms"].get<int64_t>() >= saved_ms + 1500;
+                  }),
+                  d.log());
+  REQUIRE(saved_job(d, "idle")["saved_unix_ms"] == saved_ms);  // still the old save
+  const int64_t alive_ms = daemon_alive(d)["unix_ms"].get<int64_t>();
+  const int64_t killed_ms = wall_ms_now();
+  d.kill9();
+  a->kill(SIGKILL);
+  a->wait(10s);
+  const int64_t restarted_ms = wall_ms_now();
+  d.start();
+  REQUIRE_MESSAGE(wait_until([&] { return file_exists(d.state() + "/reports/idle.json"); }), d.log());
+  const int64_t reported_ms = wall_ms_now();
+  json rep = report_file(d, "idle");
+  CHECK(rep["ended_while_daemon_away"] == true);
+  // The earliest it can have ended: colocd's last sign of life, not the job's last save.
+  CHECK(rep["ended_after_unix_ms"] == rep["end_unix_ms"]);
+  CHECK(rep["ended_after_unix_ms"].get<int64_t>() >= alive_ms);
+  CHECK(rep["ended_after_unix_ms"].get<int64_t>() <= killed_ms);
+  CHECK(rep["ended_after"] == rep["end"]);
+  // The latest: the restart (its processes were already gone then).
+  CHECK(rep["ended_before_unix_ms"].get<int64_t>() >= restarted_ms);
+  CHECK(rep["ended_before_unix_ms"].get<int64_t>() <= reported_ms);
+  CHECK(rep["ended_before"].is_string());
+  const double gap = double(rep["ended_before_unix_ms"].get<int64_t>() - rep["ended_after_unix_ms"].get<int64_t>()) / 1e3;
+  CHECK(rep["duration_max_s"].get<double>() == doctest::Approx(rep["duration_s"].get<double>() + gap).epsilon(1e-6));
+  CHECK(d.log().find("ended while colocd was away, between") != std::string::npos);
+}
+
+TEST_CASE("colocd restart: a job waiting for admission before, during and after a restart has one wait row, and the rows add up") {
+  Colocd d;
+  const std::string go = d.dir() / "go";
+  // `big` holds most of the device; `patient` (limit 14 GiB) waits for admission behind it.
+  auto big = d.client({"--job", "big", "--reconnect", "attach:1:20GiB:16GiB", "hold-file:" + go, "goodbye:0", "exit:0"});
+  REQUIRE(wait_until([&] { return has_event(*big, "holding"); }));
+  auto patient = d.client({"--job", "patient", "--mem", "14GiB", "--reconnect", "attach:1:20GiB:8GiB", "goodbye:0",
+                           "exit:0"});
+  REQUIRE(wait_until([&] { return d.job("patient")["state"] == "admission-pending"; }));
+  // Not admitted yet: the report already shows its limit and the device's capacity.
+  json early = live_report(d, "patient");
+  REQUIRE(early["devices"].size() == 1);
+  CHECK(early["devices"][0]["limit"] == 14 * GiB);
+  CHECK(early["limit"] == 14 * GiB);
+  CHECK(early["devices"][0]["capacity"] == 20 * GiB);
+  // Its open wait is saved, and colocd runs on well past that save before it is killed.
+  REQUIRE_MESSAGE(wait_until([&] {
+                    json s = saved_job(d, "patient");
+                    return !s.is_null() && s["recorder"]["devices"].size() == 1 &&
+                           s["recorder"]["devices"][0]["waits"].size() == 1;
+                  }),
+                  d.log());
+  const int64_t saved_ms = saved_job(d, "patient")["saved_unix_ms"].get<int64_t>();
+  REQUIRE(wait_until([&] {
+    json alive = daemon_alive(d);
+    return !alive.is_null() && alive["unix_ms"].get<int64_t>() >= saved_ms + 500;
+  }));
+  d.kill9();
+  d.start();
+  REQUIRE(wait_until([&] { return has_event(*big, "reregistered"); }));
+  REQUIRE(wait_until([&] { return has_event(*patient, "reregistered"); }));
+  REQUIRE(wait_until([&] { return d.job("patient")["state"] == "admission-pending"; }));
+  json during = live_report(d, "patient");
+  REQUIRE(during["devices"][0]["waits"].size() == 1);
+  CHECK(during["devices"][0]["waits"][0]["outcome"] == "waiting");
+  CHECK(during["devices"][0]["waits"][0]["across_restart"] == true);
+  write_file(go, "");  // `big` leaves: `patient` is admitted
+  for (Proc* p : {big.get(), patient.get()}) {
+    ProcResult r = p->wait(20s);
+    CHECK_MESSAGE(r.exit_code == 0, describe(r));
+  }
+  CHECK(event_of(*patient, "attach")["granted"] == true);
+  REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/patient.json"); }));
+  json dev = report_file(d, "patient")["devices"][0];
+  REQUIRE_MESSAGE(dev["waits"].size() == 1, dev.dump(1));  // one row across the restart, no gap
+  json w = dev["waits"][0];
+  CHECK(w["kind"] == "admission");
+  CHECK(w["outcome"] == "granted");
+  CHECK(w["across_restart"] == true);
+  CHECK(w["start_s"] == early["devices"][0]["waits"][0]["start_s"]);
+  CHECK(w["end_s"].get<double>() == doctest::Approx(dev["admitted_s"].get<double>()));
+  // The row and the WAIT ADMISSION column agree (the client's own measure spans the same wait).
+  const double row = w["end_s"].get<double>() - w["start_s"].get<double>();
+  CHECK(dev["wait_admission_s"].get<double>() == doctest::Approx(row).epsilon(0.02));
+  CHECK(dev["limit"] == 14 * GiB);
+}
+
+TEST_CASE("colocd: a job that never got past admission reports its limit and the device's capacity") {
+  Colocd d;
+  auto big = d.client({"--job", "hog", "attach:1:20GiB:16GiB", "hold"});
+  REQUIRE(wait_until([&] { return has_event(*big, "holding"); }));
+  auto never = d.client({"--job", "never", "--mem", "14GiB", "attach:1:20GiB:8GiB", "goodbye:0", "exit:0"});
+  REQUIRE(wait_until([&] { return d.job("never")["state"] == "admission-pending"; }));
+  never->kill(SIGKILL);  // given up while waiting
+  never->wait(10s);
+  REQUIRE_MESSAGE(wait_until([&] { return file_exists(d.state() + "/reports/never.json"); }), d.log());
+  json rep = report_file(d, "never");
+  CHECK(rep["limit"] == 14 * GiB);
+  REQUIRE(rep["devices"].size() == 1);
+  CHECK(rep["devices"][0]["limit"] == 14 * GiB);  // not null
+  CHECK(rep["devices"][0]["capacity"] == 20 * GiB);
+  CHECK(rep["devices"][0]["admitted_s"].is_null());
+  big->kill(SIGKILL);
 }
 
 TEST_CASE("colocd restart: a new process of a job whose process is alive but not back yet continues the same report") {
