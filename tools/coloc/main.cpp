@@ -83,6 +83,35 @@ bool ask(const std::string& socket, const coloc::proto::AdminMsg& m, json* out, 
   return true;
 }
 
+/// What an empty value of each option would be, for the error that names it.
+const char* empty_what(const std::string& option) {
+  static const std::map<std::string, const char*> what = {
+      {"--mem", "empty size"},
+      {"--priority", "empty priority: use high, normal or best-effort"},
+      {"--on-full", "empty value: use wait or fail"},
+      {"--job", "empty job name"},
+      {"--svg", "empty file name: --svg needs a file name to write the plot to"},
+      {"--socket", "empty path"},
+  };
+  auto it = what.find(option);
+  return it == what.end() ? "empty value" : it->second;
+}
+
+/// The first option of `app` or of its parsed subcommand given an empty value ("--mem ''",
+/// "--job="), as the usage error to print; "" when none was. An empty value is never taken as
+/// "not given": `--mem ''` would otherwise run a job with no limit and no reservation.
+std::string empty_option_error(const CLI::App& app) {
+  std::vector<const CLI::App*> apps = {&app};
+  for (const CLI::App* sub : app.get_subcommands()) apps.push_back(sub);
+  for (const CLI::App* a : apps)
+    for (const CLI::Option* o : a->get_options([](const CLI::Option* o) {
+           return o->nonpositional() && o->get_type_size_min() > 0 && o->count() > 0;
+         }))
+      for (const std::string& v : o->results())
+        if (v.empty()) return o->get_name() + " '': " + empty_what(o->get_name());
+  return "";
+}
+
 std::string exe_dir() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -151,7 +180,7 @@ int run_cli(int argc, char** argv) {
   run_cmd->add_option("--on-full", run.on_full, "When the device is full: wait (default) or fail");
   run_cmd->add_option("--job", run.job, "Job name (a random suffix is added); default: the command's name");
   run_cmd->add_flag("--sim", run.sim, "Run on simgpu, the simulated GPU (for machines without one)");
-  run_cmd->add_option("command", run.command, "The command and its arguments (after --)")->required();
+  run_cmd->add_option("command", run.command, "The command and its arguments (after --)");
   run_cmd->footer("Example: coloc run --mem 20GiB --priority high -- python train.py");
 
   // status, jobs
@@ -176,10 +205,24 @@ int run_cli(int argc, char** argv) {
   set_cmd->add_option("--priority", set_priority, "high, normal or best-effort");
 
   try {
-    app.parse(argc, argv);
+    // `coloc run ... -- CMD ARGS`: CMD ARGS reach the command verbatim, not through CLI11 (which
+    // would turn "[1,2]" into "1" "2" and "[x]" into "x", and drop "[]").
+    int cli_argc = argc;
+    for (int i = 1; i < argc; ++i) {
+      if (std::strcmp(argv[i], "run") != 0) continue;
+      for (int k = i + 1; k < argc; ++k)
+        if (std::strcmp(argv[k], "--") == 0) {
+          cli_argc = k;
+          break;
+        }
+      break;
+    }
+    app.parse(cli_argc, argv);
+    if (cli_argc < argc) run.command.insert(run.command.end(), argv + cli_argc + 1, argv + argc);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kOk : kUsage;
   }
+  if (std::string empty = empty_option_error(app); !empty.empty()) return fail(kUsage, empty);
   const std::string socket = coloc::cli::resolve_socket(socket_flag);
   int code = kOk;
   json j;
@@ -201,8 +244,6 @@ int run_cli(int argc, char** argv) {
   if (!coloc::proto::valid_job_id(job.c_str()) || job.empty())
     return fail(kUsage, "'" + job + "' is not a job id (printable characters without spaces or '/', at most 63)");
   if (report_cmd->parsed()) {
-    if (report_cmd->count("--svg") && svg_file.empty())
-      return fail(kUsage, "report: --svg needs a file name to write the plot to (it was given an empty one)");
     if (!ask(socket, admin_msg(coloc::proto::AdminOp::kReport, job), &j, &code)) return code;
     std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::report_table(j));
     if (!svg_file.empty()) {
@@ -216,9 +257,6 @@ int run_cli(int argc, char** argv) {
   }
   if (set_cmd->parsed()) {
     auto m = admin_msg(coloc::proto::AdminOp::kSet, job);
-    for (const char* o : {"--mem", "--priority"})
-      if (set_cmd->count(o) && (std::string(o) == "--mem" ? set_mem : set_priority).empty())
-        return fail(kUsage, std::string("set: ") + o + " was given an empty value");
     if (set_mem.empty() && set_priority.empty()) return fail(kUsage, "set: give --mem SIZE and/or --priority P");
     if (!set_mem.empty()) {
       coloc::SizeParse s = coloc::parse_size(set_mem);

@@ -148,9 +148,44 @@ TEST_CASE("coloc: unknown jobs and bad arguments") {
   r = coloc_cli(d, {"report", "no-such-job", "--svg", ""});  // an empty file name is an error, not ignored
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--svg needs a file name") != std::string::npos);
-  r = coloc_cli(d, {"set", "x", "--mem", ""});
-  CHECK(r.exit_code == 2);
-  CHECK(r.err.find("--mem was given an empty value") != std::string::npos);
+  // Every empty option value is a usage error naming the option, never "as if not given" (`run
+  // --mem ''` would run with no limit and no reservation): for every command alike.
+  struct Empty {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::string marker = d.dir() / "ran";
+  const std::vector<std::string> cmd = {"--", "/usr/bin/touch", marker};
+  auto with_cmd = [&](std::vector<std::string> a) {
+    a.insert(a.end(), cmd.begin(), cmd.end());
+    return a;
+  };
+  for (const Empty& e : std::vector<Empty>{
+           {with_cmd({"run", "--mem", ""}), "coloc: --mem '': empty size"},
+           {with_cmd({"run", "--mem", "2GiB", "--priority", ""}), "coloc: --priority '': empty priority"},
+           {with_cmd({"run", "--on-full", ""}), "coloc: --on-full '': empty value"},
+           {with_cmd({"run", "--job", ""}), "coloc: --job '': empty job name"},
+           {with_cmd({"run", "--mem", "1GiB", "--job="}), "--job"},  // (CLI11: "1 required TEXT missing")
+           {with_cmd({"run", "--socket", ""}), "coloc: --socket '': empty path"},
+           {{"set", "x", "--mem", ""}, "coloc: --mem '': empty size"},
+           {{"set", "x", "--priority", ""}, "coloc: --priority '': empty priority"},
+           {{"status", "--socket", ""}, "coloc: --socket '': empty path"},
+           {{"report", "x", "--svg", ""}, "coloc: --svg '': empty file name"},
+       }) {
+    std::string shown;
+    for (const std::string& a : e.args) shown += "[" + a + "] ";
+    CAPTURE(shown);
+    ProcResult er = coloc_cli(d, e.args);
+    CHECK(er.exit_code == 2);
+    CHECK_MESSAGE(er.err.find(e.message) != std::string::npos, er.err);
+  }
+  CHECK_FALSE(file_exists(marker));  // none of the `coloc run`s ran its command
+  // The command's own arguments reach it verbatim: empty ones, and ones that look like lists.
+  if (file_exists(build_path("lib/libcoloc.so"))) {
+    r = coloc_cli(d, {"run", "--", "/usr/bin/printf", "<%s>", "", "[1,2]", "[]", "[x]", "--mem", "--"});
+    CHECK_MESSAGE(r.exit_code == 0, describe(r));
+    CHECK(r.out == "<><[1,2]><[]><[x]><--mem><-->");
+  }
   for (auto sub : {"run", "status", "jobs", "report", "set"}) {
     ProcResult h = coloc_cli(d, {sub, "--help"});
     CHECK(h.exit_code == 0);
