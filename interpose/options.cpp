@@ -26,6 +26,8 @@ const char* apply_limit(Options& o, const char* value, int ordinal) {
   // that reaches it is malformed, like any other value that cannot be a limit.
   if (!err && *p.bytes >= kNoLimit)
     err = "2^64-1 bytes or more is the protocol's no-limit marker, not a limit";
+  // 0 would admit nothing (not even a CUDA context); `coloc run --mem 0` refuses it too.
+  if (!err && *p.bytes == 0) err = "0 is not a limit (it admits nothing; unset the variable for no limit)";
   uint64_t v = err ? kNoLimit : *p.bytes;
   if (ordinal < 0) {
     o.mem_limit = v;
@@ -114,12 +116,13 @@ const char* apply_require_daemon(Options& o, const char* value, int) {
   for (const char* yes : {"1", "yes", "true", "on"})
     if (std::strcmp(value, yes) == 0) {
       o.require_daemon = true;
+      std::snprintf(o.require_daemon_text, sizeof o.require_daemon_text, "%s", yes);  // echoed in messages
       return nullptr;
     }
   o.require_daemon = false;
   for (const char* no : {"0", "no", "false", "off", ""})
     if (std::strcmp(value, no) == 0) return nullptr;
-  return "not one of 1, 0, yes, no, true, false";
+  return "not one of 1, 0, yes, no, true, false, on, off";
 }
 
 // libstdc++'s string_view::starts_with goes through substr(), which can throw: not in here.

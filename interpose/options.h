@@ -43,6 +43,7 @@ struct Options {
   proto::OnFull on_full = proto::OnFull::kWait;         ///< COLOC_ON_FULL: wait|fail
   uint64_t wait_timeout_ns = 0;                ///< COLOC_WAIT_TIMEOUT in ns; 0 = the daemon's default (300 s)
   bool require_daemon = false;                 ///< COLOC_REQUIRE_DAEMON=1: no daemon fails cuInit
+  char require_daemon_text[8] = "1";           ///< COLOC_REQUIRE_DAEMON as the user wrote it (1, yes, true, on)
 
   static constexpr int kMaxErrors = 8;
   char errors[kMaxErrors][256] = {};           ///< messages for malformed values, to log once

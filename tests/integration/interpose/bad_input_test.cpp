@@ -57,7 +57,7 @@ TEST_CASE("a huge request under a limit is refused without reaching the driver")
 }
 
 TEST_CASE("a malformed COLOC_MEM_LIMIT is one clear error and means no limit") {
-  for (const char* bad : {"lots", "20 GiBs", "-1G", "1.5", ""}) {
+  for (const char* bad : {"lots", "20 GiBs", "-1G", "1.5", "", "0", "0GiB"}) {
     CAPTURE(bad);
     Job job;
     job.limit(bad);

@@ -196,3 +196,24 @@ TEST_CASE("log: the rate limiter lets one event per interval through and counts 
 }
 
 }  // TEST_SUITE
+
+TEST_CASE("options: a zero COLOC_MEM_LIMIT is malformed (no limit), and COLOC_REQUIRE_DAEMON keeps the user's spelling") {
+  for (const char* zero : {"COLOC_MEM_LIMIT=0", "COLOC_MEM_LIMIT=0GiB", "COLOC_MEM_LIMIT_1=0"}) {
+    CAPTURE(zero);
+    Options o = read({zero});
+    CHECK(o.n_errors == 1);
+    CHECK(has_error(o, "0 is not a limit"));
+    CHECK(o.mem_limit == kNoLimit);
+    CHECK(limit_for_ordinal(o, 1) == kNoLimit);
+  }
+  for (const char* yes : {"1", "yes", "true", "on"}) {
+    CAPTURE(yes);
+    Options o = read({std::string("COLOC_REQUIRE_DAEMON=") + yes});
+    CHECK(o.n_errors == 0);
+    CHECK(o.require_daemon);
+    CHECK(std::string(o.require_daemon_text) == yes);
+  }
+  Options bad = read({"COLOC_REQUIRE_DAEMON=please"});
+  CHECK_FALSE(bad.require_daemon);
+  CHECK(has_error(bad, "not one of 1, 0, yes, no, true, false, on, off; not required"));
+}
