@@ -29,7 +29,34 @@
 //   shrink  lower a grant (lazy return of surplus), never below what the client has in use.
 //   Parked requests are served in the policy's order; a request never takes memory on a device
 //   where one ahead of it in that order waits. They end when served, when their wait timeout passes,
-//   when cancelled, or when the deadlock breaker picks their job (every job on the device parked).
+//   when cancelled, or when the deadlock breaker picks their job.
+//
+// Deadlock (break_deadlock), on a device, checked when a growth parks, a client leaves, the restart
+// hold ends, and a refresh lowers the outside estimate:
+//   1. every job admitted on the device (with a process there) has a parked growth on it, and
+//   2. the request first in the policy's order there (the one everything else waits behind) would
+//      not fit even if every byte used outside coloc were freed:
+//         outside == 0, or extra > capacity - headroom - committed
+//      (extra: what its job must commit beyond its commitment now). Then only the parked coloc
+//      jobs can make room, and none of them will: the policy picks a victim (kDeadlockBroken).
+//   Otherwise (outside > 0 and extra <= capacity - headroom - committed) the shortfall is covered
+//   by memory used outside coloc: failing a coloc job could not help, so the request waits, up to
+//   its wait timeout (COLOC_WAIT_TIMEOUT, default 300 s), and is served when a refresh
+//   (refresh_outside: a client's figure, or the engine's NVML read on its sampling timer) shows
+//   enough of it freed. A timeout there is logged as a timeout waiting for memory used outside
+//   coloc (reason kTimeout).
+//
+// Resume after a restart: a re-registered ledger's in-use moves from the outside estimate back to
+// coloc (it was counted outside while no client claimed it); its grant and, at admission, its
+// reservation are capped to what the device has left (its commitment may reach its commitment now
+// + available), never below its in-use: a job that missed the resume grace cannot over-commit a
+// device a newcomer was admitted into meanwhile. Only memory really in use can over-commit it
+// (logged; nothing more is granted there until it fits).
+//
+// Limit changes (set_limit): lowering lowers the reservation; raising raises it to
+// min(new limit, capacity - headroom) when that whole footprint fits now (available memory, the
+// user's cap, no request of another job parked on the device), else the reservation stays and the
+// job grows beyond it by ordinary grants. The caller learns which (ReservationChange).
 #pragma once
 
 #include <map>

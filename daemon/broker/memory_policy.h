@@ -64,7 +64,9 @@ class MemoryPolicy {
   /// a reason (kDeviceFull, kUserCap).
   virtual FullAction on_full(const FullContext& ctx) const = 0;
 
-  /// Called when every job on a device has a parked growth request (nothing can free memory).
+  /// Called when every job on a device has a parked growth request and the request first in line
+  /// there would not fit even without the memory used outside coloc (only the parked coloc jobs
+  /// could free what it needs; see broker.h, "Deadlock").
   /// `candidates` is non-empty; returns the serial of the job whose requests on that device are
   /// refused with kDeadlockBroken.
   virtual JobSerial choose_victim(std::span<const VictimCandidate> candidates) const = 0;
