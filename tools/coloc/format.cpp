@@ -1,6 +1,7 @@
 #include "format.h"
 
 #include <cstdio>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -34,6 +35,38 @@ std::string duration_text(double s) {
   else if (s < 3600) std::snprintf(buf, sizeof buf, "%d min %02d s", int(s) / 60, int(s) % 60);
   else std::snprintf(buf, sizeof buf, "%d h %02d min", int(s) / 3600, (int(s) % 3600) / 60);
   return buf;
+}
+
+std::string duration_range_text(double lo, double hi) {
+  if (hi < lo) hi = lo;
+  if (hi < 60) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f\u2013%.1f s", lo, hi);
+    return buf;
+  }
+  return duration_text(lo) + " \u2013 " + duration_text(hi);
+}
+
+std::string away_span_text(const json& r) {
+  if (!r.value("ended_while_daemon_away", false)) return "";
+  auto s = [&](const char* k) {
+    auto it = r.find(k);
+    return it != r.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  if (!s("ended_after").empty() && !s("ended_before").empty())
+    return "between " + s("ended_after") + " and " + s("ended_before");
+  return "after " + (s("end").empty() ? std::string("?") : s("end"));
+}
+
+std::string ran_text(const json& r) {
+  auto num = [&](const char* k) -> std::optional<double> {
+    auto it = r.find(k);
+    return it != r.end() && it->is_number() ? std::optional<double>(it->get<double>()) : std::nullopt;
+  };
+  const double lo = num("duration_s").value_or(0.0);
+  if (!r.value("ended_while_daemon_away", false)) return duration_text(lo);
+  if (auto hi = num("duration_max_s")) return duration_range_text(lo, *hi);
+  return "at least " + duration_text(lo);
 }
 
 namespace {
@@ -126,7 +159,10 @@ std::string report_table(const json& r) {
   o << "Command: " << str(r, "command") << "\n";
   o << "Started " << str(r, "start");
   if (r.value("complete", false)) {
-    o << " · ended " << str(r, "end") << " · ran " << duration_text(r.value("duration_s", 0.0));
+    if (r.value("ended_while_daemon_away", false))  // when exactly is not known: both bounds
+      o << " · ended while colocd was away, " << away_span_text(r) << " · ran " << ran_text(r);
+    else
+      o << " · ended " << str(r, "end") << " · ran " << ran_text(r);
     if (!r["exit_status"].is_null()) o << " · exit status " << r["exit_status"].dump();
     else if (!r["exit_signal"].is_null()) o << " · killed by signal " << r["exit_signal"].dump();
     else o << " · exit status unknown";
@@ -165,7 +201,8 @@ std::string report_table(const json& r) {
         char from[32], to[32];
         std::snprintf(from, sizeof from, "+%.2f s", wt.value("start_s", 0.0));
         std::snprintf(to, sizeof to, "+%.2f s", wt.value("end_s", 0.0));
-        w.add({from, to, short_uuid(str(d, "uuid")), str(wt, "kind"), str(wt, "outcome")});
+        w.add({from, to, short_uuid(str(d, "uuid")), str(wt, "kind"),
+               str(wt, "outcome") + (wt.value("across_restart", false) ? " (across a colocd restart)" : "")});
       }
     o << w.render("  ");
   }

@@ -14,6 +14,15 @@ std::string bytes_text(const nlohmann::json& v);
 /// "3.2 s", "1 min 04 s", "2 h 05 min".
 std::string duration_text(double seconds);
 
+/// "1.2–4.1 s" (under a minute), else "1 min 04 s – 2 min 10 s": a duration known only within bounds.
+std::string duration_range_text(double lo_seconds, double hi_seconds);
+/// For a report whose job ended while colocd was away: "between <ended_after> and
+/// <ended_before>" (a report of an older colocd without them: "after <end>"); "" otherwise.
+std::string away_span_text(const nlohmann::json& report);
+/// How long a report's job ran: "1.2 s", or for a job that ended while colocd was away the range
+/// "1.2–4.1 s" (`duration_s` to `duration_max_s`; "at least 1.2 s" without the latter).
+std::string ran_text(const nlohmann::json& report);
+
 /// `coloc status`: each device with capacity, headroom, granted, in use, and its jobs.
 std::string status_table(const nlohmann::json& status);
 /// `coloc jobs`: one line per job.
@@ -26,7 +35,8 @@ std::string jobs_table(const nlohmann::json& jobs);
 uint64_t oom_request_bytes(const nlohmann::json& event);
 
 /// `coloc report JOB`: summary, per-device table, OOM events (REQUEST: the request alone, as
-/// oom_request_bytes) and waits.
+/// oom_request_bytes) and waits. A job that ended while colocd was away says so, with the bounds
+/// of its end and of its duration.
 std::string report_table(const nlohmann::json& report);
 
 }  // namespace coloc::cli

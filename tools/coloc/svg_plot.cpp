@@ -333,7 +333,8 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
 std::string render_svg(const json& r) {
   const json devices = r.value("devices", json::array());
   const size_t n = std::max<size_t>(devices.size(), 1);
-  const double header = 64;
+  const bool away = r.value("complete", false) && r.value("ended_while_daemon_away", false);
+  const double header = away ? 82 : 64;  // a line more: when the job ended
   const double height = header + kPanelHeight * double(n) + 10;
   std::ostringstream o;
   o << "<?xml version='1.0' encoding='UTF-8'?>\n";
@@ -350,12 +351,21 @@ std::string render_svg(const json& r) {
   else if (r.contains("exit_status") && r["exit_status"].is_number()) status = "exit status " + r["exit_status"].dump();
   else if (r.contains("exit_signal") && r["exit_signal"].is_number()) status = "killed by signal " + r["exit_signal"].dump();
   else status = "exit status unknown";
+  // Its duration: exact, or for a job that ended while colocd was away, a range.
+  std::string ran = num(get_num(r, "duration_s")) + " s";
+  if (away && r.contains("duration_max_s") && r["duration_max_s"].is_number())
+    ran = num(get_num(r, "duration_s")) + "\u2013" + num(std::max(get_num(r, "duration_s"), get_num(r, "duration_max_s"))) + " s";
+  else if (away)
+    ran = "at least " + ran;
   std::string command = r.value("command", "");
   if (command.size() > 96) command = command.substr(0, 93) + "...";
   o << "<text x='" << num(kLeft) << "' y='28' class='h1'>Job " << xml_escape(r.value("job", "?")) << " — memory over time</text>\n";
   o << "<text x='" << num(kLeft) << "' y='48' class='sub'>" << xml_escape(r.value("user", "?")) << " · "
-    << xml_escape(r.value("priority", "")) << " priority · " << num(get_num(r, "duration_s")) << " s · "
+    << xml_escape(r.value("priority", "")) << " priority · " << xml_escape(ran) << " · "
     << xml_escape(status) << " · " << xml_escape(command) << "</text>\n";
+  if (away)
+    o << "<text x='" << num(kLeft) << "' y='66' class='sub'>ended while colocd was away, "
+      << xml_escape(away_span_text(r)) << " (it ran " << xml_escape(ran_text(r)) << ")</text>\n";
   const double duration = get_num(r, "duration_s");
   for (size_t i = 0; i < devices.size(); ++i) panel(o, devices[i], duration, header + kPanelHeight * double(i));
   if (devices.empty())

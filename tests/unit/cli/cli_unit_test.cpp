@@ -259,6 +259,51 @@ TEST_CASE("svg: labels that would collide are moved or dropped; counts read as w
   CHECK(svg.find("(no limit)") != std::string::npos);
 }
 
+TEST_CASE("report: a job that ended while colocd was away shows both bounds of its end, and its duration as a range") {
+  json r = sample_report();
+  r["exit_status"] = nullptr;
+  r["ended_while_daemon_away"] = true;
+  r["duration_s"] = 1.18;
+  r["end"] = "2026-01-01T00:00:01.180Z";
+  r["ended_after"] = "2026-01-01T00:00:01.180Z";
+  r["ended_before"] = "2026-01-01T00:00:04.100Z";
+  r["duration_max_s"] = 4.1;
+  r["devices"][0]["waits"][1]["across_restart"] = true;
+  std::string t = report_table(r);
+  CHECK_MESSAGE(t.find("ended while colocd was away, between 2026-01-01T00:00:01.180Z and 2026-01-01T00:00:04.100Z") !=
+                    std::string::npos,
+                t);
+  CHECK(t.find("ran 1.2\u2013" "4.1 s") != std::string::npos);  // a range, not "ran 1.2 s"
+  CHECK(t.find("ran 1.2 s") == std::string::npos);
+  CHECK(t.find("exit status unknown") != std::string::npos);
+  CHECK(t.find("granted (across a colocd restart)") != std::string::npos);
+
+  TempDir tmp("coloc-svg-away");
+  std::string svg = render_svg(r);
+  coloc::test::write_file(tmp / "away.svg", svg);
+  auto lint = coloc::test::run({"xmllint", "--noout", tmp / "away.svg"}, coloc::test::Env(), std::chrono::seconds(20));
+  CHECK_MESSAGE(lint.exit_code == 0, coloc::test::describe(lint));
+  CHECK(svg.find("1.18\u2013" "4.10 s · exit status unknown") != std::string::npos);
+  CHECK(svg.find("ended while colocd was away, between 2026-01-01T00:00:01.180Z and 2026-01-01T00:00:04.100Z") !=
+        std::string::npos);
+  CHECK(svg.find("1.18 s · exit status unknown") == std::string::npos);
+
+  // A report of an older colocd, without the bounds: what is known, no invented range.
+  r.erase("ended_after");
+  r.erase("ended_before");
+  r.erase("duration_max_s");
+  t = report_table(r);
+  CHECK(t.find("ended while colocd was away, after 2026-01-01T00:00:01.180Z") != std::string::npos);
+  CHECK(t.find("ran at least 1.2 s") != std::string::npos);
+  CHECK(render_svg(r).find("at least 1.18 s") != std::string::npos);
+  // A job that ended in front of colocd: as before.
+  t = report_table(sample_report());
+  CHECK(t.find("ran 1 min 40 s") != std::string::npos);
+  CHECK(t.find("away") == std::string::npos);
+  CHECK(render_svg(sample_report()).find("away") == std::string::npos);
+  CHECK(duration_range_text(65, 130) == "1 min 05 s \u2013 2 min 10 s");
+}
+
 TEST_CASE("svg: axis steps are round numbers") {
   CHECK(nice_step(10, 5) == doctest::Approx(2));
   CHECK(nice_step(80, 6) == doctest::Approx(20));
