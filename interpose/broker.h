@@ -144,6 +144,16 @@ class Broker {
   /// wait policy: at most about 2.5 s over all attempts; a stop signal ends it).
   virtual bool driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) = 0;
 
+  /// Writes into out[cap] what the user should know about the latest refusal of this thread's
+  /// attach_device (slot -1) or grow(slot) that returned `why`: a clause that starts with "; "
+  /// (the numbers behind it: how much was asked, how long it waited, why this job, what to do),
+  /// or "" when there is nothing to add. Never blocks.
+  virtual void describe_refusal(int slot, Refusal why, char* out, size_t cap) {
+    (void)slot;
+    (void)why;
+    if (cap) out[0] = '\0';
+  }
+
   /// Called by a launch when control().gate is not pages::GateState::kRun, with the state read.
   /// May block (timeslice, paused); returns when the launch may go ahead.
   virtual void gate_wait(uint32_t state) = 0;

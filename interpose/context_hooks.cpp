@@ -43,6 +43,8 @@ int admitted_slot(CUdevice dev, CUresult* refused) {
   int slot = devices().attach(dev, &why);
   *refused = CUDA_SUCCESS;
   if (slot < 0 && why != Refusal::none) {
+    char detail[640];  // the broker's numbers behind the refusal (asked, waited, why this job)
+    broker().describe_refusal(-1, why, detail, sizeof detail);
     if (why == Refusal::own_limit) {  // admission asks for one context: the limit is below that
       char lim[32], ctx[32];
       uint64_t limit = broker().unattached_limit(int(dev));
@@ -53,16 +55,16 @@ int admitted_slot(CUdevice dev, CUresult* refused) {
         logf(LogLevel::warn,
              "job %s not admitted on device %d (own limit): its limit %s is less than one CUDA context, which coloc "
              "counts as %s (COLOC_CONTEXT_BYTES; a CUDA context alone takes a few hundred MiB on real GPUs, 512 MiB "
-             "on simgpu); returning CUDA_ERROR_OUT_OF_MEMORY",
-             options().job, int(dev), lim, ctx);
+             "on simgpu)%s; returning CUDA_ERROR_OUT_OF_MEMORY",
+             options().job, int(dev), lim, ctx, detail);
       else  // the job's other processes hold the rest of it
         logf(LogLevel::warn,
              "job %s not admitted on device %d (own limit): its limit %s has no room left for one more CUDA context "
-             "(%s, COLOC_CONTEXT_BYTES) next to what the job holds; returning CUDA_ERROR_OUT_OF_MEMORY",
-             options().job, int(dev), lim, ctx);
+             "(%s, COLOC_CONTEXT_BYTES) next to what the job holds%s; returning CUDA_ERROR_OUT_OF_MEMORY",
+             options().job, int(dev), lim, ctx, detail);
     } else {
-      logf(LogLevel::warn, "job %s not admitted on device %d (%s): returning CUDA_ERROR_OUT_OF_MEMORY",
-           options().job, int(dev), refusal_name(why));
+      logf(LogLevel::warn, "job %s not admitted on device %d (%s)%s; returning CUDA_ERROR_OUT_OF_MEMORY",
+           options().job, int(dev), refusal_name(why), detail);
     }
     *refused = CUDA_ERROR_OUT_OF_MEMORY;
   }

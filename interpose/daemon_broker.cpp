@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "daemon_pages.h"
@@ -53,6 +54,77 @@ Refusal refusal_of(DaemonLink::Outcome o) {
     default: return Refusal::no_daemon;
   }
 }
+
+// What the latest refusal of this thread's attach_device or grow was about (describe_refusal).
+struct RefusalDetail {
+  bool admission = false;       // an Attach (else a Grow)
+  int ordinal = -1;             // the device as this process numbers it
+  uint64_t asked = 0;           // bytes: admission: the job's footprint or one context; growth: the grant wanted
+  uint64_t in_use = 0;          // bytes held on the device (growth)
+  uint64_t capacity = 0;        // bytes: the device's memory
+  uint64_t physical_free = proto::kUnknown;  // bytes free on the device (cuMemGetInfo), or unknown
+  uint64_t waited_ns = 0;       // how long the request waited
+};
+constinit thread_local RefusalDetail t_refusal;
+
+// The longest wait in ns, and how to say where it comes from.
+uint64_t wait_limit_ns() { return options().wait_timeout_ns ? options().wait_timeout_ns : kDefaultWaitNs; }
+const char* wait_limit_source() {
+  return options().wait_timeout_ns ? "COLOC_WAIT_TIMEOUT" : "COLOC_WAIT_TIMEOUT unset: the default";
+}
+
+const char* priority_word(uint32_t p) {
+  switch (proto::Priority(p)) {
+    case proto::Priority::kHigh: return "high";
+    case proto::Priority::kNormal: return "normal";
+    case proto::Priority::kBestEffort: return "best-effort";
+  }
+  return "normal";
+}
+
+// What a long wait says (SignalWindow's notice): once, when it has lasted kLongWaitNs.
+struct WaitNotice {
+  const DaemonLink* link;
+  bool admission;
+  int ordinal;
+  const unsigned char* uuid;
+  uint64_t asked;          // bytes: the footprint asked at admission, or the grant wanted
+  bool footprint;          // admission: `asked` is the job's declared limit (else one context)
+  uint64_t in_use;         // bytes (growth)
+  uint64_t capacity;       // bytes
+  uint64_t physical_free;  // bytes or kUnknown
+
+  static void say(void* ctx, uint64_t waited_ns) {
+    const WaitNotice& n = *static_cast<const WaitNotice*>(ctx);
+    char id[41], ask[32], cap[32], use[32], fr[64];
+    format_uuid(n.uuid, id);
+    format_size(n.asked, ask, sizeof ask);
+    format_size(n.capacity, cap, sizeof cap);
+    format_size(n.in_use, use, sizeof use);
+    fr[0] = '\0';
+    if (n.physical_free != proto::kUnknown) {
+      char f[32];
+      format_size(n.physical_free, f, sizeof f);
+      std::snprintf(fr, sizeof fr, ", %s free on the device now", f);
+    }
+    char why[200];
+    if (!n.link->connected())
+      std::snprintf(why, sizeof why, "colocd is away (restarting), and the %s waits for it to come back",
+                    n.admission ? "admission" : "growth");
+    else if (n.admission)
+      std::snprintf(why, sizeof why, "colocd has no room for it yet: it asks %s (%s) of the device's %s", ask,
+                    n.footprint ? "its declared footprint, COLOC_MEM_LIMIT / --mem" : "one CUDA context", cap);
+    else
+      std::snprintf(why, sizeof why, "colocd has no room for it yet: %s in use, of the device's %s%s", use, cap, fr);
+    char what[96];
+    if (n.admission) std::snprintf(what, sizeof what, "admission on device %d", n.ordinal);
+    else std::snprintf(what, sizeof what, "memory on device %d: its grant to grow to %s", n.ordinal, ask);
+    logf(LogLevel::warn,
+         "job %s has waited %.1f s for %s (%s): %s; it waits up to %.3g s (%s), then fails with "
+         "CUDA_ERROR_OUT_OF_MEMORY; `coloc status` shows who holds the device",
+         options().job, double(waited_ns) / 1e9, what, id, why, double(wait_limit_ns()) / 1e9, wait_limit_source());
+  }
+};
 
 uint64_t round_up(uint64_t v, uint64_t step) {
   if (step == 0) return v;
@@ -144,6 +216,8 @@ bool DaemonBroker::adopt(const proto::RegisterReplyMsg& reply, int control_fd, i
     return false;
   }
   job_limit_.store(reply.limit, std::memory_order_relaxed);
+  if (!resume && registered_limit_.load(std::memory_order_relaxed) == 0)
+    registered_limit_.store(reply.limit, std::memory_order_relaxed);
   const Options& o = options();
   if (!resume && o.job_set && std::strncmp(reply.job, o.job, sizeof reply.job) != 0) {
     char filed[sizeof reply.job + 1] = {};
@@ -177,8 +251,8 @@ void DaemonBroker::register_now() {
   daemon_pages::privatize();
   if (o.require_daemon) {
     logf(LogLevel::error,
-         "COLOC_REQUIRE_DAEMON=1 and no coloc daemon at %s (%s%s): cuInit returns CUDA_ERROR_NOT_INITIALIZED",
-         socket_, why, rc == -ETIMEDOUT ? ", waited COLOC_WAIT_TIMEOUT" : "");
+         "COLOC_REQUIRE_DAEMON=%s and no coloc daemon at %s (%s%s): cuInit returns CUDA_ERROR_NOT_INITIALIZED",
+         o.require_daemon_text, socket_, why, rc == -ETIMEDOUT ? ", waited COLOC_WAIT_TIMEOUT" : "");
     mode_.store(Mode::failed, std::memory_order_release);
     return;
   }
@@ -263,7 +337,13 @@ int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
     attach_capacity_ = d.total_bytes;
   }
 
+  const uint64_t footprint = job_limit_.load(std::memory_order_relaxed);
+  const bool declared = footprint != kNoLimit && footprint > a.devices[0].request;
+  t_refusal = RefusalDetail{true, d.ordinal, declared ? footprint : a.devices[0].request, 0, d.total_bytes,
+                            proto::kUnknown, 0};
+  WaitNotice notice{&link_, true, d.ordinal, d.uuid, t_refusal.asked, declared, 0, d.total_bytes, proto::kUnknown};
   SignalWindow w;
+  w.set_notice(kLongWaitNs, &WaitNotice::say, &notice);
   const uint64_t t0 = monotonic_ns(), deadline = wait_deadline();
   uint64_t waited = 0;
   int slot = -1;
@@ -302,6 +382,8 @@ int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
     MutexLock g(attach_mutex_);
     attach_pending_ = false;
   }
+  t_refusal.waited_ns = monotonic_ns() - t0;
+  if (waited > t_refusal.waited_ns) t_refusal.waited_ns = waited;
   if (slot < 0) return -1;
   // COLOC_MEM_LIMIT was the registration's request; from now on the daemon's limit (control page)
   // is the job's, and only a per-device COLOC_MEM_LIMIT_<n> caps it here (coloc set can raise it).
@@ -311,7 +393,10 @@ int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
   uint64_t total = monotonic_ns() - t0;
   if (waited < total && total - waited > 50000000ull) waited = total;
   stats().slots[slot].wait_admission_ns.fetch_add(waited, std::memory_order_relaxed);
-  if (waited > 1000000ull)
+  if (w.noticed())  // the wait was announced: say that it is over
+    logf(LogLevel::warn, "job %s admitted on device %d after waiting %.1f s", options().job, d.ordinal,
+         double(waited) / 1e9);
+  else if (waited > 1000000ull)
     logf(LogLevel::info, "admitted on device %d after waiting %.2f s", d.ordinal, double(waited) / 1e9);
   return slot;
 }
@@ -332,7 +417,13 @@ Refusal DaemonBroker::grow(int slot, uint64_t wanted) {
   // Past a limit only the environment sets (lower than the daemon's): refused here, unrecorded.
   uint64_t local = local_limit(slot).load(std::memory_order_relaxed);
   if (wanted > local && local < control().slots[slot].limit.load(std::memory_order_relaxed)) return Refusal::own_limit;
+  const DeviceInfo& dev = devices().info(slot);
+  t_refusal = RefusalDetail{false, dev.ordinal, wanted, stats().slots[slot].in_use.load(std::memory_order_relaxed),
+                            slots_[slot].capacity, proto::kUnknown, 0};
+  WaitNotice notice{&link_, false, dev.ordinal, slots_[slot].uuid, wanted, false, t_refusal.in_use,
+                    slots_[slot].capacity, proto::kUnknown};
   SignalWindow w;
+  w.set_notice(kLongWaitNs, &WaitNotice::say, &notice);
   const uint64_t t0 = monotonic_ns(), deadline = wait_deadline();
   uint64_t parked = 0;
   Refusal result = Refusal::none;
@@ -355,6 +446,9 @@ Refusal DaemonBroker::grow(int slot, uint64_t wanted) {
     g.in_use = stats().slots[slot].in_use.load(std::memory_order_seq_cst);
     if (g.in_use == proto::kUnknown) g.in_use = proto::kUnknown - 1;
     g.physical_free = physical_free(slot);
+    t_refusal.in_use = g.in_use;
+    t_refusal.physical_free = notice.physical_free = g.physical_free;
+    notice.in_use = g.in_use;
     LinkReply r;
     DaemonLink::Outcome o = link_.request(g, &r, w, 0);
     if (o == DaemonLink::Outcome::lost) continue;
@@ -373,6 +467,10 @@ Refusal DaemonBroker::grow(int slot, uint64_t wanted) {
   uint64_t waited = parked;
   if (waited < total && total - waited > 50000000ull) waited = total;
   if (waited) stats().slots[slot].wait_memory_ns.fetch_add(waited, std::memory_order_relaxed);
+  t_refusal.waited_ns = waited;
+  if (w.noticed() && result == Refusal::none)  // the wait was announced: say that it is over
+    logf(LogLevel::warn, "job %s got the memory on device %d after waiting %.1f s", options().job, dev.ordinal,
+         double(waited) / 1e9);
   return result;
 }
 
@@ -433,6 +531,73 @@ bool DaemonBroker::driver_oom(int slot, uint64_t request, uint64_t charged, int 
   if (options().on_full != proto::OnFull::kWait || attempt >= int(sizeof kRetryMs / sizeof kRetryMs[0])) return false;
   SignalWindow w;
   return w.sleep(kRetryMs[attempt] * 1000000ull);
+}
+
+void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap) {
+  if (cap == 0) return;
+  out[0] = '\0';
+  if (mode_.load(std::memory_order_acquire) != Mode::daemon) return;
+  const RefusalDetail& t = t_refusal;
+  char ask[32], cap_s[32], use[32], fr[64];
+  format_size(t.asked, ask, sizeof ask);
+  format_size(t.capacity, cap_s, sizeof cap_s);
+  format_size(t.in_use, use, sizeof use);
+  fr[0] = '\0';
+  if (t.physical_free != proto::kUnknown) {
+    char f[32];
+    format_size(t.physical_free, f, sizeof f);
+    std::snprintf(fr, sizeof fr, ", %s free on the device", f);
+  }
+  // What was asked, in words: admission asks the job's footprint (or one context), growth a grant.
+  char asked[160];
+  if (t.admission)
+    std::snprintf(asked, sizeof asked, "it asked %s of the device's %s", ask, cap_s);
+  else
+    std::snprintf(asked, sizeof asked, "it asked for a grant of %s with %s in use, of the device's %s%s", ask, use,
+                  cap_s, fr);
+  switch (why) {
+    case Refusal::own_limit: {
+      // A limit the daemon changed since registration (coloc set --mem): say so, when it is the
+      // limit that refused (not a lower COLOC_MEM_LIMIT_<n>).
+      uint64_t reg = registered_limit_.load(std::memory_order_relaxed);
+      uint64_t now = slot >= 0 ? control().slots[slot].limit.load(std::memory_order_relaxed)
+                               : job_limit_.load(std::memory_order_relaxed);
+      if (reg == 0 || now == reg || (slot >= 0 && limit_of(slot) != now)) return;
+      char was[32], is[32];
+      if (reg == kNoLimit) std::snprintf(was, sizeof was, "none");
+      else format_size(reg, was, sizeof was);
+      if (now == kNoLimit) std::snprintf(is, sizeof is, "none");
+      else format_size(now, is, sizeof is);
+      std::snprintf(out, cap, "; the job's limit was changed from %s to %s by `coloc set --mem` while it ran", was,
+                    is);
+      return;
+    }
+    case Refusal::device_full:
+      std::snprintf(out, cap,
+                    "; %s, and colocd had no room for it (COLOC_ON_FULL=fail, or it can never fit); `coloc status` "
+                    "shows what is free and who holds the rest",
+                    asked);
+      return;
+    case Refusal::timeout:
+      std::snprintf(out, cap, "; waited %.1f s (at most %.3g s: %s); %s", double(t.waited_ns) / 1e9,
+                    double(wait_limit_ns()) / 1e9, wait_limit_source(), asked);
+      return;
+    case Refusal::deadlock_broken:
+      std::snprintf(out, cap,
+                    "; every job on device %d was waiting for memory, so colocd refused one to break the deadlock: "
+                    "the lowest priority (this job's: %s), among those the newest that has made no progress since "
+                    "its admission; give it a declared footprint (coloc run --mem SIZE, or COLOC_MEM_LIMIT) so it "
+                    "is admitted with a reservation its growth never waits for, or run it later",
+                    t.ordinal, priority_word(control().priority.load(std::memory_order_relaxed)));
+      return;
+    case Refusal::user_cap:
+      std::snprintf(out, cap, "; %s, past the user's cap on grants (colocd --max-per-user)", asked);
+      return;
+    case Refusal::no_daemon:
+      std::snprintf(out, cap, "; colocd is away (restarting) and COLOC_ON_FULL=fail does not wait for it");
+      return;
+    default: return;
+  }
 }
 
 // The daemon sets only RUN in this release (pages.h); a launch never waits.

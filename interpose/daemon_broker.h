@@ -35,7 +35,10 @@
 //                  at exit, onto the slot of the flushing thread's current context.
 //   exit           on_exit: launches flushed, Goodbye with the exit status.
 //   waits          a pending SIGINT/SIGTERM ends any wait (signal_wait.h): a Cancel is sent, its
-//                  reply read; a grant that raced with it is kept (the allocation succeeds).
+//                  reply read; a grant that raced with it is kept (the allocation succeeds). A
+//                  wait (admission or memory) that lasts more than kLongWaitNs says so in one
+//                  warning (what it waits for, how long it may, `coloc status`), and then how it
+//                  ended.
 //   restart        the link thread reconnects and re-registers with the exact ledger; meanwhile
 //                  the job runs on its grants, and a growth or admission waits for the reconnect
 //                  (up to COLOC_WAIT_TIMEOUT; --on-full fail: fails at once).
@@ -58,6 +61,9 @@ namespace coloc::interpose {
 
 class DaemonBroker final : public Broker, private LinkOwner {
  public:
+  /// A wait for admission or memory longer than this (ns) is announced at warning level.
+  static constexpr uint64_t kLongWaitNs = 1000000000ull;
+
   constexpr DaemonBroker() = default;
 
   /// Where the daemon listens (copied; at most 107 bytes). Runtime init, before any hook uses it.
@@ -70,6 +76,7 @@ class DaemonBroker final : public Broker, private LinkOwner {
   void surplus(int slot, uint64_t in_use) override;
   bool driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) override;
   void gate_wait(uint32_t state) override;
+  void describe_refusal(int slot, Refusal why, char* out, size_t cap) override;
   void flush_launches() override;
   void after_fork_child() override;
 
@@ -109,6 +116,9 @@ class DaemonBroker final : public Broker, private LinkOwner {
   LocalBroker local_;
   wire::Cmdline cmdline_;
   std::atomic<uint64_t> job_limit_{kNoLimit};  // the daemon's limit for the job (RegisterReply)
+  // Bytes: the limit of the first registration (what `coloc set --mem` may change later); 0 =
+  // not registered yet.
+  std::atomic<uint64_t> registered_limit_{0};
   std::atomic<uint64_t> launches_flushed_{0};
   std::atomic<bool> oom_warned_{false};  // the driver-OOM-inside-the-grant warning was printed
   SlotRecord slots_[kMaxDevices];

@@ -22,6 +22,7 @@
 #include "coloc/wire.h"
 #include "glibc_compat.h"
 #include "log.h"
+#include "options.h"
 
 namespace coloc::interpose {
 
@@ -210,9 +211,9 @@ int DaemonLink::start(const char* path, bool retry, uint64_t deadline_ns, LinkOw
     if (!announced) {
       announced = true;
       logf(LogLevel::warn,
-           "COLOC_REQUIRE_DAEMON=1: waiting up to %.3g s (COLOC_WAIT_TIMEOUT) for colocd at %s (%s); cuInit "
+           "COLOC_REQUIRE_DAEMON=%s: waiting up to %.3g s (COLOC_WAIT_TIMEOUT) for colocd at %s (%s); cuInit "
            "returns when it answers, or fails then",
-           double(deadline_ns - now) / 1e9, path_, why && why[0] ? why : "not reachable");
+           options().require_daemon_text, double(deadline_ns - now) / 1e9, path_, why && why[0] ? why : "not reachable");
     }
     uint64_t d = backoff.next();
     if (!w.sleep(d < deadline_ns - now ? d : deadline_ns - now)) {
@@ -486,6 +487,7 @@ void DaemonLink::lose(const char* why) {
   if (was) state_.store(kLost, std::memory_order_release);
   pthread_rwlock_unlock(&conn_lock_);
   if (!was) return;
+  lost_at_ns_.store(monotonic_ns(), std::memory_order_relaxed);
   {
     MutexLock g(table_mutex_);
     for (Pending& p : pending_) {
@@ -540,7 +542,11 @@ bool DaemonLink::reconnect() {
     for (Pending& p : pending_)
       if (p.state.load(std::memory_order_relaxed) != kEntryFree) notify(&p);  // re-send, or go on
   }
-  logf(LogLevel::info, "registered again with colocd after it restarted");
+  // Once per reconnect, after the one "lost the connection" line: the user saw the loss.
+  uint64_t lost = lost_at_ns_.load(std::memory_order_relaxed);
+  uint64_t now = monotonic_ns();
+  logf(LogLevel::warn, "reconnected to colocd after %.1f s: registered again with the same ledger; growth and "
+       "admission go on as before", lost && now > lost ? double(now - lost) / 1e9 : 0.0);
   return true;
 }
 

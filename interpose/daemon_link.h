@@ -152,6 +152,7 @@ class DaemonLink {
   std::atomic<uint32_t> seq_{0};
   std::atomic<uint64_t> grant_step_{64ull << 20};
   std::atomic<uint16_t> version_{proto::kVersion};
+  std::atomic<uint64_t> lost_at_ns_{0};  // CLOCK_MONOTONIC ns when the connection was last lost
   LinkOwner* owner_ = nullptr;
   char path_[108] = {};
   pthread_rwlock_t conn_lock_ = PTHREAD_RWLOCK_INITIALIZER;

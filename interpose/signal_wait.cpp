@@ -58,6 +58,22 @@ int poll_masked(int fd, int timeout_ms, const sigset_t* mask) {
 
 }  // namespace
 
+void SignalWindow::set_notice(uint64_t after_ns, NoticeFn say, void* ctx) {
+  notice_ = say;
+  notice_ctx_ = ctx;
+  notice_start_ns_ = monotonic_ns();
+  notice_at_ns_ = notice_start_ns_ + after_ns;
+  noticed_ = false;
+}
+
+void SignalWindow::check_notice() {
+  if (!notice_ || noticed_) return;
+  uint64_t now = monotonic_ns();
+  if (now < notice_at_ns_) return;
+  noticed_ = true;
+  notice_(notice_ctx_, now - notice_start_ns_);
+}
+
 int SignalWindow::wait(int fd, int timeout_ms) {
   if (stopped_ || stop_pending()) {
     stopped_ = true;
@@ -65,13 +81,16 @@ int SignalWindow::wait(int fd, int timeout_ms) {
   }
   int r = poll_masked(fd, timeout_ms, &inside_);
   if (r < 0) stopped_ = true;  // only SIGINT/SIGTERM can interrupt it (the mask)
+  check_notice();
   return r;
 }
 
 int SignalWindow::wait_uninterrupted(int fd, int timeout_ms) {
   sigset_t all;
   sigfillset(&all);
-  return poll_masked(fd, timeout_ms, &all) > 0 ? 1 : 0;
+  int r = poll_masked(fd, timeout_ms, &all) > 0 ? 1 : 0;
+  check_notice();
+  return r;
 }
 
 int SignalWindow::wait_either(int fd0, int fd1, int timeout_ms, bool interruptible) {
@@ -79,6 +98,7 @@ int SignalWindow::wait_either(int fd0, int fd1, int timeout_ms, bool interruptib
     sigset_t all;
     sigfillset(&all);
     int r = poll_masked(fd0, fd1, timeout_ms, &all);
+    check_notice();
     return r < 0 ? 0 : r;
   }
   if (stopped_ || stop_pending()) {
@@ -87,6 +107,7 @@ int SignalWindow::wait_either(int fd0, int fd1, int timeout_ms, bool interruptib
   }
   int r = poll_masked(fd0, fd1, timeout_ms, &inside_);
   if (r < 0) stopped_ = true;
+  check_notice();
   return r;
 }
 

@@ -63,8 +63,23 @@ class SignalWindow {
   /// True once a SIGINT/SIGTERM ended a wait or was seen pending.
   bool stopped() const { return stopped_; }
 
+  /// Something to tell the user once when a wait lasts long: `say(ctx, waited_ns)` is called
+  /// once, from inside one of this window's waits on this thread, when `after_ns` nanoseconds
+  /// (CLOCK_MONOTONIC) have passed since set_notice(). At most one slice (kSliceMs) late. The
+  /// callee may log; it must not wait.
+  using NoticeFn = void (*)(void* ctx, uint64_t waited_ns);
+  void set_notice(uint64_t after_ns, NoticeFn say, void* ctx);
+  /// True once the notice was said (the wait then says how it ended too).
+  bool noticed() const { return noticed_; }
+
  private:
   bool stop_pending();
+  void check_notice();
+  NoticeFn notice_ = nullptr;
+  void* notice_ctx_ = nullptr;
+  uint64_t notice_start_ns_ = 0;  // CLOCK_MONOTONIC, ns
+  uint64_t notice_at_ns_ = 0;     // CLOCK_MONOTONIC, ns
+  bool noticed_ = false;
   sigset_t old_;
   sigset_t inside_;  // the mask during ppoll
   bool stopped_ = false;
