@@ -2,6 +2,7 @@
 // with `coloc set --mem` (raised or lowered) still holds for the job's next growth after the
 // restart; the report keeps the job's real start and what happened before the restart; a job
 // killed while colocd is down still gets a report, marked as ended while colocd was away.
+#include <chrono>
 #include <filesystem>
 
 #include "e2e.h"
@@ -100,9 +101,15 @@ TEST_CASE("e2e: a job killed while colocd is down still gets its report, marked 
   }, 20s, 20ms);
   REQUIRE_MESSAGE(saved, n.log());
   json before = live_report(n, n.job("doomed")["job"]);
+  const auto wall_now = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  const int64_t killed_ms = wall_now();
   n.kill_daemon();
   job->kill(SIGKILL);
   job->wait(10s);
+  const int64_t restarted_ms = wall_now();
   n.start_daemon();
   json r = n.report("doomed");
   CHECK(r["ended_while_daemon_away"] == true);
@@ -117,8 +124,52 @@ TEST_CASE("e2e: a job killed while colocd is down still gets its report, marked 
   CHECK(d["limit"] == 8 * GiB);
   CHECK(saved_state(n, "doomed").is_null());
   CHECK(n.status()["jobs"].empty());
-  ProcResult shown = n.cli({"report", r["job"].get<std::string>()});
+  // When it ended is known within bounds: after colocd last saw it, before colocd came back.
+  CHECK(r["ended_after_unix_ms"].get<int64_t>() <= killed_ms);
+  CHECK(r["ended_after_unix_ms"].get<int64_t>() >= before["start_unix_ms"].get<int64_t>());
+  CHECK(r["ended_before_unix_ms"].get<int64_t>() >= restarted_ms);
+  CHECK(r["duration_max_s"].get<double>() > r["duration_s"].get<double>());
+  // ... and `coloc report` says so, in the table and in the plot.
+  const std::string svg = n.file("doomed.svg");
+  ProcResult shown = n.cli({"report", r["job"].get<std::string>(), "--svg", svg});
   CHECK_MESSAGE(shown.exit_code == 0, describe(shown));
+  const std::string span = "ended while colocd was away, between " + r["ended_after"].get<std::string>() + " and " +
+                           r["ended_before"].get<std::string>();
+  CHECK_MESSAGE(shown.out.find(span) != std::string::npos, shown.out);
+  CHECK(shown.out.find(" · ran ") != std::string::npos);
+  CHECK(shown.out.find("\u2013") != std::string::npos);  // the duration as a range
+  const std::string plot = read_file(svg);
+  CHECK(plot.find(span) != std::string::npos);
+  CHECK(plot.find("\u2013") != std::string::npos);  // the duration as a range
+}
+
+TEST_CASE("e2e: a job not admitted yet, then cancelled with Ctrl-C, reports the limit it was started with") {
+  if (simulated_only()) return;
+  Node n("16GiB");
+  auto hog = n.run({"--job", "hog", "--mem", "12GiB"}, {cuprobe(), "init", "ctx", "0", "alloc", "10GiB", "a", "touch",
+                                                         n.file("ready"), "hold-file", n.file("never")});
+  REQUIRE(reached(*hog, n.file("ready")));
+  auto p = n.run({"--job", "admit", "--mem", "14GiB"}, {client(), "init", "catch-signals", "ctx", "0", "signals"});
+  REQUIRE(n.wait_state("admit", "admission-pending"));
+  const std::string id = n.job("admit")["job"];
+  ProcResult shown = n.cli({"report", id});
+  REQUIRE_MESSAGE(shown.exit_code == 0, describe(shown));
+  CHECK_MESSAGE(shown.out.find("14.00 GiB") != std::string::npos, shown.out);  // LIMIT, not "none"
+  json live = live_report(n, id);
+  REQUIRE(live["devices"].size() == 1);
+  CHECK(live["devices"][0]["limit"] == 14 * GiB);
+  CHECK(live["devices"][0]["capacity"] == 16 * GiB);
+  p->kill(SIGINT);
+  ProcResult r = finish(*p, 5s);
+  CHECK(step(r.out, "ctx")["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");
+  json rep = n.report("admit");
+  CHECK(rep["limit"] == 14 * GiB);
+  REQUIRE(rep["devices"].size() == 1);
+  CHECK(rep["devices"][0]["limit"] == 14 * GiB);
+  CHECK(rep["devices"][0]["capacity"] == 16 * GiB);
+  REQUIRE(rep["devices"][0]["waits"].size() == 1);
+  CHECK(rep["devices"][0]["waits"][0]["outcome"] == "cancelled");
+  hog->kill(SIGKILL);
 }
 
 }  // TEST_SUITE
