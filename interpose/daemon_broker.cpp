@@ -585,8 +585,8 @@ void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap
     case Refusal::deadlock_broken:
       std::snprintf(out, cap,
                     "; every job on device %d was waiting for memory, so colocd refused one to break the deadlock: "
-                    "the lowest priority (this job's: %s), among those the newest that has made no progress since "
-                    "its admission; give it a declared footprint (coloc run --mem SIZE, or COLOC_MEM_LIMIT) so it "
+                    "the lowest priority (this job's: %s), then a job without progress since its admission, then "
+                    "the newest; give it a declared footprint (coloc run --mem SIZE, or COLOC_MEM_LIMIT) so it "
                     "is admitted with a reservation its growth never waits for, or run it later",
                     t.ordinal, priority_word(control().priority.load(std::memory_order_relaxed)));
       return;

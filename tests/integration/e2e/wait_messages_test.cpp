@@ -137,11 +137,12 @@ TEST_CASE("e2e: the deadlock victim is told why it was chosen and what to do") {
   ProcResult old = finish(*procs[0]);
   ProcResult victim = finish(*procs[1]);
   CHECK(step(old.out, "alloc", 1)["rc_name"] == "CUDA_SUCCESS");
+  INFO(victim.err);
   CHECK(step(victim.out, "alloc", 1)["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");
   CHECK_MESSAGE(victim.err.find("out of memory (deadlock broken): job young-best") != std::string::npos, victim.err);
   CHECK(victim.err.find("every job on device 0 was waiting for memory, so colocd refused one to break the deadlock: "
-                        "the lowest priority (this job's: best-effort), among those the newest that has made no "
-                        "progress since its admission") != std::string::npos);
+                        "the lowest priority (this job's: best-effort), then a job without progress since its "
+                        "admission, then the newest") != std::string::npos);
   CHECK(victim.err.find("give it a declared footprint (coloc run --mem SIZE, or COLOC_MEM_LIMIT) so it is admitted "
                         "with a reservation") != std::string::npos);
   CHECK(victim.err.find("or run it later") != std::string::npos);
