@@ -426,6 +426,7 @@ Refusal DaemonBroker::grow(int slot, uint64_t wanted) {
   w.set_notice(kLongWaitNs, &WaitNotice::say, &notice);
   const uint64_t t0 = monotonic_ns(), deadline = wait_deadline();
   uint64_t parked = 0;
+  bool reconnected = false;  // the wait was for colocd to come back, not for memory
   Refusal result = Refusal::none;
   for (;;) {
     const pages::ControlSlot& c = control().slots[slot];
@@ -437,6 +438,7 @@ Refusal DaemonBroker::grow(int slot, uint64_t wanted) {
       }
       DaemonLink::Outcome o = link_.wait_connected(w, deadline);
       if (o != DaemonLink::Outcome::replied) result = refusal_of(o);
+      else reconnected = true;
       break;  // connected again: the caller retries on the resumed grant, and asks again if need be
     }
     proto::GrowMsg g;
@@ -468,7 +470,10 @@ Refusal DaemonBroker::grow(int slot, uint64_t wanted) {
   if (waited < total && total - waited > 50000000ull) waited = total;
   if (waited) stats().slots[slot].wait_memory_ns.fetch_add(waited, std::memory_order_relaxed);
   t_refusal.waited_ns = waited;
-  if (w.noticed() && result == Refusal::none)  // the wait was announced: say that it is over
+  if (w.noticed() && result == Refusal::none && reconnected)  // the wait was announced: say that it is over
+    logf(LogLevel::warn, "job %s: colocd is back after %.1f s; the allocation on device %d asks it again",
+         options().job, double(waited) / 1e9, dev.ordinal);
+  else if (w.noticed() && result == Refusal::none)
     logf(LogLevel::warn, "job %s got the memory on device %d after waiting %.1f s", options().job, dev.ordinal,
          double(waited) / 1e9);
   return result;

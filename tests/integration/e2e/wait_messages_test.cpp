@@ -209,4 +209,24 @@ TEST_CASE("e2e: after 'lost the connection', one 'reconnected' line at the defau
   CHECK(lost < r.err.find("reconnected to colocd"));
 }
 
+TEST_CASE("e2e: a growth waiting over a second for colocd to come back says so, and that colocd is back") {
+  if (simulated_only()) return;
+  Node n("16GiB");
+  auto job = n.run({"--job", "away"}, {cuprobe(), "init", "ctx", "0", "alloc", "1GiB", "a", "touch", n.file("ready"),
+                                        "hold-file", n.file("go"), "alloc", "2GiB", "b"});
+  REQUIRE(reached(*job, n.file("ready")));
+  n.kill_daemon();
+  REQUIRE(said(*job, "lost the connection to colocd"));
+  write_file(n.file("go"), "");  // 2 GiB is past the grant: the growth waits for colocd
+  REQUIRE_MESSAGE(said(*job, "colocd is away (restarting), and the growth waits for it to come back"),
+                  job->err_so_far());
+  CHECK(job->err_so_far().find("s for memory on device 0: its grant to grow to 3.50 GiB") != std::string::npos);
+  n.start_daemon();
+  ProcResult r = finish(*job);
+  CHECK(step(r.out, "alloc", 1)["rc_name"] == "CUDA_SUCCESS");
+  CHECK_MESSAGE(count(r.err, "colocd is back after ") == 1, r.err);
+  CHECK(count(r.err, "has waited") == 1);
+  CHECK(count(r.err, "reconnected to colocd after ") == 1);
+}
+
 }  // TEST_SUITE
