@@ -131,7 +131,13 @@ void Broker::refresh_outside_from(uint32_t device, Bytes physical_free, Nanos no
   Device& d = devices_[device];
   physical_free = std::min(physical_free, d.capacity);
   Bytes used = d.capacity - physical_free;
-  Bytes coloc = in_use(device);
+  // A client that has just resumed has not copied its counters into its new stats page yet: its
+  // ledger's in-use (the floor) stands for them, or its memory would be taken for outside use.
+  Bytes coloc = 0;
+  for (auto [id, s] : d.attachments) {
+    const Client& ac = clients_.at(id);
+    coloc = sat_add(coloc, std::max(client_in_use(ac, s), std::min(ac.slots[s].floor, d.capacity)));
+  }
   if (reporter) {
     // The stats page may still count the request the driver just refused (the client reserves,
     // calls the driver, then gives back): take the client's own figure when it is smaller.

@@ -441,6 +441,26 @@ TEST_CASE("broker: a job resuming after the grace cannot over-commit the device 
   CHECK(b.granted(b.grow(fresh, 0, 20 * GiB)));  // within its own reservation
 }
 
+TEST_CASE("broker: a device read between a resume and the client's copy of its counters does not take its memory for outside use") {
+  Bench b;
+  b.broker.hold_until(b.now + 5 * kSec);
+  ClientId a = b.add("a", 20 * GiB);
+  ClientId c = b.add("c", 19 * GiB);
+  ResumeEntry ea{gpu(1), 40 * GiB, 25 * GiB, 15 * GiB, 15 * GiB, 20 * GiB};
+  b.broker.resume(a, std::span(&ea, 1), b.now);
+  b.collect();
+  // a's new stats page is still empty; the engine reads the device: 15 GiB used, all of it a's.
+  b.broker.refresh_outside(0, 25 * GiB, b.now);
+  b.collect();
+  CHECK(b.broker.devices().at(0).outside == 0);
+  // c comes back: it finds its whole reservation (20 + 19 <= 40).
+  ResumeEntry ec{gpu(1), 40 * GiB, 25 * GiB, 0, 64 * MiB, 19 * GiB};
+  b.broker.resume(c, std::span(&ec, 1), b.now);
+  b.collect();
+  CHECK(b.broker.find_job({1000, "c"})->devices.at(0).reserved == 19 * GiB);
+  CHECK(b.broker.find_job({1000, "a"})->devices.at(0).reserved == 20 * GiB);
+}
+
 TEST_CASE("broker: a late resume whose memory in use the books never saw keeps it, and the over-commit shows") {
   Bench b;
   ClientId fresh = b.add("fresh", 30 * GiB);
