@@ -67,10 +67,13 @@ struct RefusalDetail {
 };
 constinit thread_local RefusalDetail t_refusal;
 
-// The longest wait in ns, and how to say where it comes from.
-uint64_t wait_limit_ns() { return options().wait_timeout_ns ? options().wait_timeout_ns : kDefaultWaitNs; }
-const char* wait_limit_source() {
-  return options().wait_timeout_ns ? "COLOC_WAIT_TIMEOUT" : "COLOC_WAIT_TIMEOUT unset: the default";
+// The longest wait, in words: "1.5 s (COLOC_WAIT_TIMEOUT)", or colocd's default when the job set none.
+void describe_wait_limit(char* out, size_t cap) {
+  uint64_t ns = options().wait_timeout_ns;
+  if (ns) std::snprintf(out, cap, "%.3g s (COLOC_WAIT_TIMEOUT)", double(ns) / 1e9);
+  else
+    std::snprintf(out, cap, "colocd's --wait-timeout (%.3g s unless changed; COLOC_WAIT_TIMEOUT sets the job's own)",
+                  double(kDefaultWaitNs) / 1e9);
 }
 
 const char* priority_word(uint32_t p) {
@@ -119,10 +122,12 @@ struct WaitNotice {
     char what[96];
     if (n.admission) std::snprintf(what, sizeof what, "admission on device %d", n.ordinal);
     else std::snprintf(what, sizeof what, "memory on device %d: its grant to grow to %s", n.ordinal, ask);
+    char most[128];
+    describe_wait_limit(most, sizeof most);
     logf(LogLevel::warn,
-         "job %s has waited %.1f s for %s (%s): %s; it waits up to %.3g s (%s), then fails with "
-         "CUDA_ERROR_OUT_OF_MEMORY; `coloc status` shows who holds the device",
-         options().job, double(waited_ns) / 1e9, what, id, why, double(wait_limit_ns()) / 1e9, wait_limit_source());
+         "job %s has waited %.1f s for %s (%s): %s; it waits up to %s, then fails with CUDA_ERROR_OUT_OF_MEMORY; "
+         "`coloc status` shows who holds the device",
+         options().job, double(waited_ns) / 1e9, what, id, why, most);
   }
 };
 
@@ -584,9 +589,12 @@ void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap
                     asked);
       return;
     case Refusal::timeout:
-      std::snprintf(out, cap, "; waited %.1f s (at most %.3g s: %s); %s", double(t.waited_ns) / 1e9,
-                    double(wait_limit_ns()) / 1e9, wait_limit_source(), asked);
+    {
+      char most[128];
+      describe_wait_limit(most, sizeof most);
+      std::snprintf(out, cap, "; waited %.1f s (at most %s); %s", double(t.waited_ns) / 1e9, most, asked);
       return;
+    }
     case Refusal::deadlock_broken:
       std::snprintf(out, cap,
                     "; every job on device %d was waiting for memory, so colocd refused one to break the deadlock: "

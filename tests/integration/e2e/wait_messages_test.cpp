@@ -41,7 +41,7 @@ TEST_CASE("e2e: an admission wait longer than a second is announced once at the 
   CHECK_MESSAGE(err.find("s for admission on device 0 (GPU-") != std::string::npos, err);
   CHECK(err.find("colocd has no room for it yet: it asks 8.00 GiB (its declared footprint, COLOC_MEM_LIMIT / "
                  "--mem) of the device's 16.00 GiB") != std::string::npos);
-  CHECK(err.find("it waits up to 300 s (COLOC_WAIT_TIMEOUT unset: the default)") != std::string::npos);
+  CHECK(err.find("it waits up to colocd's --wait-timeout (300 s unless changed; COLOC_WAIT_TIMEOUT sets the job's own)") != std::string::npos);
   CHECK(err.find("`coloc status` shows who holds the device") != std::string::npos);
   CHECK(err.find("admitted on device") == std::string::npos);  // not yet
   write_file(n.file("go"), "");
@@ -65,7 +65,7 @@ TEST_CASE("e2e: a memory wait longer than a second says what the grant must grow
   std::string err = grower->err_so_far();
   CHECK_MESSAGE(err.find("s for memory on device 0: its grant to grow to 6.50 GiB (GPU-") != std::string::npos, err);
   CHECK(err.find("colocd has no room for it yet: 512.00 MiB in use, of the device's 16.00 GiB") != std::string::npos);
-  CHECK(err.find("it waits up to 300 s") != std::string::npos);
+  CHECK(err.find("it waits up to colocd's --wait-timeout (300 s") != std::string::npos);
   write_file(n.file("go"), "");
   finish(*holder);
   ProcResult r = finish(*grower);
@@ -107,7 +107,7 @@ TEST_CASE("e2e: refusals carry their numbers: --on-full fail says what was asked
     CHECK(step(r.out, "alloc")["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");
     CHECK_MESSAGE(r.err.find("out of memory (timeout): job patient") != std::string::npos, r.err);
     CHECK(r.err.find("; waited 1.") != std::string::npos);
-    CHECK(r.err.find(" s (at most 1.5 s: COLOC_WAIT_TIMEOUT); it asked for a grant of 4.50 GiB") != std::string::npos);
+    CHECK(r.err.find(" s (at most 1.5 s (COLOC_WAIT_TIMEOUT)); it asked for a grant of 4.50 GiB") != std::string::npos);
     CHECK(count(r.err, "has waited 1.") == 1);  // announced first
     CHECK(r.err.find("it waits up to 1.5 s (COLOC_WAIT_TIMEOUT)") != std::string::npos);
     CHECK(r.err.find("got the memory") == std::string::npos);
