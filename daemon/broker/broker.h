@@ -9,7 +9,7 @@
 //   device  capacity, headroom, and `outside`: memory used outside coloc, estimated from the
 //           latest physical-free figure (a client's report, or the engine's own NVML read through
 //           refresh_outside) as capacity - physical free - sum of coloc clients' in-use (stats
-//           pages). Physical free is the ground truth; client ledgers are checked against it (when
+//           pages; a just-resumed client's ledger in-use until it has copied its counters). Physical free is the ground truth; client ledgers are checked against it (when
 //           they claim more than the device shows used, a known estimate is kept, capped by what
 //           the device shows used: client figures never erase it).
 //   job     (uid, id): limit, priority, wait choice; per device: admitted?, reservation (the
