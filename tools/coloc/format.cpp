@@ -126,6 +126,9 @@ std::string status_table(const json& s) {
            bytes_text(dev["available"])});
     o << t.render("  ");
     if (dev.value("driver_ooms", 0) > 0) o << "  driver OOMs inside grants: " << dev["driver_ooms"] << "\n";
+    if (dev.value("over_committed", false))
+      o << "  over-committed: commitments exceed what is usable (memory really in use after a late resume);"
+           " nothing more is granted here until they fit\n";
     if (dev.at("jobs").empty()) {
       o << "  no jobs\n";
       continue;
@@ -135,6 +138,25 @@ std::string status_table(const json& s) {
       j.add({str(job, "job"), str(job, "user"), str(job, "priority"), str(job, "state"), bytes_text(job["limit"]),
              bytes_text(job["reserved"]), bytes_text(job["in_use"]), bytes_text(job["peak"]), bytes_text(job["granted"])});
     o << "\n" << j.render("  ");
+  }
+  return o.str();
+}
+
+std::string set_text(const json& r) {
+  std::ostringstream o;
+  o << "job " << str(r, "job") << ": limit " << bytes_text(r["limit"]) << ", priority " << str(r, "priority")
+    << ", in use " << bytes_text(r["in_use"]) << "\n";
+  if (!r.contains("reservation_changes")) return o.str();
+  for (const json& ch : r.at("reservation_changes")) {
+    const std::string outcome = str(ch, "outcome");
+    o << "  reservation on " << short_uuid(str(ch, "uuid")) << ": ";
+    if (outcome == "raised" || outcome == "lowered")
+      o << outcome << " from " << bytes_text(ch["before"]) << " to " << bytes_text(ch["after"]) << "\n";
+    else if (outcome.rfind("kept", 0) == 0)
+      o << outcome << " (" << bytes_text(ch["before"]) << "; wanted " << bytes_text(ch["wanted"]) << ", available "
+        << bytes_text(ch["available"]) << "); the job grows past it by ordinary grants when memory is free\n";
+    else
+      o << outcome << " (" << bytes_text(ch["after"]) << ")\n";
   }
   return o.str();
 }

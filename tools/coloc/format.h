@@ -25,6 +25,10 @@ std::string ran_text(const nlohmann::json& report);
 
 /// `coloc status`: each device with capacity, headroom, granted, in use, and its jobs.
 std::string status_table(const nlohmann::json& status);
+/// `coloc set`: the job's new limit, priority and in-use, then one line per device whose
+/// reservation the new limit touched (`reservation_changes` of the reply: raised, lowered, or kept
+/// with the reason and what is available now).
+std::string set_text(const nlohmann::json& reply);
 /// `coloc jobs`: one line per job.
 std::string jobs_table(const nlohmann::json& jobs);
 /// The bytes a refused request of a report's `oom_events` entry asked for, alone. The daemon

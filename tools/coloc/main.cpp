@@ -133,6 +133,11 @@ int do_run(const coloc::cli::RunOptions& opt) {
   std::string error;
   if (!coloc::cli::plan_run(opt, env, exe_dir(), coloc::cli::random_suffix(), &plan, &error)) return fail(kUsage, error);
   for (const std::string& n : plan.notes) std::fprintf(stderr, "coloc: note: %s\n", n.c_str());
+  // The id carries a random suffix: say it, so `coloc report ID` can be typed (a rewritten name's
+  // note above already names it).
+  if (plan.notes.empty() || plan.notes.front().rfind("job name ", 0) != 0)
+    std::fprintf(stderr, "coloc: job %s (coloc status shows it; coloc report %s after it ends)\n", plan.job_id.c_str(),
+                 plan.job_id.c_str());
   coloc::log::get("cli")->debug("running {} as job {}", plan.argv.front(), plan.job_id);
   std::vector<std::string> env_strings;
   for (auto& [k, v] : plan.env) env_strings.push_back(k + "=" + v);
@@ -203,6 +208,7 @@ int run_cli(int argc, char** argv) {
   set_cmd->add_option("job", job, "Job id, or UID:JOB")->required();
   set_cmd->add_option("--mem", set_mem, "New limit per device; below current use, new allocations fail and nothing is killed");
   set_cmd->add_option("--priority", set_priority, "high, normal or best-effort");
+  set_cmd->add_flag("--json", json_out, "Print the daemon's JSON answer (the job, and reservation_changes)");
 
   try {
     // `coloc run ... -- CMD ARGS`: CMD ARGS reach the command verbatim, not through CLI11 (which
@@ -273,8 +279,7 @@ int run_cli(int argc, char** argv) {
       m.priority = uint8_t(p);
     }
     if (!ask(socket, m, &j, &code)) return code;
-    std::cout << "job " << j.value("job", job) << ": limit " << coloc::cli::bytes_text(j["limit"]) << ", priority "
-              << j.value("priority", "?") << ", in use " << coloc::cli::bytes_text(j["in_use"]) << "\n";
+    std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::set_text(j));
     return kOk;
   }
   return kUsage;

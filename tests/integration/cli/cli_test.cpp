@@ -238,6 +238,15 @@ TEST_CASE("coloc run: sets the environment and execs the command") {
   CHECK_MESSAGE(renamed.err.find("coloc: note: job name " + id + " (the command's name 'my env!'") != std::string::npos,
                 renamed.err);
   CHECK(r.err.find("note") == std::string::npos);  // --job envcheck: nothing rewritten
+  // The job id (with its random suffix) is said once, so it can be typed into coloc report; a
+  // rewritten name's note names it instead.
+  {
+    size_t j = r.out.find("COLOC_JOB=envcheck-");
+    std::string rid = r.out.substr(j + 10, r.out.find('\n', j) - j - 10);
+    CHECK_MESSAGE(r.err.find("coloc: job " + rid + " (coloc status shows it; coloc report " + rid) != std::string::npos,
+                  r.err);
+    CHECK(renamed.err.find("coloc: job ") == std::string::npos);
+  }
   // A limit below one CUDA context: said before the job starts.
   ProcResult small = coloc_cli(d, {"run", "--mem", "100MiB", "--", "/bin/true"});
   CHECK(small.exit_code == 0);

@@ -313,3 +313,29 @@ TEST_CASE("svg: axis steps are round numbers") {
 }
 
 }  // TEST_SUITE
+
+TEST_CASE("coloc set: the reply's reservation changes, one line a device; status flags an over-committed device") {
+  json reply = {{"job", "t-1"},
+                {"limit", 20ull << 30},
+                {"priority", "normal"},
+                {"in_use", 3ull << 30},
+                {"reservation_changes",
+                 json::array({{{"uuid", "GPU-aaaaaaaa-0000"}, {"outcome", "raised"}, {"before", 8ull << 30},
+                               {"after", 20ull << 30}, {"wanted", 20ull << 30}, {"available", 30ull << 30}},
+                              {{"uuid", "GPU-bbbbbbbb-0000"}, {"outcome", "kept: does not fit now"},
+                               {"before", 8ull << 30}, {"after", 8ull << 30}, {"wanted", 20ull << 30},
+                               {"available", 5ull << 30}}})}};
+  std::string t = set_text(reply);
+  CHECK(t.find("job t-1: limit 20.00 GiB, priority normal, in use 3.00 GiB") == 0);
+  CHECK(t.find("reservation on GPU-aaaaaaaa...: raised from 8.00 GiB to 20.00 GiB") != std::string::npos);
+  CHECK(t.find("kept: does not fit now (8.00 GiB; wanted 20.00 GiB, available 5.00 GiB)") != std::string::npos);
+  reply.erase("reservation_changes");  // a priority-only change
+  CHECK(set_text(reply).find("reservation") == std::string::npos);
+
+  json dev = {{"uuid", "GPU-x"}, {"capacity", 40ull << 30}, {"headroom", 0}, {"outside", 0}, {"granted", 0},
+              {"committed", 50ull << 30}, {"in_use", 0}, {"available", 0}, {"jobs", json::array()}};
+  json status = {{"daemon", {{"pid", 1}}}, {"devices", json::array({dev})}};
+  CHECK(status_table(status).find("over-committed") == std::string::npos);
+  status["devices"][0]["over_committed"] = true;
+  CHECK(status_table(status).find("over-committed: commitments exceed what is usable") != std::string::npos);
+}
