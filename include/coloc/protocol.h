@@ -34,6 +34,11 @@
 //         Every other message is identical in v1 and v2. A v1 Register is upgraded with
 //         wait_timeout_ns = 0 (the daemon's default) and cmdline = "" (reports say "unknown").
 //   A v1 client gets its replies in v1 (header.version = 1); they have the same layout.
+//     v3  Register flag kRegAnchor (the job's anchor: `coloc run`, which attaches no device and
+//         keeps the job, its limit, priority and reservations, alive between the command's
+//         steps). Every layout is identical in v2 and v3; a v2 Register with kRegAnchor set is
+//         malformed. A v2 daemon refuses a v3 client with kVersion: clients then speak v2 (and
+//         `coloc run` runs without an anchor).
 //
 // Validation
 //   decode() checks everything a peer could get wrong: the header, the exact size for the type and
@@ -54,7 +59,7 @@
 namespace coloc::proto {
 
 /// The version this header speaks, and the oldest one a daemon built from it still accepts.
-inline constexpr uint16_t kVersion = 2;
+inline constexpr uint16_t kVersion = 3;
 inline constexpr uint16_t kMinVersion = 1;
 
 /// First four bytes of every message: "COLC" in memory order on little-endian machines.
@@ -131,6 +136,11 @@ enum class CancelWhy : uint32_t { kSignal = 1, kTimeout = 2, kShutdown = 3 };
 
 /// Register flags.
 inline constexpr uint16_t kRegResume = 1u << 0;  ///< re-registration after a daemon restart (ledger valid)
+/// (v3) The job's anchor (`coloc run`): attaches no device (n_ledger 0, no Attach); while it is
+/// registered the job lives on, and keeps its reservation on a device none of its processes is
+/// attached to any more (between the steps of a multi-step command). Its Goodbye carries the
+/// command's exit status, which becomes the job's.
+inline constexpr uint16_t kRegAnchor = 1u << 1;
 
 /// Admin operations (the CLI). Any user may read; kSet is checked against SO_PEERCRED.
 enum class AdminOp : uint32_t { kStatus = 1, kJobs = 2, kSet = 3, kReport = 4 };
@@ -508,6 +518,7 @@ inline Status check_device(const DeviceInfo& d, const char* f_uuid, const char* 
 inline Status check_ledger(const LedgerEntry* ledger, uint32_t n, uint16_t flags) noexcept {
   if (n > kMaxDevices) return fail(Error::kBadCount, "Register.n_ledger");
   if (!(flags & kRegResume) && n != 0) return fail(Error::kBadCount, "Register.n_ledger");
+  if ((flags & kRegAnchor) && n != 0) return fail(Error::kBadCount, "Register.n_ledger (anchor)");
   for (uint32_t i = 0; i < kMaxDevices; ++i) {
     const LedgerEntry& e = ledger[i];
     if (i >= n) {
@@ -533,7 +544,7 @@ inline Status check_common_register(uint64_t limit, uint8_t priority, uint8_t on
   if (limit == 0) return fail(Error::kBadValue, "Register.limit");
   if (priority > uint8_t(Priority::kHigh)) return fail(Error::kBadEnum, "Register.priority");
   if (on_full > uint8_t(OnFull::kFail)) return fail(Error::kBadEnum, "Register.on_full");
-  if (flags & ~kRegResume) return fail(Error::kReserved, "Register.flags");
+  if (flags & ~(kRegResume | kRegAnchor)) return fail(Error::kReserved, "Register.flags");
   if (!string_ok(job, Charset::kJobId)) return fail(Error::kBadString, "Register.job");
   return {};
 }
@@ -758,6 +769,7 @@ inline Status decode_body(const void* data, size_t len, Message* out, RegisterMs
     if (len < sizeof(RegisterMsg)) return fail(Error::kShort, "Register");
     if (len > sizeof(RegisterMsg)) return fail(Error::kTooLong, "Register");
     std::memcpy(into, data, sizeof(RegisterMsg));
+    if (out->h.version < 3 && (into->flags & kRegAnchor)) return fail(Error::kReserved, "Register.flags (anchor: v3)");
     return validate(*into);
   }
   RegisterV1 v1;
@@ -765,6 +777,7 @@ inline Status decode_body(const void* data, size_t len, Message* out, RegisterMs
   if (len > sizeof v1) return fail(Error::kTooLong, "Register(v1)");
   std::memcpy(&v1, data, sizeof v1);
   if (Status s = validate(v1); !s) return s;
+  if (v1.flags & kRegAnchor) return fail(Error::kReserved, "Register.flags (anchor: v3)");
   std::memset(into, 0, sizeof *into);
   into->h = v1.h;
   into->limit = v1.limit;
@@ -870,6 +883,7 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
   copy.h = Header{kMagic, version, uint16_t(MsgTraits<T>::kType), uint32_t(sizeof(T)), seq};
   if (Status s = validate(copy); !s) { r.status = s; return r; }
   if constexpr (std::is_same_v<T, RegisterMsg>) {
+    if (version < 3 && (copy.flags & kRegAnchor)) { r.status = detail::fail(Error::kReserved, "Register.flags (anchor: v3)"); return r; }
     if (version == 1) {
       RegisterV1 v1;
       std::memset(&v1, 0, sizeof v1);

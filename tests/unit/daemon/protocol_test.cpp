@@ -141,6 +141,38 @@ TEST_CASE("protocol: a v1 Register is accepted and upgraded with defaults") {
   CHECK(daemon_error(v2) == Error::kTooLong);
 }
 
+TEST_CASE("protocol: an anchor Register (v3) is accepted at v3 only, without a ledger") {
+  RegisterMsg r = make_register();
+  r.flags = kRegAnchor;
+  Message m;
+  REQUIRE(dec(enc(r), Receiver::kDaemon, &m));
+  CHECK(m.body.reg.flags == kRegAnchor);
+  CHECK(kVersion >= 3);
+  // An older peer cannot send it: encoding refuses, and a v2 or v1 datagram with the bit is malformed.
+  std::vector<unsigned char> buf(kMaxMessage);
+  CHECK(encode(r, 7, buf.data(), buf.size(), 2).status.error == Error::kReserved);
+  CHECK(encode(r, 7, buf.data(), buf.size(), 1).status.error == Error::kReserved);
+  r.flags = 0;
+  for (uint16_t v : {uint16_t(1), uint16_t(2)}) {
+    CAPTURE(v);
+    auto b = enc(r, 7, v);
+    RegisterMsg* raw2 = reinterpret_cast<RegisterMsg*>(b.data());
+    RegisterV1* raw1 = reinterpret_cast<RegisterV1*>(b.data());
+    if (v == 2) raw2->flags = kRegAnchor;
+    else raw1->flags = kRegAnchor;
+    CHECK(daemon_error(b) == Error::kReserved);
+  }
+  // An anchor attaches nothing: a resume ledger is refused.
+  RegisterMsg led = make_register();
+  led.flags = kRegAnchor | kRegResume;
+  led.n_ledger = 1;
+  led.ledger[0].device.uuid[0] = 1;
+  led.ledger[0].device.capacity = 1 << 30;
+  led.ledger[0].device.physical_free = kUnknown;
+  led.ledger[0].limit = kNoLimit;
+  CHECK(encode(led, 7, buf.data(), buf.size()).status.error == Error::kBadCount);
+}
+
 TEST_CASE("protocol: every other message round-trips") {
   Message m;
   {
