@@ -288,6 +288,8 @@ ClientId Broker::add_client(const ClientSpec& spec, pages::ControlPage* control,
   c.pid = spec.pid;
   c.control = control;
   c.stats = stats;
+  c.anchor = spec.anchor;
+  if (spec.anchor) ++job.anchors;
   control->priority.store(uint32_t(job.priority), std::memory_order_relaxed);
   job.clients.push_back(c.id);
   ClientId id = c.id;
@@ -392,12 +394,29 @@ void Broker::remove_client(ClientId id, Nanos now) {
     --jd.clients;
     auto& att = devices_[s.device].attachments;
     att.erase(std::remove(att.begin(), att.end(), std::make_pair(id, slot)), att.end());
-    if (jd.clients == 0) {  // the job left the device: its reservation goes with it
+    // The job left the device: its reservation goes with it, unless an anchor keeps the job's
+    // standing for its next process (the next step of a multi-step `coloc run`).
+    const bool kept = job.anchors > (c.anchor ? 1u : 0u);
+    if (jd.clients == 0 && !kept) {
       assert(jd.granted == 0);
       set_job_device(job, s.device, 0, 0);
       job.devices.erase(s.device);
     }
     touched.push_back(s.device);
+  }
+  if (c.anchor && --job.anchors == 0) {
+    // The last anchor is gone: devices no process of the job is attached to are released.
+    for (auto jt = job.devices.begin(); jt != job.devices.end();) {
+      if (jt->second.clients != 0) {
+        ++jt;
+        continue;
+      }
+      const uint32_t dev = jt->first;
+      assert(jt->second.granted == 0);
+      set_job_device(job, dev, 0, 0);
+      jt = job.devices.erase(jt);
+      touched.push_back(dev);
+    }
   }
   job.clients.erase(std::remove(job.clients.begin(), job.clients.end(), id), job.clients.end());
   JobSerial serial = job.serial;

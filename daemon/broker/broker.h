@@ -15,7 +15,9 @@
 //   job     (uid, id): limit, priority, wait choice; per device: admitted?, reservation (the
 //           declared footprint held at admission: min(limit, capacity - headroom), 0 without a
 //           limit) and granted (sum of its clients' grants).
-//   client  one registered connection: its job, its pages, per slot: device and grant.
+//   client  one registered connection: its job, its pages, per slot: device and grant. A job's
+//           anchor (`coloc run`) is a client that attaches nothing: it keeps the job, and its
+//           reservations, alive between the processes of a multi-step command.
 //   A job commits max(reservation, granted) on a device. The invariant, checked on every grant:
 //       sum of commitments on a device <= capacity - headroom - outside.
 //   Memory used outside coloc can grow behind our back; then nothing more is granted on that
@@ -116,6 +118,9 @@ struct Job {
   Nanos started = 0;
   std::map<uint32_t, JobDevice> devices;  ///< by device index
   std::vector<ClientId> clients;
+  /// Its registered anchors (ClientSpec::anchor): while > 0, a device its last attached process
+  /// leaves keeps the job's standing there (admitted, reservation held, nothing granted).
+  uint32_t anchors = 0;
 };
 
 struct ClientSlot {
@@ -134,6 +139,7 @@ struct Client {
   int32_t pid = 0;
   pages::ControlPage* control = nullptr;
   pages::StatsPage* stats = nullptr;
+  bool anchor = false;  ///< the job's anchor (ClientSpec::anchor)
   std::array<ClientSlot, pages::kSlots> slots{};
 };
 
@@ -197,6 +203,9 @@ class Broker {
 
   /// Drops a client (gone: hung up, exited, or killed): its parked requests vanish without reply,
   /// its grants are released, and its job ends (kJobEnded) when it was the job's last client.
+  /// The job's reservation on a device goes when its last client attached there leaves, unless
+  /// the job has an anchor left; when its last anchor leaves, the reservations of devices no
+  /// process of the job is attached to go with it.
   void remove_client(ClientId id, Nanos now);
 
   // ---- requests (each produces exactly one Reply, now or later, except shrink/driver_oom/cancel)

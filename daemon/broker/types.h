@@ -61,6 +61,9 @@ struct ClientSpec {
   Bytes limit = kNoLimit;    ///< requested per-device limit and reservation
   Nanos wait_timeout = 0;    ///< 0 = the broker's default
   uint64_t age = 0;          ///< larger = younger (process start time); orders deadlock victims
+  /// The job's anchor (`coloc run`, proto::kRegAnchor): attaches nothing; while one is registered
+  /// the job keeps its reservation on devices none of its processes is attached to.
+  bool anchor = false;
 };
 
 /// One device of an Attach request.

@@ -50,8 +50,9 @@ struct Bench {
   }
 
   ClientId add(const std::string& job, Bytes limit = kNoLimit, Priority prio = Priority::kNormal,
-               OnFull on_full = OnFull::kWait, uint32_t uid = 1000, uint64_t age = 0) {
+               OnFull on_full = OnFull::kWait, uint32_t uid = 1000, uint64_t age = 0, bool anchor = false) {
     ClientSpec s;
+    s.anchor = anchor;
     s.uid = uid;
     s.pid = 4242;
     s.job_id = job;
@@ -173,6 +174,56 @@ TEST_CASE("broker: admission holds a job that does not fit and releases it when 
   CHECK(b.reply(sc)->waited == 3 * kSec);
   CHECK(b.grant(c, 0) == 1 * GiB);
   CHECK(b.broker.devices().at(0).committed == 40 * GiB);
+}
+
+TEST_CASE("broker: a job's anchor keeps the job and its reservation between its processes; its death releases it") {
+  Bench b;
+  ClientId anchor = b.add("a", 50 * GiB, Priority::kNormal, OnFull::kWait, 1000, 0, true);
+  ClientId step1 = b.add("a");
+  REQUIRE(b.granted(b.attach(step1, {{1, 80 * GiB, 1 * GiB}})));
+  ClientId other = b.add("c", 40 * GiB);
+  uint32_t so = b.attach(other, {{1, 80 * GiB, 1 * GiB}});
+  CHECK(b.pending(so));
+  REQUIRE(b.broker.set_limit(b.broker.find_client(anchor)->job, 45 * GiB, b.now));
+  b.collect();
+  b.remove(step1);  // between the steps: the job stays, with its reservation and its limit
+  CHECK(b.pending(so));
+  CHECK(b.count(Event::Kind::kJobEnded) == 0);
+  const Job* job = b.broker.find_job({1000, "a"});
+  REQUIRE(job);
+  CHECK(job->limit == 45 * GiB);
+  CHECK(job->devices.at(0).reserved == 45 * GiB);
+  CHECK(job->devices.at(0).clients == 0);
+  CHECK(b.broker.devices().at(0).committed == 45 * GiB);
+  // The next step is admitted at once, within the reservation, under the job's limit.
+  ClientId step2 = b.add("a", 50 * GiB);
+  REQUIRE(b.granted(b.attach(step2, {{1, 80 * GiB, 1 * GiB}})));
+  CHECK(b.limit_word(step2, 0) == 45 * GiB);
+  CHECK(b.count(Event::Kind::kAdmitted) == 1);
+  b.remove(step2);
+  CHECK(b.pending(so));
+  // The anchor goes (coloc run ended or was killed): the job ends, the other job is admitted.
+  b.remove(anchor);
+  CHECK(b.count(Event::Kind::kJobEnded) == 1);
+  CHECK(b.granted(so));
+  CHECK(b.broker.devices().at(0).committed == 40 * GiB);
+}
+
+TEST_CASE("broker: when a job's anchor dies first, its devices without a process are released at once") {
+  Bench b;
+  ClientId anchor = b.add("a", 50 * GiB, Priority::kNormal, OnFull::kWait, 1000, 0, true);
+  ClientId p0 = b.add("a");
+  ClientId p1 = b.add("a");
+  REQUIRE(b.granted(b.attach(p0, {{1, 80 * GiB, 1 * GiB}})));
+  REQUIRE(b.granted(b.attach(p1, {{2, 80 * GiB, 1 * GiB}})));
+  b.remove(p0);
+  CHECK(b.broker.devices().at(0).committed == 50 * GiB);  // kept for the job's next process
+  b.remove(anchor);
+  CHECK(b.broker.devices().at(0).committed == 0);
+  CHECK(b.broker.devices().at(1).committed == 50 * GiB);  // p1 still runs there
+  CHECK(b.count(Event::Kind::kJobEnded) == 0);
+  b.remove(p1);
+  CHECK(b.count(Event::Kind::kJobEnded) == 1);
 }
 
 TEST_CASE("broker: admission releases in priority, then FIFO order") {
