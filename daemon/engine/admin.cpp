@@ -91,7 +91,8 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
     reserved += r;
   }
   json pids = json::array();
-  for (broker::ClientId id : job.clients) pids.push_back(broker_.find_client(id)->pid);
+  for (broker::ClientId id : job.clients)  // the job's processes; not its anchor (coloc run)
+    if (const broker::Client* c = broker_.find_client(id); !c->anchor) pids.push_back(c->pid);
   json j{{"job", job.key.id},
          {"uid", job.key.uid},
          {"user", user_name(job.key.uid)},
@@ -276,24 +277,72 @@ AdminAnswer Admin::report(const std::string& name, const Caller& caller, broker:
     uid = uid_t(std::stoul(name.substr(0, colon)));
     id = name.substr(colon + 1);
   }
+  // The reports filed under `id`, newest first; each one's text, owner and name (its file name
+  // without ".json": what `coloc report` takes to show exactly that one).
+  struct Filed {
+    std::string text, name;
+    uid_t owner;
+  };
+  auto filed = [&](const std::string& job_id) {
+    std::vector<Filed> out;
+    for (const std::string& path : store_.find(job_id)) {
+      std::string text = read_text(path);
+      json j = json::parse(text, nullptr, false);
+      if (j.is_discarded() || !j.is_object() || j.value("job", std::string()) != job_id) continue;
+      std::string base = path.substr(path.rfind('/') + 1);
+      out.push_back({std::move(text), base.substr(0, base.size() - 5), j.value("uid", uid_t(-1))});
+    }
+    return out;
+  };
+  // The answer: the report, naming the other reports of the same id and owner (when there are).
+  auto answer = [&](const std::vector<Filed>& all, size_t shown) -> AdminAnswer {
+    json others_named = json::array();
+    for (size_t i = all.size(); i-- > 0;)
+      if (i != shown && all[i].owner == all[shown].owner) others_named.push_back(all[i].name);
+    if (others_named.empty()) return {AdminStatus::kOk, all[shown].text};
+    json j = json::parse(all[shown].text);
+    j["report_name"] = all[shown].name;
+    j["other_reports"] = std::move(others_named);
+    return {AdminStatus::kOk, j.dump()};
+  };
   bool others = false;
-  std::string fallback;
-  for (const std::string& path : store_.find(id)) {
-    std::string text = read_text(path);
-    json j = json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || j.value("job", std::string()) != id) continue;
-    uid_t owner = j.value("uid", uid_t(-1));
+  std::optional<size_t> fallback;
+  const std::vector<Filed> all = filed(id);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const uid_t owner = all[i].owner;
     if (uid && owner != *uid) continue;
-    if (owner == caller.uid) return {AdminStatus::kOk, text};
+    if (owner == caller.uid) return answer(all, i);
     if (admin) {
-      if (uid) return {AdminStatus::kOk, text};
-      if (fallback.empty()) fallback = text;
-      else return {AdminStatus::kAmbiguous, "reports of job '" + id + "' exist for several users: name it as UID:" + id};
+      if (uid) return answer(all, i);
+      if (!fallback) fallback = i;
+      else if (all[*fallback].owner != owner)
+        return {AdminStatus::kAmbiguous, "reports of job '" + id + "' exist for several users: name it as UID:" + id};
       continue;
     }
     others = true;
   }
-  if (!fallback.empty()) return {AdminStatus::kOk, fallback};
+  if (fallback) return answer(all, *fallback);
+  // One report by its file's name: "ID.json", "ID.2", "ID.2.json" (the second report filed under
+  // job id ID: a reused id, or a job that ran again while colocd was away).
+  std::string ref = id;
+  if (ref.size() > 5 && ref.compare(ref.size() - 5, 5, ".json") == 0) ref.resize(ref.size() - 5);
+  std::vector<std::pair<std::string, std::string>> candidates = {{ref, ref}};  // (job id, file name)
+  if (auto dot = ref.rfind('.'); dot != std::string::npos && dot > 0 && dot + 1 < ref.size() &&
+                                  std::all_of(ref.begin() + ptrdiff_t(dot) + 1, ref.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    candidates.push_back({ref.substr(0, dot), ref.compare(dot + 1, std::string::npos, "1") == 0 ? ref.substr(0, dot) : ref});
+  for (const auto& [cand, file] : candidates) {
+    if (cand == id) continue;  // looked up above
+    const std::vector<Filed> mine = filed(cand);
+    for (size_t i = 0; i < mine.size(); ++i) {
+      if (mine[i].name != report::ReportStore::sanitize(file)) continue;
+      if (uid && mine[i].owner != *uid) continue;
+      if (mine[i].owner != caller.uid && !admin) {
+        others = true;
+        continue;
+      }
+      return answer(mine, i);
+    }
+  }
   if (others) return {AdminStatus::kNotAllowed, "the report of job '" + id + "' belongs to another user"};
   return {AdminStatus::kNotFound, "no job or report named '" + name + "'"};
 }

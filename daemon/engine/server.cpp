@@ -408,9 +408,17 @@ void Server::drop(Connection& c, const std::string& reason, std::optional<report
   sample_job(c.job, now());  // its last state, before its counters fold away
   auto rec = recorders_.find(c.job);
   fold_stats(c);
+  const broker::Client* bc = broker_.find_client(id);
+  const bool anchor = bc && bc->anchor;
   if (rec != recorders_.end()) {
-    if (exit) rec->second.process_exited(*exit);
-    else if (c.said_goodbye) rec->second.process_exited({c.pid(), c.exit_status, std::nullopt, "goodbye"});
+    // The anchor (coloc run) is no process of the job's: its goodbye carries the command's status.
+    if (anchor) {
+      if (c.said_goodbye && c.exit_status) rec->second.command_exited(*c.exit_status);
+    } else if (exit) {
+      rec->second.process_exited(*exit);
+    } else if (c.said_goodbye) {
+      rec->second.process_exited({c.pid(), c.exit_status, std::nullopt, "goodbye"});
+    }
   }
   // The books first: the memory is free for others from this moment.
   broker_.remove_client(id, now());
@@ -421,7 +429,7 @@ void Server::drop(Connection& c, const std::string& reason, std::optional<report
   resume_.remove(c.pid());
   if (auto it = clients_per_uid_.find(c.uid()); it != clients_per_uid_.end() && --it->second == 0)
     clients_per_uid_.erase(it);
-  if (exit || c.said_goodbye) watcher_->unwatch(c.pid());
+  if (exit || c.said_goodbye || anchor) watcher_->unwatch(c.pid());
   else ++lingering_[c.pid()];  // keep watching briefly: its exit status belongs in the report
   lg->info("process {} of job {} left ({})", c.pid(), rec != recorders_.end() ? rec->second.key().str() : "?", reason);
   c.client.reset();
@@ -551,6 +559,7 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   spec.on_full = proto::OnFull(r.on_full);
   spec.limit = r.limit;
   spec.wait_timeout = r.wait_timeout_ns;
+  spec.anchor = (r.flags & proto::kRegAnchor) != 0;
   auto start_time = process_start_time(c.pid());
   spec.age = start_time ? *start_time : t;
   const bool resume = (r.flags & proto::kRegResume) != 0;
@@ -585,8 +594,10 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   by_client_[id] = &c;
   by_pid_[c.pid()].push_back(&c);
   ++clients_per_uid_[c.uid()];
-  resume_.add(c.pid(), start_time.value_or(0));
-  resume_.settle(c.pid());
+  if (!spec.anchor) {  // an anchor does not re-register after a restart: none is expected back
+    resume_.add(c.pid(), start_time.value_or(0));
+    resume_.settle(c.pid());
+  }
   if (!recorders_.count(job.serial) && saved) {
     // Continue the report from before the restart: start, timeline, counters, waits.
     auto rec = report::JobRecorder::from_state(saved->recorder, job.serial);
@@ -615,7 +626,7 @@ void Server::on_register(Connection& c, const proto::Message& m) {
                        std::forward_as_tuple(job.serial, job.key, user_name(job.key.uid), command, r.cmdline_hash,
                                              proto::priority_name(job.priority), started.first, started.second));
   }
-  recorders_.at(job.serial).add_process(c.pid());
+  if (!spec.anchor) recorders_.at(job.serial).add_process(c.pid());
 
   auto reply = zeroed<proto::RegisterReplyMsg>();
   reply.epoch = info_.epoch;
@@ -629,8 +640,8 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   if (!enc.status) return refuse(c, proto::ErrorCode::kInternal, "could not encode RegisterReply");
   send_or_drop(c, buf, enc.size, {c.pages->control_fd(), c.pages->stats_fd()});
   c.pages->close_fds();  // sent (or dup'ed into the queue); the mappings keep the pages
-  lg->info("{} registered{} as job {} (limit {}, priority {}, on full: {}){}", c.describe(),
-           resume ? " again" : "", job.key.str(),
+  lg->info("{} registered{}{} as job {} (limit {}, priority {}, on full: {}){}", c.describe(),
+           resume ? " again" : "", spec.anchor ? " (the job's anchor: coloc run)" : "", job.key.str(),
            job.limit == broker::kNoLimit ? std::string("none") : std::to_string(job.limit) + " bytes",
            proto::priority_name(job.priority), job.on_full == proto::OnFull::kWait ? "wait" : "fail",
            m.h.version < proto::kVersion ? " [protocol v" + std::to_string(m.h.version) + "]" : "");

@@ -302,7 +302,7 @@ json JobRecorder::to_json(Nanos now) const {
   }
   j["limit"] = bytes_or_null(job_limit_);
 
-  // The job's exit status is its first process's (the command coloc run started).
+  // The job's exit status is its command's (coloc run's goodbye), else its first process's.
   json procs = json::array();
   for (const ProcessExit& p : processes_) {
     json e{{"pid", p.pid}};
@@ -315,7 +315,9 @@ json JobRecorder::to_json(Nanos now) const {
   j["processes_omitted"] = processes_omitted_;
   j["exit_status"] = nullptr;
   j["exit_signal"] = nullptr;
-  if (!processes_.empty()) {
+  if (command_status_) {  // the command's own status, as coloc run (the job's anchor) saw it
+    j["exit_status"] = *command_status_;
+  } else if (!processes_.empty()) {
     const ProcessExit& first = processes_.front();
     if (first.exit_code) j["exit_status"] = *first.exit_code;
     if (first.signal) j["exit_signal"] = *first.signal;

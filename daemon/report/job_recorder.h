@@ -75,6 +75,9 @@ class JobRecorder {
   void fold(const broker::Uuid& device, const Counters& c, Bytes peak);
   void add_process(pid_t pid);
   void process_exited(const ProcessExit& e);
+  /// The exit status of the job's command, from its anchor's Goodbye (`coloc run`: the exit code,
+  /// or 128 + the signal that killed it). It is the job's exit status, ahead of its first process's.
+  void command_exited(int status) { command_status_ = status; }
   /// Processes whose end is not known yet.
   std::vector<pid_t> pending_exits() const;
   bool has_process(pid_t pid) const;
@@ -182,6 +185,7 @@ class JobRecorder {
   int64_t wall_end_ms_ = 0;
   std::map<broker::Uuid, Device> devices_;
   std::vector<ProcessExit> processes_;  ///< in registration order; exit fields filled when known
+  std::optional<int> command_status_;   ///< command_exited()
   uint64_t processes_omitted_ = 0;      ///< ended processes dropped from processes_ (bound)
   bool away_ = false;                   ///< ended while the daemon was away
   int64_t away_before_ms_ = 0;          ///< then: the latest it can have ended (Unix ms)
