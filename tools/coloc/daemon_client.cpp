@@ -62,4 +62,64 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
   return a;
 }
 
+int register_anchor(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms) {
+  int fd = -1;
+  if (int rc = wire::connect_socket(socket.c_str(), &fd); rc != 0) {
+    *why = "cannot reach colocd at " + socket + ": " + std::strerror(-rc);
+    return -1;
+  }
+  proto::RegisterMsg r;
+  std::memset(&r, 0, sizeof r);
+  r.limit = spec.limit;
+  r.priority = uint8_t(spec.priority);
+  r.on_full = uint8_t(spec.on_full);
+  r.flags = proto::kRegAnchor;
+  r.wait_timeout_ns = spec.wait_timeout_ns;
+  proto::set_string(r.job, spec.job.c_str());
+  std::string raw;  // NUL-separated, as /proc/PID/cmdline holds it
+  for (const std::string& a : spec.command) raw.append(a).push_back('\0');
+  wire::Cmdline cmd;
+  wire::describe_cmdline(raw.data(), raw.size(), &cmd);
+  r.cmdline_hash = cmd.hash;
+  std::memcpy(r.cmdline, cmd.text, sizeof r.cmdline);
+  proto::Status st;
+  if (int rc = wire::send(fd, r, 1, proto::kVersion, &st); rc != 0) {
+    ::close(fd);
+    *why = rc == -EINVAL ? std::string("invalid registration: ") + proto::error_name(st.error) + " (" + st.field + ")"
+                         : std::string("cannot talk to colocd at ") + socket + ": " + std::strerror(-rc);
+    return -1;
+  }
+  std::vector<unsigned char> buf(proto::kMaxMessage);
+  for (;;) {
+    proto::Message m;
+    int fds[2] = {-1, -1};
+    size_t nfds = 0;
+    int rc = wire::recv_message(fd, &m, buf.data(), buf.size(), timeout_ms, fds, 2, &nfds, &st);
+    for (size_t i = 0; i < nfds; ++i) ::close(fds[i]);  // the anchor reads and writes no page
+    if (rc != 0) {
+      ::close(fd);
+      *why = rc == -EPROTO ? std::string("unreadable answer from colocd: ") + proto::error_name(st.error)
+             : rc == -ETIMEDOUT ? "colocd at " + socket + " did not answer in time"
+                                : "colocd at " + socket + " closed the connection: " + std::strerror(-rc);
+      return -1;
+    }
+    if (m.type() == proto::MsgType::kError) {
+      ::close(fd);
+      *why = std::string("colocd refused the registration: ") + m.body.error.text;
+      return -1;
+    }
+    if (m.type() == proto::MsgType::kRegisterReply && m.h.seq == 1) return fd;
+  }
+}
+
+void anchor_goodbye(int fd, int exit_status) {
+  if (fd < 0) return;
+  proto::GoodbyeMsg g;
+  std::memset(&g, 0, sizeof g);
+  g.exit_status = exit_status;
+  g.has_status = 1;
+  (void)wire::send(fd, g, 2);
+  ::close(fd);
+}
+
 }  // namespace coloc::cli

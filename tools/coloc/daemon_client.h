@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "coloc/protocol.h"
 
@@ -25,5 +26,27 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
 
 /// The socket to use: `flag` if given, else $COLOC_SOCKET, else the default.
 std::string resolve_socket(const std::string& flag);
+
+/// What `coloc run` registers as its job's anchor (proto::kRegAnchor): the job's settings, as
+/// the command's processes would register them, so the job is the same whichever comes first.
+struct AnchorSpec {
+  std::string job;                                 ///< the job id (COLOC_JOB)
+  uint64_t limit = proto::kNoLimit;                ///< bytes per device (COLOC_MEM_LIMIT), kNoLimit = none
+  proto::Priority priority = proto::Priority::kNormal;
+  proto::OnFull on_full = proto::OnFull::kWait;
+  uint64_t wait_timeout_ns = 0;                    ///< COLOC_WAIT_TIMEOUT in ns; 0 = colocd's default
+  std::vector<std::string> command;                ///< the command and its arguments (the report's command)
+};
+
+/// Connects to colocd at `socket` and registers as the anchor of `spec.job`, waiting up to
+/// `timeout_ms` for the reply. Returns the connected descriptor (close-on-exec; keep it open as
+/// long as the job runs), or -1 with a sentence in *why (no colocd, or one that refuses anchors,
+/// e.g. an older protocol): then run without one.
+int register_anchor(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms = 10000);
+
+/// Says goodbye on the anchor's connection with the command's exit status (its exit code, or
+/// 128 + the signal that killed it), then closes it: the job ends once its processes are gone,
+/// and its report carries `exit_status`.
+void anchor_goodbye(int fd, int exit_status);
 
 }  // namespace coloc::cli

@@ -191,7 +191,14 @@ std::string report_table(const json& r) {
   } else {
     o << " · still running (" << duration_text(r.value("duration_s", 0.0)) << " so far)";
   }
-  o << "\n\n";
+  o << "\n";
+  // Other reports filed under the same job id (colocd names them when there are).
+  if (r.contains("other_reports") && r["other_reports"].is_array() && !r["other_reports"].empty()) {
+    o << "This is report " << str(r, "report_name") << "; other reports of this job id:";
+    for (const json& n : r["other_reports"]) o << " " << (n.is_string() ? n.get<std::string>() : n.dump());
+    o << " (coloc report NAME shows one)\n";
+  }
+  o << "\n";
   Table t({"DEVICE", "LIMIT", "PEAK", "ALLOCS", "FREES", "FAILED", "LAUNCHES", "WAIT MEMORY", "WAIT ADMISSION", "OOM EVENTS"});
   for (const json& d : r.at("devices"))
     t.add({str(d, "uuid"), bytes_text(d["limit"]), bytes_text(d["peak"]), str(d, "allocations"), str(d, "frees"),

@@ -7,6 +7,10 @@
 //
 // Exit codes: 0 done; 1 the daemon refused or failed; 2 bad usage; 3 the daemon is unreachable;
 // 4 no such job; 5 not allowed; 127 the command of `coloc run` could not be started.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -122,6 +126,16 @@ std::string exe_dir() {
   return slash == std::string::npos ? "." : p.substr(0, slash);
 }
 
+/// The command `coloc run` waits for (0 before it is forked).
+volatile sig_atomic_t g_child = 0;
+
+/// Forwards a signal sent to coloc run by a process (kill, a scheduler) to the command. One the
+/// kernel sent (the terminal's ^C reaches the whole foreground process group) already reached the
+/// command itself.
+void forward_signal(int sig, siginfo_t* info, void*) {
+  if (g_child > 0 && info && info->si_code <= 0) ::kill(pid_t(g_child), sig);
+}
+
 int do_run(const coloc::cli::RunOptions& opt) {
   std::map<std::string, std::string> env;
   for (char** e = environ; e && *e; ++e) {
@@ -146,8 +160,67 @@ int do_run(const coloc::cli::RunOptions& opt) {
   envp.push_back(nullptr);
   for (auto& s : plan.argv) argv.push_back(s.data());
   argv.push_back(nullptr);
-  ::execvpe(argv[0], argv.data(), envp.data());
-  return fail(errno == ENOENT ? kCannotRun : 126, "cannot run " + plan.argv.front() + ": " + std::strerror(errno));
+
+  // With colocd: register as the job's anchor first, so that the job (its limit, priority, any
+  // `coloc set`, and its reservation between the command's steps) lives exactly as long as this
+  // `coloc run`; then run the command as a child and wait for it. Without colocd (fail-open):
+  // exec the command, as the library will run it on its local limits anyway.
+  coloc::cli::AnchorSpec spec{plan.job_id, plan.limit, plan.priority, plan.on_full, plan.wait_timeout_ns, plan.argv};
+  std::string why;
+  const int anchor = coloc::cli::register_anchor(plan.env["COLOC_SOCKET"], spec, &why);
+  if (anchor < 0) {
+    coloc::log::get("cli")->debug("running without an anchor: {}", why);
+    ::execvpe(argv[0], argv.data(), envp.data());
+    return fail(errno == ENOENT ? kCannotRun : 126, "cannot run " + plan.argv.front() + ": " + std::strerror(errno));
+  }
+  // Signals sent to coloc run (kill, a scheduler's SIGTERM) are forwarded to the command; those
+  // from the terminal reach the command directly (same process group) and are not sent twice.
+  sigset_t forwarded, old_mask;
+  sigemptyset(&forwarded);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&forwarded, sig);
+  ::sigprocmask(SIG_BLOCK, &forwarded, &old_mask);
+  int exec_pipe[2];  // close-on-exec: EOF = the command runs; one int = exec's errno
+  if (::pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    coloc::cli::anchor_goodbye(anchor, 1);
+    return fail(kFailed, std::string("cannot run the command: pipe: ") + std::strerror(errno));
+  }
+  const pid_t parent = ::getpid();
+  const pid_t child = ::fork();
+  if (child < 0) {
+    coloc::cli::anchor_goodbye(anchor, 1);
+    return fail(kFailed, std::string("cannot run the command: fork: ") + std::strerror(errno));
+  }
+  if (child == 0) {
+    // As when coloc run exec'd the command: killing coloc run (even with SIGKILL) kills it.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(128 + SIGKILL);
+    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    ::execvpe(argv[0], argv.data(), envp.data());
+    int e = errno;
+    (void)!::write(exec_pipe[1], &e, sizeof e);
+    ::_exit(e == ENOENT ? kCannotRun : 126);
+  }
+  ::close(exec_pipe[1]);
+  g_child = child;
+  struct sigaction sa{};
+  sa.sa_sigaction = forward_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) ::sigaction(sig, &sa, nullptr);
+  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  int exec_errno = 0;
+  ssize_t n;
+  do n = ::read(exec_pipe[0], &exec_errno, sizeof exec_errno);
+  while (n < 0 && errno == EINTR);
+  ::close(exec_pipe[0]);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = coloc::cli::exit_code_of(status);
+  coloc::cli::anchor_goodbye(anchor, code);
+  if (n == ssize_t(sizeof exec_errno))
+    return fail(code, "cannot run " + plan.argv.front() + ": " + std::strerror(exec_errno));
+  return code;
 }
 
 }  // namespace
@@ -179,7 +252,9 @@ int run_cli(int argc, char** argv) {
 
   // run
   coloc::cli::RunOptions run;
-  CLI::App* run_cmd = app.add_subcommand("run", "Run a command as a coloc job (sets LD_PRELOAD and the COLOC_* environment, then execs it)");
+  CLI::App* run_cmd = app.add_subcommand(
+      "run", "Run a command as one coloc job (sets LD_PRELOAD and the COLOC_* environment; with colocd, holds the job "
+             "for all of the command's steps and exits with its status)");
   run_cmd->add_option("--mem", run.mem, "The job's memory limit per device, also held for it at admission (e.g. 20GiB)");
   run_cmd->add_option("--priority", run.priority, "high, normal (default) or best-effort");
   run_cmd->add_option("--on-full", run.on_full, "When the device is full: wait (default) or fail");

@@ -2,11 +2,13 @@
 
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <unistd.h>
 
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 
 #include "coloc/size.h"
 
@@ -29,6 +31,31 @@ std::string base_name(const std::string& path) {
 }
 
 }  // namespace
+
+uint64_t parse_wait_timeout(const std::string& text) {
+  size_t b = text.find_first_not_of(" \t"), e = text.find_last_not_of(" \t\n");
+  if (b == std::string::npos) return 0;
+  const std::string t = text.substr(b, e - b + 1);
+  size_t i = 0;
+  bool digits = false;
+  while (i < t.size() && std::isdigit(static_cast<unsigned char>(t[i]))) ++i, digits = true;
+  if (i < t.size() && t[i] == '.')
+    for (++i; i < t.size() && std::isdigit(static_cast<unsigned char>(t[i]));) ++i, digits = true;
+  if (!digits) return 0;
+  const std::string unit = t.substr(i);
+  static const std::map<std::string, double> ns_per = {{"", 1e9}, {"s", 1e9}, {"ms", 1e6}, {"us", 1e3},
+                                                       {"ns", 1},   {"m", 60e9}, {"h", 3600e9}};
+  auto it = ns_per.find(unit);
+  if (it == ns_per.end()) return 0;
+  const double ns = std::strtod(t.substr(0, i).c_str(), nullptr) * it->second;
+  return ns >= 1.8e19 ? 0 : uint64_t(ns);
+}
+
+int exit_code_of(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
 
 std::string random_suffix() {
   unsigned char b[3] = {0, 0, 0};
@@ -62,6 +89,7 @@ bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& e
       return false;
     }
     p.env["COLOC_MEM_LIMIT"] = std::to_string(*s.bytes);
+    p.limit = *s.bytes;
     // A job is admitted at its first context, which costs memory itself: a limit below that admits
     // nothing. Said here, before the job starts (the library says it again when it refuses).
     uint64_t context = kDefaultContextBytes;
@@ -85,12 +113,15 @@ bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& e
     return false;
   }
   p.env["COLOC_PRIORITY"] = proto::priority_name(prio);
+  p.priority = prio;
   std::string on_full = opt.on_full.empty() ? "wait" : opt.on_full;
   if (on_full != "wait" && on_full != "fail") {
     *error = "--on-full '" + opt.on_full + "': use wait or fail";
     return false;
   }
   p.env["COLOC_ON_FULL"] = on_full;
+  p.on_full = on_full == "fail" ? proto::OnFull::kFail : proto::OnFull::kWait;
+  if (auto it = env.find("COLOC_WAIT_TIMEOUT"); it != env.end()) p.wait_timeout_ns = parse_wait_timeout(it->second);
 
   std::string name = opt.job.empty() ? base_name(opt.command.front()) : opt.job;
   bool rewritten = false;

@@ -24,6 +24,11 @@ struct RunPlan {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;  ///< the child's whole environment
   std::string job_id;
+  // The job's settings, as its processes will register them (and coloc run's anchor does).
+  uint64_t limit = proto::kNoLimit;  ///< bytes per device (--mem), kNoLimit = none
+  proto::Priority priority = proto::Priority::kNormal;
+  proto::OnFull on_full = proto::OnFull::kWait;
+  uint64_t wait_timeout_ns = 0;      ///< COLOC_WAIT_TIMEOUT of the environment; 0 = colocd's default
   /// Sentences for the user (coloc run prints each as "coloc: note: ..." on stderr): the job name
   /// was made from the command's name with characters changed or cut; --mem is less than one CUDA
   /// context costs.
@@ -40,6 +45,14 @@ bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& e
 /// What coloc charges per CUDA context when COLOC_CONTEXT_BYTES is not set (bytes; libcoloc.so's
 /// default, and what simgpu's contexts cost).
 inline constexpr uint64_t kDefaultContextBytes = 512ull << 20;
+
+/// A duration as libcoloc.so reads COLOC_WAIT_TIMEOUT ("250ms", "5s", "2m", "1h", "1.5" seconds;
+/// also "us", "ns") in nanoseconds; 0 when it is not one, or is 0 (the daemon's default then).
+uint64_t parse_wait_timeout(const std::string& text);
+
+/// The exit status `coloc run` reports for a command's wait status (waitpid): its exit code, or
+/// 128 + the signal that killed it.
+int exit_code_of(int wait_status);
 
 /// 6 random hex digits (getrandom).
 std::string random_suffix();
