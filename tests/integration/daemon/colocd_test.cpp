@@ -197,7 +197,7 @@ TEST_CASE("colocd: the previous protocol version is accepted") {
   auto c = d.client({"--proto", "1", "--job", "old-client", "attach:1:10GiB:100MiB", "alloc:0:1GiB", "goodbye:3", "exit:3"});
   ProcResult r = c->wait(10s);
   REQUIRE_MESSAGE(r.exit_code == 3, describe(r));
-  CHECK(event_of(*c, "registered")["daemon_version"] == 2);
+  CHECK(event_of(*c, "registered")["daemon_version"] == coloc::proto::kVersion);
   CHECK(event_of(*c, "alloc")["ok"] == true);
   REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/old-client.json"); }));
   json rep = report_file(d, "old-client");
@@ -225,7 +225,7 @@ TEST_CASE("colocd: malformed, truncated, oversized messages and unasked descript
   struct Case {
     const char* what;
     std::string bytes;
-    const char* log;
+    std::string log;
   };
   std::string good = hex(buf, sizeof buf);
   std::string future = good;
@@ -234,7 +234,8 @@ TEST_CASE("colocd: malformed, truncated, oversized messages and unasked descript
       {"garbage", "deadbeefdeadbeefdeadbeefdeadbeef", "bad magic"},
       {"truncated", good.substr(0, 20), "message too short"},
       {"size lies", good.substr(0, good.size() - 2), "header size differs"},
-      {"future version", future, "protocol version 9 is not supported: colocd speaks versions 1 to 2"},
+      {"future version", future,
+       "protocol version 9 is not supported: colocd speaks versions 1 to " + std::to_string(coloc::proto::kVersion)},
       {"oversized", std::string(2 * 40000, 'a'), "message larger than"},
       {"before register", good, "Grow before Register"},
   };
@@ -255,7 +256,7 @@ TEST_CASE("colocd: malformed, truncated, oversized messages and unasked descript
   CHECK(v->wait(10s).exit_code == 0);
   json got = event_of(*v, "received");
   CHECK(got["type"] == "Error");
-  CHECK(got["text"].get<std::string>().find("versions 1 to 2") != std::string::npos);
+  CHECK(got["text"].get<std::string>().find("versions 1 to " + std::to_string(coloc::proto::kVersion)) != std::string::npos);
   CHECK(d.running());
   CHECK(d.status()["jobs"].empty());
 }
