@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -220,7 +221,20 @@ int do_run(const coloc::cli::RunOptions& opt) {
   coloc::cli::anchor_goodbye(anchor, code);
   if (n == ssize_t(sizeof exec_errno))
     return fail(code, "cannot run " + plan.argv.front() + ": " + std::strerror(exec_errno));
-  return code;
+  if (WIFSIGNALED(status)) {
+    // Killed by a signal: end the same way, as when coloc run exec'd the command (a shell or a
+    // scheduler sees the signal, not an exit code); no core file of coloc run's own.
+    const int sig = WTERMSIG(status);
+    struct rlimit no_core{0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);
+    ::signal(sig, SIG_DFL);
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, sig);
+    ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
+    ::raise(sig);
+  }
+  return code;  // (or a signal whose default is not to end the process: 128 + it)
 }
 
 }  // namespace
