@@ -894,7 +894,8 @@ void Server::save_job(const broker::Job& job, const report::JobRecorder& rec, Na
   s.priority = proto::priority_name(job.priority);
   for (broker::ClientId id : job.clients) {
     const broker::Client* c = broker_.find_client(id);
-    if (auto st = resume_.start_time(c->pid)) s.pids.emplace_back(c->pid, *st);
+    // The anchor (coloc run) too: while it lives, the job is not over (it registers again).
+    if (auto st = c->anchor ? process_start_time(c->pid) : resume_.start_time(c->pid)) s.pids.emplace_back(c->pid, *st);
   }
   s.saved_mono = t;
   s.saved_unix_ms = wall_ms();
