@@ -62,7 +62,7 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
   return a;
 }
 
-int register_anchor(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms) {
+int register_anchor(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms, bool resume) {
   int fd = -1;
   if (int rc = wire::connect_socket(socket.c_str(), &fd); rc != 0) {
     *why = "cannot reach colocd at " + socket + ": " + std::strerror(-rc);
@@ -73,7 +73,7 @@ int register_anchor(const std::string& socket, const AnchorSpec& spec, std::stri
   r.limit = spec.limit;
   r.priority = uint8_t(spec.priority);
   r.on_full = uint8_t(spec.on_full);
-  r.flags = proto::kRegAnchor;
+  r.flags = uint16_t(proto::kRegAnchor | (resume ? proto::kRegResume : 0));
   r.wait_timeout_ns = spec.wait_timeout_ns;
   proto::set_string(r.job, spec.job.c_str());
   std::string raw;  // NUL-separated, as /proc/PID/cmdline holds it

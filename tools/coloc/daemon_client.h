@@ -42,7 +42,9 @@ struct AnchorSpec {
 /// `timeout_ms` for the reply. Returns the connected descriptor (close-on-exec; keep it open as
 /// long as the job runs), or -1 with a sentence in *why (no colocd, or one that refuses anchors,
 /// e.g. an older protocol): then run without one.
-int register_anchor(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms = 10000);
+/// `resume`: registering again after colocd restarted (kRegResume, no ledger).
+int register_anchor(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms = 10000,
+                    bool resume = false);
 
 /// Says goodbye on the anchor's connection with the command's exit status (its exit code, or
 /// 128 + the signal that killed it), then closes it: the job ends once its processes are gone,

@@ -9,7 +9,10 @@
 // 4 no such job; 5 not allowed; 127 the command of `coloc run` could not be started.
 #include <fcntl.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -137,6 +140,47 @@ void forward_signal(int sig, siginfo_t* info, void*) {
   if (g_child > 0 && info && info->si_code <= 0) ::kill(pid_t(g_child), sig);
 }
 
+/// Waits for the command `child` to end (its wait status in *status) while keeping the job's
+/// anchor registered: when colocd goes away (a restart), registers again (kRegResume) with
+/// back-off, so the job keeps its settings and its reservation between steps after the restart.
+/// Returns the anchor's descriptor then (-1 when not registered at that moment).
+int wait_anchored(pid_t child, int anchor, const std::string& socket, const coloc::cli::AnchorSpec& spec, int* status) {
+  const int pidfd = int(::syscall(SYS_pidfd_open, child, 0));
+  if (pidfd < 0) {  // an old kernel: just wait
+    while (::waitpid(child, status, 0) < 0 && errno == EINTR) {
+    }
+    return anchor;
+  }
+  int backoff_ms = 50;
+  for (;;) {
+    pollfd p[2] = {{pidfd, POLLIN, 0}, {anchor, POLLIN, 0}};
+    int rc = ::poll(p, anchor >= 0 ? 2 : 1, anchor >= 0 ? -1 : backoff_ms);
+    if (rc < 0 && errno != EINTR) break;
+    if (rc > 0 && (p[0].revents & POLLIN)) break;  // the command ended
+    if (rc > 0 && anchor >= 0 && p[1].revents) {
+      // colocd sends the anchor nothing: readable means it closed the connection (or refuses us).
+      char b[256];
+      ssize_t n = ::recv(anchor, b, sizeof b, MSG_DONTWAIT);
+      if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) {
+        coloc::log::get("cli")->info("colocd went away; registering the job's anchor again when it is back");
+        ::close(anchor);
+        anchor = -1;
+      }
+      continue;
+    }
+    if (anchor < 0 && rc == 0) {
+      std::string why;
+      anchor = coloc::cli::register_anchor(socket, spec, &why, 2000, true);
+      if (anchor < 0) backoff_ms = std::min(backoff_ms * 2, 2000);
+      else backoff_ms = 50;
+    }
+  }
+  ::close(pidfd);
+  while (::waitpid(child, status, 0) < 0 && errno == EINTR) {
+  }
+  return anchor;
+}
+
 int do_run(const coloc::cli::RunOptions& opt) {
   std::map<std::string, std::string> env;
   for (char** e = environ; e && *e; ++e) {
@@ -168,7 +212,7 @@ int do_run(const coloc::cli::RunOptions& opt) {
   // exec the command, as the library will run it on its local limits anyway.
   coloc::cli::AnchorSpec spec{plan.job_id, plan.limit, plan.priority, plan.on_full, plan.wait_timeout_ns, plan.argv};
   std::string why;
-  const int anchor = coloc::cli::register_anchor(plan.env["COLOC_SOCKET"], spec, &why);
+  int anchor = coloc::cli::register_anchor(plan.env["COLOC_SOCKET"], spec, &why);
   if (anchor < 0) {
     coloc::log::get("cli")->debug("running without an anchor: {}", why);
     ::execvpe(argv[0], argv.data(), envp.data());
@@ -215,8 +259,7 @@ int do_run(const coloc::cli::RunOptions& opt) {
   while (n < 0 && errno == EINTR);
   ::close(exec_pipe[0]);
   int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
+  anchor = wait_anchored(child, anchor, plan.env["COLOC_SOCKET"], spec, &status);
   const int code = coloc::cli::exit_code_of(status);
   coloc::cli::anchor_goodbye(anchor, code);
   if (n == ssize_t(sizeof exec_errno))
