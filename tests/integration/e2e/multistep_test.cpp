@@ -112,6 +112,77 @@ TEST_CASE("e2e: a multi-step coloc run is one job: its id, a coloc set, its rese
   CHECK(orep["devices"][0]["wait_admission_s"].get<double>() > 0);
 }
 
+TEST_CASE("e2e: coloc run registers its anchor again after a colocd restart and the job keeps its reservation between steps") {
+  if (simulated_only()) return;
+  Node n("16GiB");
+  const std::string script =
+      cuprobe() + " init ctx 0 alloc 1GiB a touch " + n.file("s1-ready") + " hold-file " + n.file("s1-go") +
+      "; touch " + n.file("between") + "; while [ ! -e " + n.file("s2-go") + " ]; do sleep 0.01; done; " + cuprobe() +
+      " init ctx 0 alloc 2GiB b; exit 7";
+  auto job = n.run({"--mem", "10GiB", "--job", "MR"}, {"bash", "-c", script});
+  const std::string id = announced_id(*job);
+  REQUIRE(reached(*job, n.file("s1-ready")));
+  n.kill_daemon();
+  n.start_daemon();
+  // Both come back: the anchor (coloc run) and step 1's process.
+  REQUIRE_MESSAGE(wait_until([&] {
+    const std::string log = n.log();
+    json j = n.job(id);
+    return log.find("registered again (the job's anchor: coloc run) as job") != std::string::npos && !j.is_null() &&
+           j["pids"].size() == 1;
+  }, 30s, 10ms), n.log());
+  write_file(n.file("s1-go"), "");
+  REQUIRE(reached(*job, n.file("between")));
+  REQUIRE_MESSAGE(wait_until([&] {
+    json j = n.job(id);
+    return j.is_null() || j["granted"] == 0;
+  }, 20s, 5ms), n.status().dump(1));
+  json mine = n.job(id);
+  REQUIRE_MESSAGE(!mine.is_null(), n.status().dump(1), n.log());
+  CHECK(mine["reserved"] == 10 * GiB);
+  CHECK(n.status()["devices"][0]["committed"] == 10 * GiB);
+  write_file(n.file("s2-go"), "");
+  ProcResult r = job->wait(60s);
+  INFO(describe(r));
+  CHECK(r.exit_code == 7);
+  json rep = n.report(id);
+  CHECK(rep["exit_status"] == 7);
+  CHECK(report_files(n, id).size() == 1);
+}
+
+TEST_CASE("e2e: a colocd restart between two steps of a coloc run keeps the job, its coloc set and its one report") {
+  if (simulated_only()) return;
+  Node n("16GiB");
+  const std::string script =
+      cuprobe() + " init ctx 0 alloc 1GiB a; touch " + n.file("between") + "; while [ ! -e " + n.file("s2-go") +
+      " ]; do sleep 0.01; done; " + cuprobe() + " init ctx 0 alloc 2GiB b; exit 7";
+  auto job = n.run({"--mem", "10GiB", "--job", "MB"}, {"bash", "-c", script});
+  const std::string id = announced_id(*job);
+  REQUIRE(reached(*job, n.file("between")));
+  REQUIRE(n.cli({"set", id, "--mem", "9GiB"}).exit_code == 0);
+  // colocd has seen step 1 go, and saved the job with its new limit (at the set).
+  REQUIRE(wait_until([&] {
+    json j = n.job(id);
+    return !j.is_null() && j["granted"] == 0;
+  }, 20s, 5ms));
+  n.kill_daemon();
+  n.start_daemon();
+  REQUIRE_MESSAGE(wait_until([&] { return n.log().find("registered again (the job's anchor: coloc run) as job") != std::string::npos; },
+                             30s, 10ms),
+                  n.log());
+  write_file(n.file("s2-go"), "");
+  ProcResult r = job->wait(60s);
+  INFO(describe(r));
+  CHECK(r.exit_code == 7);
+  CHECK(step(r.out, "alloc", 1)["rc_name"] == "CUDA_SUCCESS");
+  json rep = n.report(id);
+  CHECK(rep["exit_status"] == 7);
+  CHECK(rep["limit"] == 9 * GiB);
+  CHECK(rep["ended_while_daemon_away"] == false);
+  CHECK(rep["processes"].size() == 2);
+  CHECK(report_files(n, id).size() == 1);
+}
+
 TEST_CASE("e2e: a signal sent to coloc run reaches its command; coloc run ends as the command did") {
   if (simulated_only()) return;
   Node n("16GiB");
