@@ -1,6 +1,7 @@
 // The CLI's pure parts: `coloc run`'s plan, the tables, and the SVG plot.
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <set>
@@ -83,6 +84,44 @@ TEST_CASE("coloc run: the environment of the job") {
   CHECK(p.env.count("COLOC_MEM_LIMIT") == 0);  // no limit: an inherited one is not passed on
 }
 
+TEST_CASE("coloc run: the anchor registers the job's settings as its processes will") {
+  Install in;
+  RunOptions o;
+  o.mem = "20GiB";
+  o.priority = "best-effort";
+  o.on_full = "fail";
+  o.job = "train";
+  o.command = {"bash", "-c", "a; b"};
+  RunPlan p;
+  std::string err;
+  std::map<std::string, std::string> env = {{"COLOC_WAIT_TIMEOUT", "1.5s"}};
+  REQUIRE_MESSAGE(plan_run(o, env, in.dir / "bin", "a1b2c3", &p, &err), err);
+  CHECK(p.limit == 20ull << 30);
+  CHECK(p.priority == coloc::proto::Priority::kBestEffort);
+  CHECK(p.on_full == coloc::proto::OnFull::kFail);
+  CHECK(p.wait_timeout_ns == 1'500'000'000ull);
+  o.mem.clear();
+  o.priority.clear();
+  o.on_full.clear();
+  REQUIRE(plan_run(o, {}, in.dir / "bin", "a1b2c3", &p, &err));
+  CHECK(p.limit == coloc::proto::kNoLimit);
+  CHECK(p.priority == coloc::proto::Priority::kNormal);
+  CHECK(p.on_full == coloc::proto::OnFull::kWait);
+  CHECK(p.wait_timeout_ns == 0);
+  // COLOC_WAIT_TIMEOUT as libcoloc.so reads it; anything else is the daemon's default (0).
+  CHECK(parse_wait_timeout("250ms") == 250'000'000ull);
+  CHECK(parse_wait_timeout(" 2m ") == 120'000'000'000ull);
+  CHECK(parse_wait_timeout("3") == 3'000'000'000ull);
+  CHECK(parse_wait_timeout("10us") == 10'000ull);
+  for (const char* bad : {"", "soon", "5 s", "-3s", "5d"}) {
+    CAPTURE(bad);
+    CHECK(parse_wait_timeout(bad) == 0);
+  }
+  // What coloc run says goodbye with, and what the report records.
+  CHECK(exit_code_of(7 << 8) == 7);    // exited 7
+  CHECK(exit_code_of(SIGINT) == 130);  // killed by SIGINT
+}
+
 TEST_CASE("coloc run: the job name comes from the command, and bad options are named") {
   Install in;
   RunOptions o;
@@ -151,6 +190,14 @@ TEST_CASE("tables: status, jobs and report show what matters") {
   std::string line = r.substr(row, r.find('\n', row) - row);
   CHECK_MESSAGE(line.find(" 4.00 GiB ") != std::string::npos, line);
   CHECK(r.find("22.00 GiB") == std::string::npos);
+  CHECK(r.find("other reports") == std::string::npos);  // only one report of the id
+  json several = sample_report();
+  several["report_name"] = "train-a1b2c3.3";
+  several["other_reports"] = json::array({"train-a1b2c3", "train-a1b2c3.2"});
+  std::string rs = report_table(several);
+  CHECK_MESSAGE(rs.find("This is report train-a1b2c3.3; other reports of this job id: train-a1b2c3 train-a1b2c3.2") !=
+                    std::string::npos,
+                rs);
   CHECK(oom_request_bytes(json{{"request", 4096}, {"in_use", 0}, {"admission", true}}) == 4096);
 }
 
