@@ -1,4 +1,4 @@
-// tools/coloc/run_plan.h — what `coloc run` does before exec: validate the options, mint the job
+// tools/coloc/run_plan.h — what `coloc run` does before it starts the command: validate the options, mint the job
 // id, find libcoloc.so (and simgpu for --sim) next to the coloc binary, and build the environment.
 #pragma once
 
