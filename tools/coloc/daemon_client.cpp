@@ -27,7 +27,10 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
     return a;
   }
   proto::Status st;
-  if (int rc = wire::send(fd, msg, 1, proto::kVersion, &st); rc != 0) {
+  // Admin requests and replies are the same in every version since v1: sent as v2, so that a colocd
+  // of protocol v2 (older than this coloc) still answers coloc status, jobs, report and set.
+  constexpr uint16_t kAdminVersion = 2;
+  if (int rc = wire::send(fd, msg, 1, kAdminVersion, &st); rc != 0) {
     ::close(fd);
     a.kind = rc == -EINVAL ? Answer::Kind::kProtocol : Answer::Kind::kUnreachable;
     a.text = rc == -EINVAL ? std::string("invalid request: ") + proto::error_name(st.error) + " (" + st.field + ")"
