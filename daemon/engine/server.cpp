@@ -414,6 +414,9 @@ void Server::drop(Connection& c, const std::string& reason, std::optional<report
     // The anchor (coloc run) is no process of the job's: its goodbye carries the command's status.
     if (anchor) {
       if (c.said_goodbye && c.exit_status) rec->second.command_exited(*c.exit_status);
+      // coloc run exits as its command did (the code, or the same signal): its own exit says it.
+      else if (exit && exit->exit_code) rec->second.command_exited(*exit->exit_code);
+      else if (exit && exit->signal) rec->second.command_exited(128 + *exit->signal);
     } else if (exit) {
       rec->second.process_exited(*exit);
     } else if (c.said_goodbye) {
@@ -809,6 +812,9 @@ void Server::on_process_exit(const watch::Exit& e) {
     if (rec.has_process(e.pid)) rec.process_exited(info);
   if (auto it = by_pid_.find(e.pid); it != by_pid_.end()) {
     std::vector<Connection*> conns = it->second;
+    // The exit can be noticed before the socket's last messages are read: a Goodbye sent just
+    // before the exit (coloc run's carries the command's status) still counts.
+    for (Connection* c : conns) on_connection_event(*c, EPOLLIN);
     for (Connection* c : conns)
       drop(*c, std::string("process exited (noticed by ") + e.source + ")", info);
   }
