@@ -232,19 +232,24 @@ void Broker::trim_job(Job& job, uint32_t device) {
   }
 }
 
+bool Broker::waits_on(const Waiter& w, uint32_t device) const {
+  if (!w.admission) return clients_.at(w.client).slots[w.slot].device == device;
+  for (auto& [dev, req] : w.devices)
+    if (dev == device) return true;
+  return false;
+}
+
+WaiterView Broker::view_of(const Waiter& w) const {
+  const Job& j = jobs_.at(w.job);
+  return WaiterView{j.priority, w.order, w.admission, w.admission && j.limit != kNoLimit};
+}
+
 bool Broker::waits_ahead(uint32_t device, const WaiterView& me, ClientId except_client, uint32_t except_seq) const {
   for (const Waiter& w : waiters_) {
     if (w.client == except_client && w.seq == except_seq) continue;
     if (!w.device_short) continue;  // held only by its user's cap
-    bool on_device = false;
-    if (w.admission) {
-      for (auto& [dev, req] : w.devices) on_device |= dev == device;
-    } else {
-      on_device = clients_.at(w.client).slots[w.slot].device == device;
-    }
-    if (!on_device) continue;
-    const Job& wj = jobs_.at(w.job);
-    WaiterView v{wj.priority, w.order, w.admission, w.admission && wj.limit != kNoLimit};
+    if (!waits_on(w, device)) continue;
+    const WaiterView v = view_of(w);
     if (policy_.before(v, me)) return true;
   }
   return false;
@@ -822,12 +827,8 @@ void Broker::pump(Nanos now) {
   if (waiters_.empty()) return;
   std::vector<size_t> order(waiters_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  auto view = [&](const Waiter& w) {
-    const Job& j = jobs_.at(w.job);
-    return WaiterView{j.priority, w.order, w.admission, w.admission && j.limit != kNoLimit};
-  };
   std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return policy_.before(view(waiters_[a]), view(waiters_[b])); });
+                   [&](size_t a, size_t b) { return policy_.before(view_of(waiters_[a]), view_of(waiters_[b])); });
   std::vector<char> blocked(devices_.size(), 0);
   std::vector<char> done(waiters_.size(), 0);
   for (size_t i : order) {
@@ -916,15 +917,8 @@ const Waiter* Broker::head_waiter(uint32_t device) const {
   WaiterView head_view;
   for (const Waiter& w : waiters_) {
     if (!w.device_short) continue;  // held only by its user's cap
-    bool on_device = false;
-    if (w.admission) {
-      for (auto& [dev, req] : w.devices) on_device |= dev == device;
-    } else {
-      on_device = clients_.at(w.client).slots[w.slot].device == device;
-    }
-    if (!on_device) continue;
-    const Job& wj = jobs_.at(w.job);
-    WaiterView v{wj.priority, w.order, w.admission, w.admission && wj.limit != kNoLimit};
+    if (!waits_on(w, device)) continue;
+    const WaiterView v = view_of(w);
     if (!head || policy_.before(v, head_view)) {
       head = &w;
       head_view = v;

@@ -315,6 +315,10 @@ class Broker {
   Bytes lower_grant(Client& c, uint32_t slot, Bytes target);
   void trim_job(Job& job, uint32_t device);
   void clear_floors(Client& c);
+  /// True when `w` waits on `device` (an admission listing it, or a growth of a slot there).
+  bool waits_on(const Waiter& w, uint32_t device) const;
+  /// What the policy sees of `w`: its job's priority, arrival order, admission, reservation.
+  WaiterView view_of(const Waiter& w) const;
   bool waits_ahead(uint32_t device, const WaiterView& me, ClientId except_client, uint32_t except_seq) const;
   Decision decide_grow(Client& c, uint32_t slot, Bytes need, Nanos now, bool queued);
   Decision decide_attach(Client& c, const std::vector<std::pair<uint32_t, Bytes>>& devs, Nanos now, bool queued);
