@@ -413,10 +413,9 @@ void Server::drop(Connection& c, const std::string& reason, std::optional<report
   if (rec != recorders_.end()) {
     // The anchor (coloc run) is no process of the job's: its goodbye carries the command's status.
     if (anchor) {
+      // Without a Goodbye (coloc run killed), its command died with it: the job's first process's
+      // own status is the truer one, so the anchor's exit is not taken for the command's.
       if (c.said_goodbye && c.exit_status) rec->second.command_exited(*c.exit_status);
-      // coloc run exits as its command did (the code, or the same signal): its own exit says it.
-      else if (exit && exit->exit_code) rec->second.command_exited(*exit->exit_code);
-      else if (exit && exit->signal) rec->second.command_exited(128 + *exit->signal);
     } else if (exit) {
       rec->second.process_exited(*exit);
     } else if (c.said_goodbye) {
