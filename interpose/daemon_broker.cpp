@@ -26,6 +26,23 @@ namespace coloc::interpose {
 
 namespace {
 
+/// A request's figures as text for the wait and refusal messages: asked, the device's capacity,
+/// in use (bytes), and `free_fmt` (one %s) filled with the device's free memory when known.
+struct Figures {
+  char ask[32], cap[32], use[32], fr[64];
+  Figures(uint64_t asked, uint64_t capacity, uint64_t in_use, uint64_t physical_free, const char* free_fmt) {
+    format_size(asked, ask, sizeof ask);
+    format_size(capacity, cap, sizeof cap);
+    format_size(in_use, use, sizeof use);
+    fr[0] = '\0';
+    if (physical_free != proto::kUnknown) {
+      char f[32];
+      format_size(physical_free, f, sizeof f);
+      std::snprintf(fr, sizeof fr, free_fmt, f);
+    }
+  }
+};
+
 constexpr uint64_t kDefaultWaitNs = 300ull * 1000000000ull;  // the daemon's default wait timeout
 
 constinit NoDestroy<DaemonBroker> g_daemon_broker;
@@ -99,17 +116,10 @@ struct WaitNotice {
 
   static void say(void* ctx, uint64_t waited_ns) {
     const WaitNotice& n = *static_cast<const WaitNotice*>(ctx);
-    char id[41], ask[32], cap[32], use[32], fr[64];
+    char id[41];
     format_uuid(n.uuid, id);
-    format_size(n.asked, ask, sizeof ask);
-    format_size(n.capacity, cap, sizeof cap);
-    format_size(n.in_use, use, sizeof use);
-    fr[0] = '\0';
-    if (n.physical_free != proto::kUnknown) {
-      char f[32];
-      format_size(n.physical_free, f, sizeof f);
-      std::snprintf(fr, sizeof fr, ", %s free on the device now", f);
-    }
+    const Figures fig(n.asked, n.capacity, n.in_use, n.physical_free, ", %s free on the device now");
+    const char *ask = fig.ask, *cap = fig.cap, *use = fig.use, *fr = fig.fr;
     char why[200];
     if (!n.link->connected())
       std::snprintf(why, sizeof why, "colocd is away (restarting), and the %s waits for it to come back",
@@ -548,16 +558,8 @@ void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap
   out[0] = '\0';
   if (mode_.load(std::memory_order_acquire) != Mode::daemon) return;
   const RefusalDetail& t = t_refusal;
-  char ask[32], cap_s[32], use[32], fr[64];
-  format_size(t.asked, ask, sizeof ask);
-  format_size(t.capacity, cap_s, sizeof cap_s);
-  format_size(t.in_use, use, sizeof use);
-  fr[0] = '\0';
-  if (t.physical_free != proto::kUnknown) {
-    char f[32];
-    format_size(t.physical_free, f, sizeof f);
-    std::snprintf(fr, sizeof fr, ", %s free on the device", f);
-  }
+  const Figures fig(t.asked, t.capacity, t.in_use, t.physical_free, ", %s free on the device");
+  const char *ask = fig.ask, *cap_s = fig.cap, *use = fig.use, *fr = fig.fr;
   // What was asked, in words: admission asks the job's footprint (or one context), growth a grant.
   char asked[160];
   if (t.admission)
