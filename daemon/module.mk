@@ -9,6 +9,7 @@ DAEMON_CPPFLAGS := -Idaemon $(SPDLOG_CPPFLAGS)
 # Pure logic and page handling: no sockets, no BPF. Linked into colocd and the test binaries.
 DAEMON_CORE_SRCS := \
   daemon/util/log.cpp \
+  daemon/util/fs.cpp \
   daemon/broker/broker.cpp \
   daemon/broker/priority_fifo_policy.cpp \
   daemon/report/timeline.cpp \
@@ -25,6 +26,7 @@ DAEMON_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_CORE_SRCS))
 DAEMON_SRCS := \
   daemon/engine/connection.cpp \
   daemon/engine/event_loop.cpp \
+  daemon/engine/listener.cpp \
   daemon/engine/admin.cpp \
   daemon/engine/server.cpp \
   daemon/watch/pidfd_watch.cpp \

@@ -52,6 +52,14 @@ Result<broker::Bytes> parse_max_per_user(std::string_view text, const std::strin
   return b;
 }
 
+Result<size_t> parse_count(std::string_view text, const std::string& what) {
+  std::string t = trim(text);
+  auto v = parse_number(t);
+  if (!v || *v < 1 || *v != std::floor(*v) || *v > 1e9)
+    return invalid(what + ": '" + t + "' is not a whole number from 1 to 1000000000");
+  return size_t(*v);
+}
+
 Result<Headroom> parse_headroom(std::string_view text, const std::string& what) {
   std::string t = trim(text);
   Headroom h;
@@ -147,11 +155,17 @@ Result<void> apply_toml(const std::string& text, const std::string& origin, Conf
       if (!b) return b.error();
       if (b.value() == 0) return invalid(where + ": must be more than 0");
       cfg.grant_step = b.value();
-    } else if (key == "wait_timeout" || key == "sample_interval" || key == "resume_grace") {
+    } else if (key == "wait_timeout" || key == "sample_interval" || key == "resume_grace" || key == "hello_timeout") {
       auto d = parse_duration(v, where);
       if (!d) return d.error();
-      (key == "wait_timeout" ? cfg.wait_timeout : key == "sample_interval" ? cfg.sample_interval : cfg.resume_grace) =
-          d.value();
+      (key == "wait_timeout"      ? cfg.wait_timeout
+       : key == "sample_interval" ? cfg.sample_interval
+       : key == "hello_timeout"   ? cfg.hello_timeout
+                                  : cfg.resume_grace) = d.value();
+    } else if (key == "max_connections_per_user") {
+      auto n = parse_count(v, where);
+      if (!n) return n.error();
+      cfg.max_connections_per_user = n.value();
     } else if (key == "watcher") {
       if (v != "auto" && v != "bpf" && v != "pidfd") return invalid(where + ": must be auto, bpf or pidfd");
       cfg.watcher = v;
@@ -171,7 +185,7 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
                "admits jobs when their footprint fits, and makes allocations wait instead of crash.",
                "colocd"};
   std::string socket, state_dir, config_file, headroom, admin_group, max_per_user, log_level, grant_step,
-      wait_timeout, sample_interval, resume_grace, watcher;
+      wait_timeout, sample_interval, resume_grace, watcher, max_connections, hello_timeout;
   bool no_bpf = false;
   app.add_option("--socket", socket, "Unix socket to listen on (default /run/coloc/colocd.sock)");
   app.add_option("--state-dir", state_dir, "Directory for reports and restart state (default /var/lib/coloc)");
@@ -184,6 +198,10 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
   app.add_option("--wait-timeout", wait_timeout, "Default wait for memory before failing (default 300s)");
   app.add_option("--sample-interval", sample_interval, "How often stats pages are sampled for reports (default 100ms)");
   app.add_option("--resume-grace", resume_grace, "After a restart, how long to hold new requests for jobs to re-register (default 5s)");
+  app.add_option("--max-connections-per-user", max_connections,
+                 "Connections one user may hold at once, registered or not (default 1024; root and --admin-group: no cap)");
+  app.add_option("--hello-timeout", hello_timeout,
+                 "Close a connection that sends no valid first message within this (default 5s)");
   app.add_option("--watcher", watcher, "Process watcher: auto (BPF with pidfd fallback), bpf, or pidfd")
       ->check(CLI::IsMember({"auto", "bpf", "pidfd"}));
   app.add_flag("--no-bpf", no_bpf, "Do not use BPF (same as --watcher pidfd)");
@@ -233,13 +251,19 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
     broker::Nanos& into;
   };
   for (Dur d : {Dur{wait_timeout, "--wait-timeout", cfg.wait_timeout}, Dur{sample_interval, "--sample-interval", cfg.sample_interval},
-                Dur{resume_grace, "--resume-grace", cfg.resume_grace}}) {
+                Dur{resume_grace, "--resume-grace", cfg.resume_grace}, Dur{hello_timeout, "--hello-timeout", cfg.hello_timeout}}) {
     if (d.text.empty()) continue;
     auto v = parse_duration(d.text, d.flag);
     if (!v) return v.error();
     d.into = v.value();
   }
   if (cfg.sample_interval < 1'000'000) return invalid("sample interval: must be at least 1ms");
+  if (cfg.hello_timeout < 1'000'000) return invalid("hello timeout: must be at least 1ms");
+  if (!max_connections.empty()) {
+    auto n = parse_count(max_connections, "--max-connections-per-user");
+    if (!n) return n.error();
+    cfg.max_connections_per_user = n.value();
+  }
   if (!watcher.empty()) cfg.watcher = watcher;
   if (no_bpf) cfg.watcher = "pidfd";
   if (cfg.socket.empty() || cfg.state_dir.empty()) return invalid("socket and state directory must not be empty");

@@ -11,6 +11,8 @@
 //   wait timeout     --wait-timeout DUR wait_timeout      300s (a client's COLOC_WAIT_TIMEOUT wins)
 //   sample interval  --sample-interval  sample_interval   100ms (stats pages -> report timelines)
 //   restart hold     --resume-grace DUR resume_grace      5s (max; ends when all expected clients are back)
+//   connections cap  --max-connections-per-user N  max_connections_per_user  1024 (root, --admin-group: none)
+//   first message    --hello-timeout DUR hello_timeout    5s (a connection that sends no valid first message is closed)
 //   process watcher  --watcher MODE     watcher           auto (BPF + pidfd, falling back to pidfd); bpf; pidfd
 //                    --no-bpf                             (same as --watcher pidfd)
 // Sizes use the one grammar of coloc/size.h; durations are "250ms", "5s", "2m" or a plain number
@@ -45,7 +47,17 @@ struct Config {
   broker::Nanos sample_interval = 100'000'000;
   broker::Nanos resume_grace = 5'000'000'000;
   std::string watcher = "auto";  ///< auto | bpf | pidfd
+  /// Connections one uid other than root and the admin group may hold at once, registered or not
+  /// (>= 1). 1024 leaves room for hundreds of jobs of one user (coloc run and its CUDA process
+  /// are two connections) and keeps any one user far from colocd's descriptor limit.
+  size_t max_connections_per_user = 1024;
+  /// A connection that has sent no valid first message (Register or Admin) this long after it was
+  /// accepted is closed. Clients send it at once; 5 s covers a loaded machine.
+  broker::Nanos hello_timeout = 5'000'000'000;
 };
+
+/// A count >= 1 ("1024"). Errors name `what`.
+Result<size_t> parse_count(std::string_view text, const std::string& what);
 
 /// "2%" (0 < N < 100, decimals allowed) or a size. Errors name `what`.
 Result<Headroom> parse_headroom(std::string_view text, const std::string& what);

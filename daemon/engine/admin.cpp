@@ -165,7 +165,9 @@ json Admin::status(broker::Nanos now) const {
               {"uptime_s", double(now - info_.started) / 1e9},
               {"holding_for_restart", broker_.holding()},
               {"clients", broker_.clients().size()},
-              {"waiting_requests", broker_.waiters().size()}};
+              {"waiting_requests", broker_.waiters().size()},
+              {"fd_limit", info_.fd_limit}};
+  if (info_.connections) daemon["connections"] = info_.connections();
   return json{{"daemon", daemon}, {"devices", devices}, {"jobs", jobs}};
 }
 

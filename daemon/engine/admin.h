@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -36,6 +37,10 @@ struct DaemonInfo {
   std::string watcher;
   broker::Nanos started = 0;
   std::optional<gid_t> admin_gid;
+  size_t fd_limit = 0;  ///< RLIMIT_NOFILE in effect
+  /// The "connections" object of status (listener counters, open connections per uid); null
+  /// when not set.
+  std::function<nlohmann::json()> connections;
 };
 
 struct AdminAnswer {

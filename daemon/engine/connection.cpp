@@ -19,17 +19,6 @@ Connection::~Connection() {
     for (int f : p.fds) ::close(f);
 }
 
-Result<std::unique_ptr<Connection>> Connection::accept_from(int listen_fd, uint64_t id) {
-  int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-  if (fd < 0) return Error::from_errno("accept");
-  auto c = std::make_unique<Connection>();
-  c->fd_.reset(fd);
-  c->id_ = id;
-  socklen_t len = sizeof c->cred_;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred_, &len) != 0) return Error::from_errno("SO_PEERCRED");
-  return c;
-}
-
 const std::vector<gid_t>& Connection::groups() {
   if (!groups_) {
     std::vector<gid_t> g(64);

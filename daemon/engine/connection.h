@@ -38,16 +38,21 @@ class Connection {
  public:
   enum class Role { kNew, kJob, kAdmin };
 
-  Connection() = default;
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  /// Takes ownership of an accepted socket and reads its peer's credentials.
-  static Result<std::unique_ptr<Connection>> accept_from(int listen_fd, uint64_t id);
+  /// Takes ownership of an accepted socket whose peer is `peer` (SO_PEERCRED, read at accept).
+  /// `id` names the connection for its whole life (never reused, unlike its descriptor number);
+  /// `exempt`: root or the admin group (no per-user caps).
+  Connection(UniqueFd fd, const ucred& peer, uint64_t id, bool exempt, int64_t accepted_ns)
+      : fd_(std::move(fd)), id_(id), cred_(peer), exempt_(exempt), accepted_ns_(accepted_ns) {}
 
   int fd() const { return fd_.get(); }
   uint64_t id() const { return id_; }
+  bool exempt() const { return exempt_; }
+  /// When it was accepted (CLOCK_MONOTONIC ns).
+  int64_t accepted_ns() const { return accepted_ns_; }
   pid_t pid() const { return cred_.pid; }
   uid_t uid() const { return cred_.uid; }
   gid_t gid() const { return cred_.gid; }
@@ -66,6 +71,8 @@ class Connection {
   bool has_queued() const { return !queue_.empty(); }
 
   // State kept by the server.
+  uint64_t token = 0;       ///< its watch in the event loop
+  uint64_t start_time = 0;  ///< the peer process's start time (ProcKey), read at Register
   Role role = Role::kNew;
   uint16_t version = 0;  ///< the protocol version of its Register / first Admin
   std::optional<broker::ClientId> client;
@@ -84,6 +91,8 @@ class Connection {
   UniqueFd fd_;
   uint64_t id_ = 0;
   ucred cred_{};
+  bool exempt_ = false;
+  int64_t accepted_ns_ = 0;
   std::optional<std::vector<gid_t>> groups_;
   std::deque<Pending> queue_;
   size_t queued_bytes_ = 0;

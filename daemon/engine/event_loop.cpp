@@ -13,39 +13,47 @@ Result<EventLoop> EventLoop::create() {
   return loop;
 }
 
-Result<void> EventLoop::add(int fd, uint32_t events, Callback cb) {
+Result<EventLoop::Token> EventLoop::add(int fd, uint32_t events, Callback cb) {
+  const Token token = next_++;
   epoll_event ev{};
   ev.events = events;
-  ev.data.fd = fd;
+  ev.data.u64 = token;
   if (::epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return Error::from_errno("epoll_ctl add");
-  callbacks_[fd] = std::make_shared<Callback>(std::move(cb));
-  return {};
+  entries_[token] = {fd, std::make_shared<Callback>(std::move(cb))};
+  return token;
 }
 
-Result<void> EventLoop::modify(int fd, uint32_t events) {
+Result<void> EventLoop::modify(Token token, uint32_t events) {
+  auto it = entries_.find(token);
+  if (it == entries_.end()) return Error{ENOENT, "epoll_ctl mod: no such watch"};
   epoll_event ev{};
   ev.events = events;
-  ev.data.fd = fd;
-  if (::epoll_ctl(epfd_.get(), EPOLL_CTL_MOD, fd, &ev) != 0) return Error::from_errno("epoll_ctl mod");
+  ev.data.u64 = token;
+  if (::epoll_ctl(epfd_.get(), EPOLL_CTL_MOD, it->second.fd, &ev) != 0) return Error::from_errno("epoll_ctl mod");
   return {};
 }
 
-void EventLoop::remove(int fd) {
-  ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, fd, nullptr);
-  callbacks_.erase(fd);
+void EventLoop::remove(Token token) {
+  auto it = entries_.find(token);
+  if (it == entries_.end()) return;
+  ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, it->second.fd, nullptr);
+  entries_.erase(it);
 }
 
 Result<int> EventLoop::run_once(int timeout_ms) {
-  epoll_event events[64];
-  int n = ::epoll_wait(epfd_.get(), events, 64, timeout_ms);
+  epoll_event events[kBatch];
+  int n = ::epoll_wait(epfd_.get(), events, kBatch, timeout_ms);
   if (n < 0) {
     if (errno == EINTR) return 0;
     return Error::from_errno("epoll_wait");
   }
   for (int i = 0; i < n; ++i) {
-    auto it = callbacks_.find(events[i].data.fd);
-    if (it == callbacks_.end()) continue;  // removed by an earlier callback of this batch
-    std::shared_ptr<Callback> cb = it->second;  // keeps it alive if it removes itself
+    auto it = entries_.find(events[i].data.u64);
+    if (it == entries_.end()) {  // removed by an earlier callback of this batch
+      ++stale_;
+      continue;
+    }
+    std::shared_ptr<Callback> cb = it->second.cb;  // keeps it alive if it removes itself
     (*cb)(events[i].events);
   }
   return n;

@@ -22,13 +22,13 @@
 
 #include "coloc/wire.h"
 #include "device/nvml_reader.h"
+#include "util/fs.h"
 #include "util/log.h"
 
 namespace coloc::engine {
 
 namespace {
 
-constexpr size_t kMaxClientsPerUser = 4096;     // registered processes of one non-root uid
 constexpr broker::Nanos kExitStatusWait = 500'000'000;  // how long an ended job waits for exit statuses
 constexpr int kMessagesPerWakeup = 64;          // fairness between busy connections
 
@@ -45,21 +45,6 @@ broker::BrokerConfig broker_config(const config::Config& c) {
 int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-Result<void> mkdir_p(const std::string& dir, mode_t mode) {
-  if (dir.empty()) return {};
-  struct stat st;
-  if (::stat(dir.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) return Error{ENOTDIR, dir + " is not a directory"};
-    return {};
-  }
-  auto slash = dir.rfind('/');
-  if (slash != std::string::npos && slash > 0)
-    if (auto r = mkdir_p(dir.substr(0, slash), mode); !r) return r;
-  if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) return Error::from_errno("mkdir " + dir);
-  if (::chmod(dir.c_str(), mode) != 0) return Error::from_errno("chmod " + dir);
-  return {};
 }
 
 /// "python3-4242": a job id for a process that did not name one.
@@ -162,35 +147,34 @@ Result<void> Server::open_state_dir() {
   return {};
 }
 
-Result<void> Server::open_socket() {
-  const std::string& path = cfg_.socket;
-  sockaddr_un addr{};
-  if (path.size() >= sizeof addr.sun_path) return Error{ENAMETOOLONG, "--socket " + path + ": path too long"};
-  auto slash = path.rfind('/');
-  if (slash != std::string::npos && slash > 0)
-    if (auto r = mkdir_p(path.substr(0, slash), 0755); !r) return r;
-  struct stat st;
-  if (::lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) return Error{EEXIST, path + " exists and is not a socket"};
-    int probe = -1;
-    if (wire::connect_socket(path.c_str(), &probe) == 0) {
-      ::close(probe);
-      return Error{EADDRINUSE, "another colocd is listening on " + path};
-    }
-    ::unlink(path.c_str());  // stale, from a daemon that was killed
-  }
-  int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Error::from_errno("socket");
-  listen_fd_.reset(fd);
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return Error::from_errno("bind " + path);
-  // Any user may connect (and register their own processes); who may do what is decided per
-  // request from SO_PEERCRED.
-  if (::chmod(path.c_str(), 0666) != 0) return Error::from_errno("chmod " + path);
-  if (::listen(fd, 4096) != 0) return Error::from_errno("listen " + path);
-  if (::stat(path.c_str(), &st) == 0) socket_inode_ = st.st_ino;
-  return loop_->add(fd, EPOLLIN, [this](uint32_t) { on_accept(); });
+Result<void> Server::open_listener() {
+  Listener::Settings ls;
+  ls.path = cfg_.socket;
+  ls.max_per_user = cfg_.max_connections_per_user;
+  ls.admin_gid = info_.admin_gid;
+  auto l = Listener::open(
+      ls, *loop_, [this](UniqueFd fd, const ucred& peer, bool exempt) { on_accept(std::move(fd), peer, exempt); },
+      [this] { return make_room(); });
+  if (!l) return l.error();
+  listener_ = std::move(l.value());
+  info_.connections = [this] {
+    const ListenerCounters& k = listener_->counters();
+    nlohmann::json per_uid = nlohmann::json::object();
+    for (auto& [uid, n] : listener_->per_uid()) per_uid[std::to_string(uid)] = n;
+    return nlohmann::json{{"open", conns_.size()},
+                          {"per_uid", per_uid},
+                          {"max_per_user", listener_->settings().max_per_user},
+                          {"accepted", k.accepted},
+                          {"refused_cap", k.refused_cap},
+                          {"refused_fd_limit", k.refused_limit},
+                          {"made_room", k.made_room},
+                          {"accept_paused", k.paused},
+                          {"hello_timeouts", hello_timeouts_},
+                          {"socket_rebinds", k.rebinds},
+                          {"stale_events", loop_->stale_events()},
+                          {"log_lines_suppressed", log::peer_limiter().suppressed_total()}};
+  };
+  return {};
 }
 
 Result<void> Server::open_signals_and_timers() {
@@ -215,7 +199,7 @@ Result<void> Server::open_signals_and_timers() {
       stop_ = true;
     }
   });
-  if (!r) return r;
+  if (!r) return r.error();
 
   int st = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   int dt = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -227,17 +211,18 @@ Result<void> Server::open_signals_and_timers() {
   its.it_interval.tv_nsec = long(cfg_.sample_interval % 1000000000);
   its.it_value = its.it_interval;
   if (::timerfd_settime(st, 0, &its, nullptr) != 0) return Error::from_errno("timerfd_settime");
-  if (auto r2 = loop_->add(st, EPOLLIN, [this](uint32_t) { on_sample(); }); !r2) return r2;
-  return loop_->add(dt, EPOLLIN, [this](uint32_t) { on_deadline(); });
+  if (auto r2 = loop_->add(st, EPOLLIN, [this](uint32_t) { on_sample(); }); !r2) return r2.error();
+  if (auto r3 = loop_->add(dt, EPOLLIN, [this](uint32_t) { on_deadline(); }); !r3) return r3.error();
+  return {};
 }
 
 Result<void> Server::start() {
   auto lg = log::get("engine");
-  rlimit rl;
-  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &rl);
-  }
+  // Every connection is a descriptor: take what the hard limit allows, and say what it is.
+  info_.fd_limit = raise_descriptor_limit();
+  lg->info("file descriptor limit (RLIMIT_NOFILE): {}; at most {} connections per non-root user",
+           info_.fd_limit == size_t(-1) ? std::string("unlimited") : std::to_string(info_.fd_limit),
+           cfg_.max_connections_per_user);
   auto loop = EventLoop::create();
   if (!loop) return loop.error();
   loop_ = std::make_unique<EventLoop>(std::move(loop.value()));
@@ -271,7 +256,7 @@ Result<void> Server::start() {
   }
 
   if (auto r = open_signals_and_timers(); !r) return r;
-  if (auto r = open_socket(); !r) return r;
+  if (auto r = open_listener(); !r) return r;
 
   if (size_t n = resume_.expected(); n > 0) {
     broker_.hold_until(now() + cfg_.resume_grace);
@@ -307,61 +292,106 @@ int Server::run() {
   // Ended jobs still waiting briefly for an exit status get their report now (status unknown).
   while (!closing_.empty()) finalize_job(closing_.begin()->first);
   persist_jobs(now(), true);  // the jobs keep running: the next daemon continues their reports
-  struct stat st;
-  if (::stat(cfg_.socket.c_str(), &st) == 0 && st.st_ino == socket_inode_) ::unlink(cfg_.socket.c_str());
+  listener_->unlink_path();
   lg->info("colocd stopped");
   return 0;
 }
 
 // ---- connections --------------------------------------------------------------------------------
 
-void Server::on_accept() {
-  for (int i = 0; i < 64; ++i) {
-    auto c = Connection::accept_from(listen_fd_.get(), next_conn_id_++);
-    if (!c) {
-      if (c.error().err != EAGAIN && c.error().err != EWOULDBLOCK)
-        log::get("engine")->warn("{}", c.error().message());
-      return;
+void Server::on_accept(UniqueFd fd, const ucred& peer, bool exempt) {
+  const uint64_t id = next_conn_id_++;
+  const Nanos t = now();
+  auto c = std::make_unique<Connection>(std::move(fd), peer, id, exempt, int64_t(t));
+  auto token = loop_->add(c->fd(), EPOLLIN | EPOLLRDHUP, [this, id](uint32_t ev) {
+    if (Connection* conn = find_connection(id)) on_connection_event(*conn, ev);
+    settle();
+  });
+  if (!token) {
+    log::limited(log::get("engine"), spdlog::level::warn, "watch", "cannot watch a new connection: {}",
+                 token.error().message());
+    listener_->connection_closed(peer.uid);
+    return;
+  }
+  c->token = token.value();
+  conns_.emplace(id, std::move(c));
+  hellos_.emplace_back(t, id);
+}
+
+Connection* Server::find_connection(uint64_t id) {
+  auto it = conns_.find(id);
+  return it == conns_.end() ? nullptr : it->second.get();
+}
+
+void Server::destroy(uint64_t id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  (void)it->second->flush();  // best effort: an Error message explains the close
+  loop_->remove(it->second->token);
+  const uid_t uid = it->second->uid();
+  conns_.erase(it);
+  listener_->connection_closed(uid);
+}
+
+bool Server::make_room() {
+  for (auto& [at, id] : hellos_) {
+    Connection* c = find_connection(id);
+    if (!c || c->exempt() || c->role != Connection::Role::kNew) continue;
+    if (std::find(doomed_.begin(), doomed_.end(), id) != doomed_.end()) continue;
+    log::limited(log::get("engine"), spdlog::level::info, "make room uid " + std::to_string(c->uid()),
+                 "closing the unregistered connection of {} to let a root or admin connection in", c->describe());
+    destroy(id);
+    return true;
+  }
+  return false;
+}
+
+void Server::expire_hellos(Nanos t) {
+  while (!hellos_.empty()) {
+    auto [at, id] = hellos_.front();
+    Connection* c = find_connection(id);
+    if (c && c->role == Connection::Role::kNew) {
+      if (t - at < cfg_.hello_timeout) break;
+      // What it sent meanwhile counts (a busy colocd may not have read it yet).
+      on_connection_event(*c, EPOLLIN);
+      if (c->role == Connection::Role::kNew &&
+          std::find(doomed_.begin(), doomed_.end(), id) == doomed_.end()) {
+        ++hello_timeouts_;
+        log::limited(log::get("engine"), spdlog::level::info, "hello uid " + std::to_string(c->uid()),
+                     "closing the connection of {}: no first message within {} ms", c->describe(),
+                     cfg_.hello_timeout / 1000000);
+        drop(*c, "no first message in time");
+      }
     }
-    Connection* conn = c.value().get();
-    int fd = conn->fd();
-    auto r = loop_->add(fd, EPOLLIN | EPOLLRDHUP, [this, fd](uint32_t ev) {
-      auto it = conns_.find(fd);
-      if (it != conns_.end()) on_connection_event(*it->second, ev);
-      settle();
-    });
-    if (!r) {
-      log::get("engine")->warn("{}", r.error().message());
-      continue;
-    }
-    conns_.emplace(fd, std::move(c.value()));
+    hellos_.pop_front();
   }
 }
 
 void Server::send_or_drop(Connection& c, const void* data, size_t len, std::vector<int> fds) {
-  if (std::find(doomed_.begin(), doomed_.end(), c.fd()) != doomed_.end()) return;
+  if (std::find(doomed_.begin(), doomed_.end(), c.id()) != doomed_.end()) return;
   auto r = c.send(data, len, std::move(fds));
   if (!r) {
     drop(c, r.error().message(), std::nullopt, true);
     return;
   }
-  if (c.has_queued()) (void)loop_->modify(c.fd(), EPOLLIN | EPOLLRDHUP | EPOLLOUT);
+  if (c.has_queued()) (void)loop_->modify(c.token, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
 }
 
 void Server::on_connection_event(Connection& c, uint32_t events) {
-  auto doomed = [&] { return std::find(doomed_.begin(), doomed_.end(), c.fd()) != doomed_.end(); };
+  auto doomed = [&] { return std::find(doomed_.begin(), doomed_.end(), c.id()) != doomed_.end(); };
   if (events & EPOLLOUT) {
     auto f = c.flush();
     if (!f) {
       drop(c, f.error().message());
       return;
     }
-    if (f.value()) (void)loop_->modify(c.fd(), EPOLLIN | EPOLLRDHUP);
+    if (f.value()) (void)loop_->modify(c.token, EPOLLIN | EPOLLRDHUP);
   }
   for (int i = 0; i < kMessagesPerWakeup && !doomed(); ++i) {
     Received r = c.receive(rx_.data(), rx_.size());
     if (r.unasked_fds > 0)
-      log::get("engine")->warn("{} sent {} file descriptor(s) unasked: closed", c.describe(), r.unasked_fds);
+      log::limited(log::get("engine"), spdlog::level::warn, "fds uid " + std::to_string(c.uid()),
+                   "{} sent {} file descriptor(s) unasked: closed", c.describe(), r.unasked_fds);
     switch (r.kind) {
       case Received::Kind::kNone:
         if (events & (EPOLLHUP | EPOLLERR)) drop(c, "connection closed");
@@ -398,10 +428,12 @@ void Server::refuse(Connection& c, proto::ErrorCode code, const std::string& tex
 }
 
 void Server::drop(Connection& c, const std::string& reason, std::optional<report::ProcessExit> exit, bool warn) {
-  if (std::find(doomed_.begin(), doomed_.end(), c.fd()) != doomed_.end()) return;
-  doomed_.push_back(c.fd());
+  if (std::find(doomed_.begin(), doomed_.end(), c.id()) != doomed_.end()) return;
+  doomed_.push_back(c.id());
   auto lg = log::get("engine");
-  if (warn) lg->warn("closing connection of {}: {}", c.describe(), reason);
+  if (warn)
+    log::limited(lg, spdlog::level::warn, "closing uid " + std::to_string(c.uid()), "closing connection of {}: {}",
+                 c.describe(), reason);
   else lg->debug("closing connection of {}: {}", c.describe(), reason);
   if (c.role != Connection::Role::kJob || !c.client) return;
   const broker::ClientId id = *c.client;
@@ -429,11 +461,19 @@ void Server::drop(Connection& c, const std::string& reason, std::optional<report
   same_pid.erase(std::remove(same_pid.begin(), same_pid.end(), &c), same_pid.end());
   if (same_pid.empty()) by_pid_.erase(c.pid());
   resume_.remove(c.pid());
-  if (auto it = clients_per_uid_.find(c.uid()); it != clients_per_uid_.end() && --it->second == 0)
-    clients_per_uid_.erase(it);
-  if (exit || c.said_goodbye || anchor) watcher_->unwatch(c.pid());
-  else ++lingering_[c.pid()];  // keep watching briefly: its exit status belongs in the report
-  lg->info("process {} of job {} left ({})", c.pid(), rec != recorders_.end() ? rec->second.key().str() : "?", reason);
+  const watch::ProcKey key{c.pid(), c.start_time};
+  if (exit || c.said_goodbye || anchor) {
+    watcher_->unwatch(key);
+  } else {  // keep watching briefly: its exit status belongs in the report
+    Linger& l = lingering_[c.pid()];
+    if (l.count > 0 && l.start != key.start) {  // an earlier process with that pid: let it go
+      for (; l.count > 0; --l.count) watcher_->unwatch({c.pid(), l.start});
+    }
+    l.start = key.start;
+    ++l.count;
+  }
+  log::limited(lg, spdlog::level::info, "left uid " + std::to_string(c.uid()), "process {} of job {} left ({})",
+               c.pid(), rec != recorders_.end() ? rec->second.key().str() : "?", reason);
   c.client.reset();
 }
 
@@ -540,18 +580,16 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
 void Server::on_register(Connection& c, const proto::Message& m) {
   const proto::RegisterMsg& r = m.body.reg;
   auto lg = log::get("engine");
-  if (c.uid() != 0 && clients_per_uid_[c.uid()] >= kMaxClientsPerUser)
-    return refuse(c, proto::ErrorCode::kRefused,
-                  "too many registered processes for uid " + std::to_string(c.uid()) + " (" +
-                      std::to_string(kMaxClientsPerUser) + ")");
   auto pages = ClientPages::create(info_.epoch);
   if (!pages) return refuse(c, proto::ErrorCode::kInternal, pages.error().message());
   if (!pages.value().future_write_sealed())
     lg->warn("this kernel cannot seal control pages against writing (F_SEAL_FUTURE_WRITE, Linux 5.1)");
-  if (auto w = watcher_->watch(c.pid()); !w) {
-    drop(c, "process " + std::to_string(c.pid()) + " is already gone");
-    return;
-  }
+  // The process is named by pid and start time from here on: its pid may be reused after it dies.
+  auto start_time = process_start_time(c.pid());
+  if (!start_time) return drop(c, "process " + std::to_string(c.pid()) + " is already gone");
+  c.start_time = *start_time;
+  if (auto w = watcher_->watch({c.pid(), c.start_time}); !w)
+    return drop(c, "process " + std::to_string(c.pid()) + " is already gone");
   const broker::Nanos t = now();
   broker::ClientSpec spec;
   spec.uid = c.uid();
@@ -562,8 +600,7 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   spec.limit = r.limit;
   spec.wait_timeout = r.wait_timeout_ns;
   spec.anchor = (r.flags & proto::kRegAnchor) != 0;
-  auto start_time = process_start_time(c.pid());
-  spec.age = start_time ? *start_time : t;
+  spec.age = *start_time;
   const bool resume = (r.flags & proto::kRegResume) != 0;
   // A job that was running when the previous daemon stopped keeps the limit and priority the
   // daemon last gave it (a `coloc set` survives), not the ones its environment asked for.
@@ -595,7 +632,6 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   c.job = job.serial;
   by_client_[id] = &c;
   by_pid_[c.pid()].push_back(&c);
-  ++clients_per_uid_[c.uid()];
   if (!spec.anchor) {  // an anchor does not re-register after a restart: none is expected back
     resume_.add(c.pid(), start_time.value_or(0));
     resume_.settle(c.pid());
@@ -642,7 +678,8 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   if (!enc.status) return refuse(c, proto::ErrorCode::kInternal, "could not encode RegisterReply");
   send_or_drop(c, buf, enc.size, {c.pages->control_fd(), c.pages->stats_fd()});
   c.pages->close_fds();  // sent (or dup'ed into the queue); the mappings keep the pages
-  lg->info("{} registered{}{} as job {} (limit {}, priority {}, on full: {}){}", c.describe(),
+  log::limited(lg, spdlog::level::info, "register uid " + std::to_string(c.uid()),
+           "{} registered{}{} as job {} (limit {}, priority {}, on full: {}){}", c.describe(),
            resume ? " again" : "", spec.anchor ? " (the job's anchor: coloc run)" : "", job.key.str(),
            job.limit == broker::kNoLimit ? std::string("none") : std::to_string(job.limit) + " bytes",
            proto::priority_name(job.priority), job.on_full == proto::OnFull::kWait ? "wait" : "fail",
@@ -656,10 +693,12 @@ void Server::on_admin(Connection& c, const proto::Message& m) {
     a = admin_->handle(m.body.admin, caller, now());
   } catch (const std::exception& e) {  // e.g. a report file that is not what we wrote
     a = {proto::AdminStatus::kInternal, std::string("colocd could not answer: ") + e.what()};
-    log::get("engine")->error("admin request from {}: {}", c.describe(), e.what());
+    log::limited(log::get("engine"), spdlog::level::err, "admin error", "admin request from {}: {}", c.describe(),
+                 e.what());
   }
   if (a.status != proto::AdminStatus::kOk)
-    log::get("engine")->info("admin request from {} refused: {}", c.describe(), a.text);
+    log::limited(log::get("engine"), spdlog::level::info, "admin uid " + std::to_string(c.uid()),
+                 "admin request from {} refused: {}", c.describe(), a.text);
   else if (proto::AdminOp(m.body.admin.op) == proto::AdminOp::kSet)
     persist_jobs(now(), false, false);  // a new limit or priority outlives a daemon killed right after
   std::vector<unsigned char> buf(proto::kMaxMessage);
@@ -734,7 +773,7 @@ void Server::finalize_job(broker::JobSerial serial) {
   for (pid_t pid : rec->second.pending_exits()) {
     rec->second.process_exited({pid, std::nullopt, std::nullopt, "hangup"});
     if (auto l = lingering_.find(pid); l != lingering_.end()) {
-      for (int i = 0; i < l->second; ++i) watcher_->unwatch(pid);
+      for (int i = 0; i < l->second.count; ++i) watcher_->unwatch({pid, l->second.start});
       lingering_.erase(l);
     }
   }
@@ -761,15 +800,9 @@ void Server::settle() {
     for (const broker::Reply& r : replies) send_reply(r);
     for (const broker::Event& e : events) on_broker_event(e);
     if (doomed_.empty() && replies.empty() && events.empty()) break;
-    std::vector<int> doomed;
+    std::vector<uint64_t> doomed;
     doomed.swap(doomed_);
-    for (int fd : doomed) {
-      auto it = conns_.find(fd);
-      if (it == conns_.end()) continue;
-      (void)it->second->flush();  // best effort: an Error message explains the close
-      loop_->remove(fd);
-      conns_.erase(it);
-    }
+    for (uint64_t id : doomed) destroy(id);
   }
   rearm_deadline();
 }
@@ -806,11 +839,15 @@ void Server::on_deadline() {
 
 void Server::on_process_exit(const watch::Exit& e) {
   report::ProcessExit info = exit_from_status(e.pid, e.wait_status, e.source);
-  lingering_.erase(e.pid);  // the watcher has let go of it
+  if (auto l = lingering_.find(e.pid); l != lingering_.end() && l->second.start == e.start)
+    lingering_.erase(l);  // the watcher has let go of it
   for (auto& [serial, rec] : recorders_)
     if (rec.has_process(e.pid)) rec.process_exited(info);
   if (auto it = by_pid_.find(e.pid); it != by_pid_.end()) {
-    std::vector<Connection*> conns = it->second;
+    // Only the connections of the process that exited: a later process may hold its pid already.
+    std::vector<Connection*> conns;
+    for (Connection* c : it->second)
+      if (c->start_time == e.start) conns.push_back(c);
     // The exit can be noticed before the socket's last messages are read: a Goodbye sent just
     // before the exit (coloc run's carries the command's status) still counts.
     for (Connection* c : conns) on_connection_event(*c, EPOLLIN);
@@ -869,6 +906,8 @@ void Server::on_sample() {
   while (::read(sample_timer_.get(), &n, sizeof n) == ssize_t(sizeof n)) {
   }
   const broker::Nanos t = now();
+  listener_->check();  // the socket still there (re-bound if deleted), a paused accept resumed
+  expire_hellos(t);
   (void)broker_.take_short_devices();  // every device is read below
   for (uint32_t dev = 0; dev < broker_.devices().size(); ++dev) read_device_memory(dev, t);
   for (const auto& [serial, job] : broker_.jobs()) sample_job(job, t);

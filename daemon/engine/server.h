@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -23,6 +24,7 @@
 #include "engine/admin.h"
 #include "engine/connection.h"
 #include "engine/event_loop.h"
+#include "engine/listener.h"
 #include "engine/resume_state.h"
 #include "report/job_recorder.h"
 #include "report/job_state_store.h"
@@ -55,11 +57,20 @@ class Server {
   using Nanos = broker::Nanos;
 
   Result<void> open_state_dir();
-  Result<void> open_socket();
+  Result<void> open_listener();
   Result<void> open_signals_and_timers();
   Nanos now() const;
 
-  void on_accept();
+  /// A connection the listener let in.
+  void on_accept(UniqueFd fd, const ucred& peer, bool exempt);
+  /// At the descriptor limit: closes the oldest connection of a non-exempt peer that has not
+  /// sent its first message yet, now. True when there was one.
+  bool make_room();
+  /// Closes connections that sent no valid first message within cfg_.hello_timeout.
+  void expire_hellos(Nanos t);
+  /// Removes a doomed connection from the loop and the books of connections, now.
+  void destroy(uint64_t id);
+  Connection* find_connection(uint64_t id);
   void on_connection_event(Connection& c, uint32_t events);
   void on_message(Connection& c, const unsigned char* data, size_t len);
   void on_register(Connection& c, const proto::Message& m);
@@ -111,16 +122,23 @@ class Server {
   broker::PriorityFifoPolicy policy_;
   broker::Broker broker_;
   std::unique_ptr<EventLoop> loop_;
-  UniqueFd listen_fd_, signal_fd_, sample_timer_, deadline_timer_, lock_fd_;
-  ino_t socket_inode_ = 0;
-  std::unordered_map<int, std::unique_ptr<Connection>> conns_;  ///< by descriptor
+  UniqueFd signal_fd_, sample_timer_, deadline_timer_, lock_fd_;
+  std::unique_ptr<Listener> listener_;
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;  ///< by connection id
+  /// Connections not yet past their first message, oldest first: (accepted at, connection id).
+  std::deque<std::pair<Nanos, uint64_t>> hellos_;
   std::unordered_map<broker::ClientId, Connection*> by_client_;
   std::unordered_map<pid_t, std::vector<Connection*>> by_pid_;
-  std::vector<int> doomed_;  ///< descriptors of connections to destroy in settle()
+  std::vector<uint64_t> doomed_;  ///< ids of connections to destroy in settle()
   std::map<broker::JobSerial, report::JobRecorder> recorders_;
   std::map<broker::JobSerial, Nanos> closing_;  ///< ended jobs waiting (briefly) for exit statuses
-  std::map<pid_t, int> lingering_;  ///< watches kept after a hang-up, to learn the exit status
-  std::map<uid_t, size_t> clients_per_uid_;
+  /// Watches kept after a hang-up, to learn the exit status: by pid, the process's start time and
+  /// the number of watches.
+  struct Linger {
+    uint64_t start = 0;
+    int count = 0;
+  };
+  std::map<pid_t, Linger> lingering_;
   report::ReportStore store_;
   ResumeState resume_;
   report::JobStateStore job_states_;
@@ -151,6 +169,7 @@ class Server {
   DaemonInfo info_;
   std::unique_ptr<Admin> admin_;
   uint64_t next_conn_id_ = 1;
+  uint64_t hello_timeouts_ = 0;  ///< connections closed for sending no first message in time
   bool stop_ = false;
   Nanos armed_deadline_ = broker::kNever;  ///< what the deadline timer is set to
   std::vector<unsigned char> rx_;

@@ -54,7 +54,7 @@ int BpfExitWatch::on_event(void* ctx, void* data, size_t size) {
   if (size < sizeof(coloc_exit_event)) return 0;
   coloc_exit_event e;
   __builtin_memcpy(&e, data, sizeof e);
-  self->on_exit_(pid_t(e.pid), e.exit_code);
+  self->on_exit_(pid_t(e.pid), e.start_boottime, e.exit_code);
   return 0;
 }
 

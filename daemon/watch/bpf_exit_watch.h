@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -18,8 +19,9 @@ namespace coloc::watch {
 
 class BpfExitWatch {
  public:
-  /// Called for each watched process whose last thread exited: pid and wait(2)-style status.
-  using OnExit = std::function<void(pid_t pid, int wait_status)>;
+  /// Called for each watched process whose last thread exited: pid, start time (ns since boot,
+  /// CLOCK_BOOTTIME; 0 when the kernel has no such field) and wait(2)-style status.
+  using OnExit = std::function<void(pid_t pid, uint64_t start_ns, int wait_status)>;
 
   /// Opens, loads and attaches the program. Errors name the step that failed.
   static Result<std::unique_ptr<BpfExitWatch>> open(OnExit on_exit);

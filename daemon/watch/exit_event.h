@@ -20,6 +20,7 @@ struct coloc_exit_event {
   coloc_u32 tid;        /* the thread that exited last */
   coloc_s32 exit_code;  /* wait(2) status: (code << 8) for exit(code), the signal number when killed */
   coloc_u32 reserved;
+  coloc_u64 start_boottime; /* the process's start, ns since boot (0: the kernel has none) */
 };
 
 #endif

@@ -25,6 +25,8 @@ struct task_struct {
   int pid;
   int tgid;
   int exit_code;
+  unsigned long long start_boottime; /* ns since boot (Linux 5.3); /proc/PID/stat field 22 in ns */
+  struct task_struct *group_leader;
   struct signal_struct *signal;
 } __attribute__((preserve_access_index));
 
@@ -51,7 +53,12 @@ int handle_exit(struct bpf_raw_tracepoint_args *ctx) {
   e->pid = tgid;
   e->tid = (__u32)BPF_CORE_READ(task, pid);
   e->exit_code = BPF_CORE_READ(task, exit_code);
+  /* The process's start time is its thread group leader's (as /proc shows it): with the pid it
+   * names the process, so an exit never stands for a later process that reuses the pid. */
   e->reserved = 0;
+  e->start_boottime = 0;
+  if (bpf_core_field_exists(task->start_boottime))
+    e->start_boottime = BPF_CORE_READ(task, group_leader, start_boottime);
   bpf_ringbuf_submit(e, 0);
   return 0;
 }

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,10 +40,17 @@ inline uint64_t now_ns() noexcept {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
-/// Connects a SOCK_SEQPACKET socket to `path`. On success stores the descriptor in *fd and
-/// returns 0; else -errno (-ENAMETOOLONG when the path does not fit sockaddr_un; -ENOENT or
-/// -ECONNREFUSED when no daemon listens there).
-inline int connect_socket(const char* path, int* fd) noexcept {
+/// How long a connect waits for colocd to take the connection (its listen queue is full when it
+/// is stalled or flooded), and how long a client waits for a Register or admin reply: a live
+/// colocd answers in microseconds.
+inline constexpr int kConnectTimeoutMs = 10000;
+
+/// Connects a SOCK_SEQPACKET socket to `path`, waiting up to `timeout_ms` (> 0) while the
+/// daemon's listen queue is full. On success stores the descriptor in *fd and returns 0; else
+/// -errno: -ENAMETOOLONG when the path does not fit sockaddr_un; -ENOENT or -ECONNREFUSED when no
+/// daemon listens there; -EAGAIN when the queue stayed full for `timeout_ms` (a daemon is there
+/// but does not accept).
+inline int connect_socket(const char* path, int* fd, int timeout_ms = kConnectTimeoutMs) noexcept {
   if (!path || !fd) return -EINVAL;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -52,6 +60,11 @@ inline int connect_socket(const char* path, int* fd) noexcept {
   std::memcpy(addr.sun_path, path, n + 1);
   int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (s < 0) return -errno;
+  // A Unix socket's connect waits on a full listen queue for the send timeout (then EAGAIN).
+  timeval tv{};
+  tv.tv_sec = timeout_ms > 0 ? timeout_ms / 1000 : 0;
+  tv.tv_usec = timeout_ms > 0 ? (timeout_ms % 1000) * 1000 : 1000;
+  (void)::setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   int rc;
   do rc = ::connect(s, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
   while (rc < 0 && errno == EINTR);
@@ -60,6 +73,8 @@ inline int connect_socket(const char* path, int* fd) noexcept {
     ::close(s);
     return -e;
   }
+  timeval none{};
+  (void)::setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
   *fd = s;
   return 0;
 }

@@ -1,0 +1,17 @@
+// daemon/util/fs.h — small file-system helpers of the daemon.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <string>
+
+#include "util/result.h"
+
+namespace coloc {
+
+/// Creates `dir` and its missing parents with `mode` (an existing directory is left as it is).
+/// Errors: ENOTDIR when a component is not a directory; the failing mkdir/chmod otherwise.
+Result<void> mkdir_p(const std::string& dir, mode_t mode);
+
+}  // namespace coloc
