@@ -22,18 +22,23 @@ DAEMON_CORE_SRCS := \
   daemon/device/nvml_reader.cpp
 DAEMON_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_CORE_SRCS))
 
-# The rest of the daemon: sockets, pages, the loop, the process watcher.
-DAEMON_SRCS := \
-  daemon/engine/connection.cpp \
+# The event loop, the listener and the process watcher: also linked into the tests, which drive
+# them with real sockets and processes.
+DAEMON_IO_SRCS := \
   daemon/engine/event_loop.cpp \
   daemon/engine/listener.cpp \
-  daemon/engine/admin.cpp \
-  daemon/engine/server.cpp \
   daemon/watch/pidfd_watch.cpp \
   daemon/watch/bpf_exit_watch.cpp \
-  daemon/watch/process_watcher.cpp \
+  daemon/watch/process_watcher.cpp
+DAEMON_IO_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_IO_SRCS))
+
+# The rest of the daemon: connections, pages, admin requests, the server.
+DAEMON_SRCS := \
+  daemon/engine/connection.cpp \
+  daemon/engine/admin.cpp \
+  daemon/engine/server.cpp \
   daemon/main.cpp
-DAEMON_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_SRCS))
+DAEMON_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_SRCS)) $(DAEMON_IO_OBJS)
 
 $(DAEMON_CORE_OBJS) $(DAEMON_OBJS): CPPFLAGS += $(DAEMON_CPPFLAGS)
 # toml++ header-only in the one file that parses TOML: no run-time library, and the test
@@ -67,7 +72,7 @@ $(COLOCD): $(DAEMON_OBJS) $(DAEMON_CORE_OBJS)
 	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(SPDLOG_LIBS) -lbpf -lxxhash -ldl -lpthread
 
 PRODUCTS += $(COLOCD)
-TEST_EXTRA_OBJS += $(DAEMON_CORE_OBJS)
+TEST_EXTRA_OBJS += $(DAEMON_CORE_OBJS) $(DAEMON_IO_OBJS)
 
 # The daemon's and CLI's tests include daemon headers.
 $(OBJ)/tests/unit/daemon/%.o $(OBJ)/tests/integration/daemon/%.o: CPPFLAGS += -Idaemon -Itools/coloc

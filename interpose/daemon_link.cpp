@@ -157,6 +157,39 @@ int DaemonLink::register_on(int fd, bool resume, SignalWindow* w, uint64_t deadl
   }
 }
 
+int DaemonLink::start_thread(char* why, size_t cap) {
+  // The link thread: every signal blocked (it inherits the creator's mask), detached.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, kLinkStack);
+  pthread_t t;
+  int err = pthread_create(&t, &attr, link_main, this);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (err == 0) return 0;
+  // Without the thread nobody would read the replies (or reconnect): give the connection up (no
+  // other thread uses the descriptor yet).
+  state_.store(kClosed, std::memory_order_release);
+  int fd = fd_.exchange(-1, std::memory_order_acq_rel);
+  if (fd >= 0) ::close(fd);
+  set_why(why, cap, "cannot start the link thread: %s", std::strerror(err));
+  return -err;
+}
+
+int DaemonLink::start_busy(const char* what, char* why, size_t cap) {
+  lost_at_ns_.store(monotonic_ns(), std::memory_order_relaxed);
+  state_.store(kLost, std::memory_order_release);
+  logf(LogLevel::warn,
+       "colocd at %s %s: registering in the background; a first CUDA context waits until colocd answers (up to "
+       "COLOC_WAIT_TIMEOUT; with COLOC_ON_FULL=fail it fails at once)",
+       path_, what);
+  return start_thread(why, cap);
+}
+
 int DaemonLink::start(const char* path, bool retry, uint64_t deadline_ns, LinkOwner* owner, SignalWindow& w,
                       char* why, size_t cap) {
   owner_ = owner;
@@ -176,36 +209,24 @@ int DaemonLink::start(const char* path, bool retry, uint64_t deadline_ns, LinkOw
       if (rc == 0) {
         identify(fd, &fd_dev_, &fd_ino_);
         fd_.store(fd, std::memory_order_release);
+        registered_.store(true, std::memory_order_release);
         state_.store(kConnected, std::memory_order_release);
-        // The link thread: every signal blocked (it inherits the creator's mask), detached.
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&attr, kLinkStack);
-        pthread_t t;
-        int err = pthread_create(&t, &attr, link_main, this);
-        pthread_attr_destroy(&attr);
-        pthread_sigmask(SIG_SETMASK, &old, nullptr);
-        if (err == 0) return 0;
-        // Without the thread nobody would read the replies: give the connection up (no other
-        // thread uses the descriptor yet).
-        state_.store(kClosed, std::memory_order_release);
-        fd_.store(-1, std::memory_order_release);
-        ::close(fd);
-        set_why(why, cap, "cannot start the link thread: %s", std::strerror(err));
-        return -err;
+        return start_thread(why, cap);
       }
       ::close(fd);
       if (rc == -EAGAIN) continue;  // an older daemon: register again at its version
-      if (rc == -EINTR || rc != -ECONNRESET || !retry) return rc;
-    } else {
-      bool absent = rc == -ENOENT || rc == -ECONNREFUSED || rc == -EAGAIN;
-      set_why(why, cap, "%s", std::strerror(-rc));
-      if (!absent || !retry) return rc;
+      if (rc == -EINTR) return rc;
+      // A colocd is there but did not answer, or closed the connection unanswered (at its cap of
+      // connections, say): as during a restart, never standalone: retry in the background.
+      if (rc == -ETIMEDOUT) return start_busy("did not answer the registration within 10 s", why, cap);
+      if (rc == -ECONNRESET) return start_busy("closed the connection before answering the registration", why, cap);
+      return rc;
     }
+    if (rc == -EAGAIN)  // its listen queue stayed full for the whole connect timeout: busy, not absent
+      return start_busy("did not take the connection within 10 s (its listen queue is full)", why, cap);
+    bool absent = rc == -ENOENT || rc == -ECONNREFUSED;
+    set_why(why, cap, "%s", std::strerror(-rc));
+    if (!absent || !retry) return rc;
     uint64_t now = monotonic_ns();
     if (now >= deadline_ns) return -ETIMEDOUT;
     if (!announced) {
@@ -450,6 +471,7 @@ void DaemonLink::reset_in_child() {
   int fd = fd_.exchange(-1, std::memory_order_relaxed);
   if (fd >= 0) ::close(fd);
   state_.store(kIdle, std::memory_order_relaxed);
+  registered_.store(false, std::memory_order_relaxed);
   pthread_rwlock_init(&conn_lock_, nullptr);
   table_mutex_.reinit_in_child();
   reader_mutex_.reinit_in_child();
@@ -509,7 +531,9 @@ bool DaemonLink::reconnect() {
   int nfd = -1;
   if (wire::connect_socket(path_, &nfd) != 0) return false;
   char why[200] = {};
-  int rc = register_on(nfd, true, nullptr, monotonic_ns() + kRegisterTimeoutNs, why, sizeof why);
+  // The first registration, when colocd was busy at start-up; else the re-registration of our ledger.
+  const bool resume = registered_.load(std::memory_order_acquire);
+  int rc = register_on(nfd, resume, nullptr, monotonic_ns() + kRegisterTimeoutNs, why, sizeof why);
   if (rc != 0) {
     ::close(nfd);
     uint64_t suppressed = 0;
@@ -545,8 +569,13 @@ bool DaemonLink::reconnect() {
   // Once per reconnect, after the one "lost the connection" line: the user saw the loss.
   uint64_t lost = lost_at_ns_.load(std::memory_order_relaxed);
   uint64_t now = monotonic_ns();
-  logf(LogLevel::warn, "reconnected to colocd after %.1f s: registered again with the same ledger; growth and "
-       "admission go on as before", lost && now > lost ? double(now - lost) / 1e9 : 0.0);
+  const double after = lost && now > lost ? double(now - lost) / 1e9 : 0.0;
+  registered_.store(true, std::memory_order_release);
+  if (resume)
+    logf(LogLevel::warn, "reconnected to colocd after %.1f s: registered again with the same ledger; growth and "
+         "admission go on as before", after);
+  else
+    logf(LogLevel::warn, "registered with colocd at %s after %.1f s", path_, after);
   return true;
 }
 

@@ -81,8 +81,12 @@ class DaemonLink {
 
   /// Connects to `path` and registers, on the calling thread; then starts the link thread.
   /// With `retry`, keeps trying (back-off) until `deadline_ns` (CLOCK_MONOTONIC) while the daemon
-  /// is absent; else tries once. Returns 0; -EINTR when SIGINT/SIGTERM ended the wait; -ETIMEDOUT;
-  /// or another -errno, with a sentence in why[cap] (e.g. the daemon's refusal).
+  /// is absent; else tries once. A daemon that is there but busy — its listen queue full for the
+  /// connect timeout (10 s), no answer to the Register within 10 s, or the connection closed
+  /// unanswered — is not absent: 0 is returned, one warning says so, and the link thread keeps
+  /// trying in the background (as after a restart: admission and growth wait for it). Returns 0;
+  /// -EINTR when SIGINT/SIGTERM ended the wait; -ETIMEDOUT; or another -errno, with a sentence in
+  /// why[cap] (e.g. the daemon's refusal).
   int start(const char* path, bool retry, uint64_t deadline_ns, LinkOwner* owner, SignalWindow& w, char* why,
             size_t cap);
 
@@ -141,6 +145,11 @@ class DaemonLink {
   void read_replies(int fd);       // the leader: every datagram waiting on the socket
   void hand_over(const Pending* leaving);  // wakes another waiting request to lead
   int register_on(int fd, bool resume, SignalWindow* w, uint64_t deadline_ns, char* why, size_t cap);
+  /// Starts the link thread (0, or -errno with why[cap]).
+  int start_thread(char* why, size_t cap);
+  /// colocd is there but busy (`what`): the link thread registers in the background, as after a
+  /// restart; meanwhile admission and growth wait for it.
+  int start_busy(const char* what, char* why, size_t cap);
   void dispatch(const proto::Message& m);
   void lose(const char* why);
   bool reconnect();
@@ -153,6 +162,7 @@ class DaemonLink {
   std::atomic<uint64_t> grant_step_{64ull << 20};
   std::atomic<uint16_t> version_{proto::kVersion};
   std::atomic<uint64_t> lost_at_ns_{0};  // CLOCK_MONOTONIC ns when the connection was last lost
+  std::atomic<bool> registered_{false};  // registered once: a reconnect re-registers the ledger (kRegResume)
   LinkOwner* owner_ = nullptr;
   char path_[108] = {};
   pthread_rwlock_t conn_lock_ = PTHREAD_RWLOCK_INITIALIZER;

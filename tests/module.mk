@@ -11,7 +11,7 @@ TEST_BIN    := $(BUILD)/tests/coloc-tests
 TEST_DEFS   := -DCOLOC_BUILD_DIR='"$(abspath $(BUILD))"' -DCOLOC_SOURCE_DIR='"$(abspath .)"' \
                -DCOLOC_SAN='"$(SAN)"' -DCOLOC_SAN_RUNTIME='"$(SAN_RUNTIME)"' \
                -DCOLOC_CUDA_HOME='"$(CUDA_HOME)"'
-TEST_LIBS   := $(SPDLOG_LIBS) -lsqlite3 -lxxhash -ldl -lpthread
+TEST_LIBS   := $(SPDLOG_LIBS) -lsqlite3 -lxxhash -lbpf -ldl -lpthread
 
 test_objs = $(patsubst %.cpp,$(OBJ)/%.o,$(1))
 $(call test_objs,$(TEST_SRCS) $(TEST_SUPPORT_SRCS)): CPPFLAGS += $(TEST_DEFS) $(SPDLOG_CPPFLAGS)

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -10,6 +11,31 @@
 #include "coloc/wire.h"
 
 namespace coloc::cli {
+
+namespace {
+std::string fmt_seconds(int ms) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g s", double(ms) / 1000.0);
+  return b;
+}
+}  // namespace
+
+namespace {
+
+std::string connect_failure(int rc) {
+  if (rc == -ENOENT || rc == -ECONNREFUSED)
+    return std::string(std::strerror(-rc)) + " (is colocd running? set COLOC_SOCKET or --socket)";
+  if (rc == -EAGAIN)
+    return "it did not take the connection within " + std::to_string(wire::kConnectTimeoutMs / 1000) +
+           " s (its listen queue is full: colocd is stalled or flooded)";
+  return std::strerror(-rc);
+}
+
+std::string no_answer(const std::string& socket, int timeout_ms) {
+  return "colocd at " + socket + " did not answer within " + fmt_seconds(timeout_ms) + " (stalled or flooded?)";
+}
+
+}  // namespace
 
 std::string resolve_socket(const std::string& flag) {
   if (!flag.empty()) return flag;
@@ -22,8 +48,7 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
   int fd = -1;
   if (int rc = wire::connect_socket(socket.c_str(), &fd); rc != 0) {
     a.kind = Answer::Kind::kUnreachable;
-    a.text = "cannot reach colocd at " + socket + ": " + std::strerror(-rc) +
-             (rc == -ENOENT || rc == -ECONNREFUSED ? " (is colocd running? set COLOC_SOCKET or --socket)" : "");
+    a.text = "cannot reach colocd at " + socket + ": " + connect_failure(rc);
     return a;
   }
   proto::Status st;
@@ -44,7 +69,7 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
     if (rc != 0) {
       a.kind = rc == -EPROTO ? Answer::Kind::kProtocol : Answer::Kind::kUnreachable;
       a.text = rc == -EPROTO ? std::string("unreadable answer from colocd: ") + proto::error_name(st.error)
-               : rc == -ETIMEDOUT ? "colocd at " + socket + " did not answer in time"
+               : rc == -ETIMEDOUT ? no_answer(socket, timeout_ms)
                                   : "colocd at " + socket + " closed the connection: " + std::strerror(-rc);
       break;
     }
@@ -65,10 +90,15 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
   return a;
 }
 
-int register_anchor(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms, bool resume) {
+int register_anchor(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms, bool resume,
+                    bool* busy) {
   int fd = -1;
+  bool busy_local = false;
+  bool& is_busy = busy ? *busy : busy_local;
+  is_busy = false;
   if (int rc = wire::connect_socket(socket.c_str(), &fd); rc != 0) {
-    *why = "cannot reach colocd at " + socket + ": " + std::strerror(-rc);
+    *why = "cannot reach colocd at " + socket + ": " + connect_failure(rc);
+    is_busy = rc == -EAGAIN;
     return -1;
   }
   proto::RegisterMsg r;
@@ -102,8 +132,9 @@ int register_anchor(const std::string& socket, const AnchorSpec& spec, std::stri
     if (rc != 0) {
       ::close(fd);
       *why = rc == -EPROTO ? std::string("unreadable answer from colocd: ") + proto::error_name(st.error)
-             : rc == -ETIMEDOUT ? "colocd at " + socket + " did not answer in time"
-                                : "colocd at " + socket + " closed the connection: " + std::strerror(-rc);
+             : rc == -ETIMEDOUT ? no_answer(socket, timeout_ms)
+                                : "colocd at " + socket + " closed the connection before answering: " + std::strerror(-rc);
+      is_busy = rc != -EPROTO;
       return -1;
     }
     if (m.type() == proto::MsgType::kError) {

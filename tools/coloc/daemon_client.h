@@ -39,12 +39,14 @@ struct AnchorSpec {
 };
 
 /// Connects to colocd at `socket` and registers as the anchor of `spec.job`, waiting up to
-/// `timeout_ms` for the reply. Returns the connected descriptor (close-on-exec; keep it open as
-/// long as the job runs), or -1 with a sentence in *why (no colocd, or one that refuses anchors,
-/// e.g. an older protocol): then run without one.
+/// `timeout_ms` for the reply (and up to wire::kConnectTimeoutMs for the connection). Returns the
+/// connected descriptor (close-on-exec; keep it open as long as the job runs), or -1 with a
+/// sentence in *why: no colocd, one that refuses anchors (e.g. an older protocol), or one that is
+/// there but busy — its listen queue full, no answer in time, or the connection closed unanswered
+/// (*busy = true when given: then try again later, never run outside the books).
 /// `resume`: registering again after colocd restarted (kRegResume, no ledger).
 int register_anchor(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms = 10000,
-                    bool resume = false);
+                    bool resume = false, bool* busy = nullptr);
 
 /// Says goodbye on the anchor's connection with the command's exit status (its exit code, or
 /// 128 + the signal that killed it), then closes it: the job ends once its processes are gone,

@@ -29,6 +29,7 @@
 
 #include "coloc/protocol.h"
 #include "coloc/size.h"
+#include "coloc/wire.h"
 #include "daemon_client.h"
 #include "format.h"
 #include "run_plan.h"
@@ -152,6 +153,7 @@ int wait_anchored(pid_t child, int anchor, const std::string& socket, const colo
     return anchor;
   }
   int backoff_ms = 50;
+  bool registered = anchor >= 0;  // else colocd was busy at the start: the first registration is still to come
   for (;;) {
     pollfd p[2] = {{pidfd, POLLIN, 0}, {anchor, POLLIN, 0}};
     int rc = ::poll(p, anchor >= 0 ? 2 : 1, anchor >= 0 ? -1 : backoff_ms);
@@ -170,7 +172,8 @@ int wait_anchored(pid_t child, int anchor, const std::string& socket, const colo
     }
     if (anchor < 0 && rc == 0) {
       std::string why;
-      anchor = coloc::cli::register_anchor(socket, spec, &why, 2000, true);
+      anchor = coloc::cli::register_anchor(socket, spec, &why, 2000, registered);
+      registered |= anchor >= 0;
       if (anchor < 0) backoff_ms = std::min(backoff_ms * 2, 2000);
       else backoff_ms = 50;
     }
@@ -212,8 +215,15 @@ int do_run(const coloc::cli::RunOptions& opt) {
   // exec the command, as the library will run it on its local limits anyway.
   coloc::cli::AnchorSpec spec{plan.job_id, plan.limit, plan.priority, plan.on_full, plan.wait_timeout_ns, plan.argv};
   std::string why;
-  int anchor = coloc::cli::register_anchor(plan.env["COLOC_SOCKET"], spec, &why);
-  if (anchor < 0) {
+  bool busy = false;
+  int anchor = coloc::cli::register_anchor(plan.env["COLOC_SOCKET"], spec, &why, coloc::wire::kConnectTimeoutMs,
+                                           false, &busy);
+  if (anchor < 0 && busy) {
+    // A colocd is there but does not answer: never run outside its books. The command runs (its
+    // CUDA processes wait for colocd at their first context), and the anchor registers once
+    // colocd answers.
+    std::fprintf(stderr, "coloc: warning: %s; the command starts, and its GPU work waits for colocd\n", why.c_str());
+  } else if (anchor < 0) {
     coloc::log::get("cli")->debug("running without an anchor: {}", why);
     ::execvpe(argv[0], argv.data(), envp.data());
     return fail(errno == ENOENT ? kCannotRun : 126, "cannot run " + plan.argv.front() + ": " + std::strerror(errno));

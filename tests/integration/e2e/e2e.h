@@ -80,13 +80,21 @@ class Node {
   /// Starts colocd (again) and waits until `coloc status` answers.
   void start_daemon() {
     if (daemon_) old_log_ += daemon_->err_so_far();
-    std::vector<std::string> argv = {build_path("bin/colocd"), "--socket", socket_, "--state-dir", state_,
-                                     "--log-level", "info"};
+    std::vector<std::string> argv = daemon_prefix_;
+    for (const std::string& a : {build_path("bin/colocd"), std::string("--socket"), socket_, std::string("--state-dir"),
+                                 state_, std::string("--log-level"), std::string("info")})
+      argv.push_back(a);
     argv.insert(argv.end(), daemon_args_.begin(), daemon_args_.end());
     daemon_ = std::make_unique<Proc>(argv, base_env());
     bool up = wait_until([&] { return cli({"status"}).exit_code == 0 || !daemon_->running(); }, 20s, 10ms);
     REQUIRE_MESSAGE((up && daemon_->running()), "colocd did not come up:\n", log());
   }
+  /// A command colocd is started under (e.g. {"prlimit", "--nofile=128:128", "--"}): it must exec
+  /// colocd (the daemon's pid is the command's).
+  void set_daemon_prefix(std::vector<std::string> prefix) { daemon_prefix_ = std::move(prefix); }
+  pid_t daemon_pid() const { return daemon_ ? daemon_->pid() : -1; }
+  /// Bytes colocd has logged so far (this run).
+  size_t log_size() const { return daemon_ ? daemon_->err_so_far().size() : 0; }
   /// SIGKILL of colocd; returns once it is reaped.
   void kill_daemon() {
     daemon_->kill(SIGKILL);
@@ -177,7 +185,7 @@ class Node {
  private:
   TempDir dir_{"coloc-e2e"};
   std::string devices_;
-  std::vector<std::string> daemon_args_;
+  std::vector<std::string> daemon_args_, daemon_prefix_;
   std::string socket_, state_, old_log_;
   std::unique_ptr<Proc> daemon_;
 };
