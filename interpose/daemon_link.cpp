@@ -96,7 +96,8 @@ int DaemonLink::register_on(int fd, bool resume, SignalWindow* w, uint64_t deadl
   if (int rc = wire::send(fd, m, seq, version_.load(std::memory_order_relaxed), &st); rc != 0) {
     if (rc == -EINVAL) set_why(why, cap, "cannot encode the registration (%s: %s)", proto::error_name(st.error), st.field);
     else set_why(why, cap, "%s", std::strerror(-rc));
-    return rc;
+    // Closed before we could even say who we are: as a close before the answer.
+    return rc == -EPIPE ? -ECONNRESET : rc;
   }
   for (;;) {
     uint64_t now = monotonic_ns();

@@ -78,6 +78,7 @@ class Listener {
   /// peer's connection (for SO_PEERGROUPS when the admin group is not its primary group).
   bool exempt(int fd, const ucred& peer) const;
   size_t connections_of(uid_t uid) const;
+
   /// Open connections per uid (handed out and not yet closed).
   const std::map<uid_t, size_t>& per_uid() const { return per_uid_; }
   const ListenerCounters& counters() const { return counters_; }

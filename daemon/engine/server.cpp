@@ -333,6 +333,19 @@ void Server::destroy(uint64_t id) {
   listener_->connection_closed(uid);
 }
 
+bool Server::descriptors_for(const Connection& c, int n) {
+  std::vector<UniqueFd> probes;
+  while (int(probes.size()) < n) {
+    int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      probes.emplace_back(fd);
+      continue;
+    }
+    if ((errno != EMFILE && errno != ENFILE) || !c.exempt() || !make_room()) return false;
+  }
+  return true;  // the probes close here: n descriptors are free for the caller
+}
+
 bool Server::make_room() {
   for (auto& [at, id] : hellos_) {
     Connection* c = find_connection(id);
@@ -580,7 +593,16 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
 void Server::on_register(Connection& c, const proto::Message& m) {
   const proto::RegisterMsg& r = m.body.reg;
   auto lg = log::get("engine");
+  // A registration costs three descriptors (two pages, a pidfd). At the descriptor limit, root and
+  // admin peers get them from unregistered connections of others (Listener::MakeRoom); anyone
+  // else is closed unanswered, which its client takes for a busy colocd (it tries again, and never
+  // runs outside the books meanwhile).
+  auto out_of_fds = [](const Error& e) { return e.err == EMFILE || e.err == ENFILE; };
+  if (!descriptors_for(c, 4))
+    return drop(c, "no file descriptor left for its registration (closed unanswered: it tries again)", std::nullopt, true);
   auto pages = ClientPages::create(info_.epoch);
+  if (!pages && out_of_fds(pages.error()))
+    return drop(c, pages.error().message() + " (closed unanswered: it tries again)", std::nullopt, true);
   if (!pages) return refuse(c, proto::ErrorCode::kInternal, pages.error().message());
   if (!pages.value().future_write_sealed())
     lg->warn("this kernel cannot seal control pages against writing (F_SEAL_FUTURE_WRITE, Linux 5.1)");
@@ -588,8 +610,10 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   auto start_time = process_start_time(c.pid());
   if (!start_time) return drop(c, "process " + std::to_string(c.pid()) + " is already gone");
   c.start_time = *start_time;
-  if (auto w = watcher_->watch({c.pid(), c.start_time}); !w)
-    return drop(c, "process " + std::to_string(c.pid()) + " is already gone");
+  auto w = watcher_->watch({c.pid(), c.start_time});
+  if (!w && out_of_fds(w.error()))
+    return drop(c, w.error().message() + " (closed unanswered: it tries again)", std::nullopt, true);
+  if (!w) return drop(c, "process " + std::to_string(c.pid()) + " is already gone");
   const broker::Nanos t = now();
   broker::ClientSpec spec;
   spec.uid = c.uid();

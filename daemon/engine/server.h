@@ -66,6 +66,9 @@ class Server {
   /// At the descriptor limit: closes the oldest connection of a non-exempt peer that has not
   /// sent its first message yet, now. True when there was one.
   bool make_room();
+  /// Makes sure `n` descriptors are free now (for a registration at the descriptor limit): for
+  /// an exempt peer by closing unregistered connections of others. False when they are not.
+  bool descriptors_for(const Connection& c, int n);
   /// Closes connections that sent no valid first message within cfg_.hello_timeout.
   void expire_hellos(Nanos t);
   /// Removes a doomed connection from the loop and the books of connections, now.

@@ -119,7 +119,9 @@ int register_anchor(const std::string& socket, const AnchorSpec& spec, std::stri
   if (int rc = wire::send(fd, r, 1, proto::kVersion, &st); rc != 0) {
     ::close(fd);
     *why = rc == -EINVAL ? std::string("invalid registration: ") + proto::error_name(st.error) + " (" + st.field + ")"
-                         : std::string("cannot talk to colocd at ") + socket + ": " + std::strerror(-rc);
+                         : std::string("colocd at ") + socket + " closed the connection before answering: " +
+                               std::strerror(-rc);
+    is_busy = rc != -EINVAL;
     return -1;
   }
   std::vector<unsigned char> buf(proto::kMaxMessage);
