@@ -11,6 +11,7 @@ DAEMON_CORE_SRCS := \
   daemon/util/log.cpp \
   daemon/util/fs.cpp \
   daemon/broker/broker.cpp \
+  daemon/broker/outside.cpp \
   daemon/broker/priority_fifo_policy.cpp \
   daemon/report/timeline.cpp \
   daemon/report/job_recorder.cpp \

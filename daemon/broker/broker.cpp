@@ -122,15 +122,59 @@ uint32_t Broker::device_for(const Uuid& uuid, Bytes capacity, Nanos now) {
 }
 
 void Broker::refresh_outside(uint32_t device, Bytes physical_free, Nanos now) {
-  refresh_outside_from(device, physical_free, now, nullptr, 0, 0);
-}
-
-void Broker::refresh_outside_from(uint32_t device, Bytes physical_free, Nanos now, const Client* reporter,
-                                  uint32_t slot, Bytes reported_in_use) {
   if (physical_free == kUnknown || device >= devices_.size()) return;
   Device& d = devices_[device];
+  // colocd's own reading: from now on the clients' figures for this device only ask for the next.
+  d.measured = true;
+  d.figures.clear();
   physical_free = std::min(physical_free, d.capacity);
-  Bytes used = d.capacity - physical_free;
+  const Bytes used = d.capacity - physical_free;
+  const Bytes coloc = coloc_in_use(d, nullptr, 0, 0);
+  Bytes outside;
+  if (coloc > used) {
+    // The ledgers claim more than the device shows: a ledger is wrong, or allocations are in
+    // flight (counted before the driver call). Client figures cannot tell how much is used
+    // outside; the device can only bound it: keep a known estimate, capped by what is used.
+    note_mismatch(d, coloc, used);
+    outside = d.outside_known ? std::min(d.outside, used) : 0;
+  } else {
+    outside = used - coloc;
+  }
+  set_outside(device, outside, now);
+}
+
+void Broker::report_outside(uint32_t device, Bytes physical_free, Nanos now, const Client& reporter, uint32_t slot,
+                            Bytes reported_in_use, Bytes request) {
+  if (physical_free == kUnknown || device >= devices_.size()) return;
+  Device& d = devices_[device];
+  if (d.measured) {  // colocd reads this device itself: a client's figure only asks for a fresh reading
+    note_short(device);
+    return;
+  }
+  physical_free = std::min(physical_free, d.capacity);
+  const Bytes used = d.capacity - physical_free;
+  const Bytes coloc = coloc_in_use(d, &reporter, slot, reported_in_use);
+  if (coloc > used) note_mismatch(d, coloc, used);
+  const Bytes implied = coloc > used ? 0 : used - coloc;
+  // What the reporter's user holds on the device and does not use: the most its own allocations
+  // can show missing (outside.h).
+  Bytes committed = 0, in_use_there = 0;
+  for (const auto& [serial, job] : jobs_) {
+    if (job.key.uid != reporter.uid) continue;
+    auto jd = job.devices.find(device);
+    if (jd == job.devices.end() || !jd->second.admitted) continue;
+    committed = sat_add(committed, std::max(jd->second.reserved, jd->second.granted));
+  }
+  for (auto [id, s] : d.attachments) {
+    const Client& ac = clients_.at(id);
+    if (ac.uid == reporter.uid) in_use_there = sat_add(in_use_there, client_in_use(ac, s));
+  }
+  const Bytes allowance = sat_add(sat_sub(committed, in_use_there), request);
+  d.figures.report(reporter.uid, implied, allowance, now);
+  set_outside(device, d.figures.estimate(), now);
+}
+
+Bytes Broker::coloc_in_use(const Device& d, const Client* reporter, uint32_t slot, Bytes reported_in_use) const {
   // A client that has just resumed has not copied its counters into its new stats page yet: its
   // ledger's in-use (the floor) stands for them, or its memory would be taken for outside use.
   Bytes coloc = 0;
@@ -144,19 +188,20 @@ void Broker::refresh_outside_from(uint32_t device, Bytes physical_free, Nanos no
     Bytes page = client_in_use(*reporter, slot);
     coloc = coloc - page + std::min(page, reported_in_use);
   }
-  Bytes before = d.outside;
-  if (coloc > used) {
-    // The ledgers claim more than the device shows: a ledger is wrong, or allocations are in
-    // flight (counted before the driver call). Client figures cannot tell how much is used
-    // outside; the device can only bound it: keep a known estimate, capped by what is used.
-    ++d.ledger_mismatches;
-    if (d.ledger_mismatches == 1 || d.ledger_mismatches % 1000 == 0)
-      log::get("broker")->warn("device {}: clients report {} in use but the device shows only {} used ({} reports like this)",
-                               d.uuid.str(), mib(coloc), mib(used), d.ledger_mismatches);
-    d.outside = d.outside_known ? std::min(d.outside, used) : 0;
-  } else {
-    d.outside = used - coloc;
-  }
+  return coloc;
+}
+
+void Broker::note_mismatch(Device& d, Bytes coloc, Bytes used) {
+  ++d.ledger_mismatches;
+  if (d.ledger_mismatches == 1 || d.ledger_mismatches % 1000 == 0)
+    log::get("broker")->warn("device {}: clients report {} in use but the device shows only {} used ({} reports like this)",
+                             d.uuid.str(), mib(coloc), mib(used), d.ledger_mismatches);
+}
+
+void Broker::set_outside(uint32_t device, Bytes outside, Nanos now) {
+  Device& d = devices_[device];
+  const Bytes before = d.outside;
+  d.outside = outside;
   d.outside_known = true;
   d.outside_at = now;
   if (d.outside < before) {
@@ -425,7 +470,18 @@ void Broker::remove_client(ClientId id, Nanos now) {
   }
   job.clients.erase(std::remove(job.clients.begin(), job.clients.end(), id), job.clients.end());
   JobSerial serial = job.serial;
+  const uint32_t uid = c.uid;
   clients_.erase(it);
+  // A user none of whose processes is on a device any more has no say about it (outside.h).
+  for (uint32_t dev : touched) {
+    Device& d = devices_[dev];
+    if (d.measured || d.figures.empty()) continue;
+    bool still = false;
+    for (auto [cid, s] : d.attachments) still |= clients_.at(cid).uid == uid;
+    if (still) continue;
+    d.figures.forget(uid);
+    set_outside(dev, d.figures.estimate(), now);
+  }
   if (job.clients.empty()) {
     event(Event::Kind::kJobEnded, job, now);
     for ([[maybe_unused]] auto& [dev, jd] : job.devices) assert(jd.reserved == 0 && jd.granted == 0);
@@ -685,7 +741,10 @@ void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> re
     refuse(c, seq, Reply::Kind::kAttach, 0, Reason::kBadRequest, 0, std::nullopt, 0, now);
     return;
   }
-  for (size_t i = 0; i < reqs.size(); ++i) refresh_outside(devs[i].first, reqs[i].physical_free, now);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (reqs[i].measured) refresh_outside(devs[i].first, reqs[i].physical_free, now);
+    else report_outside(devs[i].first, reqs[i].physical_free, now, c, 0, 0, 0);
+  }
   Decision d = decide_attach(c, devs, now, false);
   if (d.kind == Decision::Kind::kGrant) {
     grant_attach(c, seq, devs, d.grants, 0, now);
@@ -722,7 +781,7 @@ void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes ph
     return;
   }
   const uint32_t dev = c.slots[slot].device;
-  refresh_outside(dev, physical_free, now);
+  report_outside(dev, physical_free, now, c, slot, client_in_use(c, slot), 0);
   Decision d = decide_grow(c, slot, need, now, false);
   Job& job = job_of(c);
   if (d.kind == Decision::Kind::kGrant) {
@@ -789,11 +848,14 @@ void Broker::driver_oom(ClientId id, uint32_t slot, Bytes request, Bytes in_use,
   ++d.driver_ooms;
   Job& job = job_of(c);
   event(Event::Kind::kDriverOom, job, now, dev, false, Reason::kNone, request, in_use);
-  refresh_outside_from(dev, physical_free, now, &c, slot, in_use);
-  log::get("broker")->warn(
-      "job {} (pid {}): the driver refused {} on {} inside a grant of {} ({} in use): memory used outside coloc is "
-      "now estimated at {}",
-      job.key.str(), c.pid, mib(request), d.uuid.str(), mib(c.slots[slot].grant), mib(in_use), mib(d.outside));
+  // The request failed inside the grant: it is memory the client can show missing (at most its
+  // unused grant, whatever it claims).
+  const Bytes unused_grant = sat_sub(c.slots[slot].grant, std::min(client_in_use(c, slot), in_use));
+  report_outside(dev, physical_free, now, c, slot, in_use, std::min(request, unused_grant));
+  log::limited(log::get("broker"), spdlog::level::warn, "driver oom uid " + std::to_string(c.uid),
+               "job {} (pid {}): the driver refused {} on {} inside a grant of {} ({} in use): memory used outside "
+               "coloc is now estimated at {}",
+               job.key.str(), c.pid, mib(request), d.uuid.str(), mib(c.slots[slot].grant), mib(in_use), mib(d.outside));
 }
 
 void Broker::cancel(ClientId id, uint32_t target_seq, Nanos now) {

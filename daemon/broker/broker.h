@@ -69,6 +69,7 @@
 #include <vector>
 
 #include "broker/memory_policy.h"
+#include "broker/outside.h"
 #include "broker/types.h"
 #include "coloc/pages.h"
 
@@ -95,6 +96,11 @@ struct Device {
   uint64_t ledger_mismatches = 0;  ///< reports where ledgers claimed more than the device showed
   /// (client, slot) pairs attached to this device.
   std::vector<std::pair<ClientId, uint32_t>> attachments;
+  /// colocd reads the device's free memory itself (refresh_outside has had a figure): clients'
+  /// figures are never used for it then, only as a prompt to read it again.
+  bool measured = false;
+  /// Until then: the clients' figures, per user (outside.h).
+  OutsideFigures figures;
 };
 
 /// A job's standing on one device.
@@ -240,13 +246,14 @@ class Broker {
 
   // ---- the device's own view -------------------------------------------------------------------
 
-  /// A fresh physical-free figure of `device` (an index into devices(); bytes, kUnknown = none):
-  /// from a client's report (Attach, Grow, DriverOom) or read by the daemon itself (NVML).
-  /// Re-estimates the memory used outside coloc as capacity - physical free - sum of coloc
-  /// in-use, and serves waiters if the estimate fell. When the clients' in-use figures add up to
-  /// more than the device shows used (a ledger is wrong, or allocations are in flight), a known
-  /// estimate is not dropped to zero on their word: it is only capped by what the device shows
-  /// used (so it reaches zero when the device shows nothing used). Unknown device index: ignored.
+  /// A physical-free figure of `device` (an index into devices(); bytes, kUnknown = none) that
+  /// colocd read itself (NVML): trusted. Re-estimates the memory used outside coloc as capacity -
+  /// physical free - sum of coloc in-use, and serves waiters if the estimate fell. When the
+  /// clients' in-use figures add up to more than the device shows used (a ledger is wrong, or
+  /// allocations are in flight), a known estimate is not dropped to zero on their word: it is
+  /// only capped by what the device shows used (so it reaches zero when the device shows nothing
+  /// used). From then on the device is `measured`: clients' figures for it only prompt a new
+  /// reading (take_short_devices). Unknown device index: ignored.
   void refresh_outside(uint32_t device, Bytes physical_free, Nanos now);
   /// Devices where an attach or grow since the last call found too little room (it parked or was
   /// refused device-full), each once, in order: the engine re-reads their physical free memory
@@ -305,9 +312,17 @@ class Broker {
   struct Decision;
   Job& job_of(const Client& c);
   uint32_t device_for(const Uuid& uuid, Bytes capacity, Nanos now);
-  /// refresh_outside, with the in-use of (reporter, slot) taken as min(stats page, reported).
-  void refresh_outside_from(uint32_t device, Bytes physical_free, Nanos now, const Client* reporter, uint32_t slot,
-                            Bytes reported_in_use);
+  /// A client's physical-free figure (Attach, Grow, DriverOom): on a measured device a prompt to
+  /// read it again; else one user's figure under the rule of outside.h. The in-use of (reporter,
+  /// slot) is taken as min(stats page, `reported_in_use`); `request` is a driver OOM's failed
+  /// request inside the grant (0 otherwise), part of what the reporter can show missing.
+  void report_outside(uint32_t device, Bytes physical_free, Nanos now, const Client& reporter, uint32_t slot,
+                      Bytes reported_in_use, Bytes request);
+  /// Sum of coloc's in-use on `d` (resume floors included), with the reporter's figure as above.
+  Bytes coloc_in_use(const Device& d, const Client* reporter, uint32_t slot, Bytes reported_in_use) const;
+  void note_mismatch(Device& d, Bytes coloc, Bytes used);
+  /// Sets the estimate; a lower one serves waiters (and may break a deadlock hidden behind it).
+  void set_outside(uint32_t device, Bytes outside, Nanos now);
   void note_short(uint32_t device);
   Bytes reservation_for(const Job& job, const Device& dev) const;
   void set_job_device(Job& job, uint32_t device, Bytes reserved, Bytes granted);

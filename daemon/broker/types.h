@@ -72,6 +72,7 @@ struct AttachRequest {
   Bytes capacity = 0;
   Bytes physical_free = kUnknown;
   Bytes request = 0;  ///< bytes needed at once
+  bool measured = false;  ///< physical_free is colocd's own reading (NVML), not the client's
 };
 
 /// One device of a resumed ledger (Register with kRegResume); its index is its slot.

@@ -556,9 +556,12 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
       for (uint32_t i = 0; i < m.body.attach.n_devices; ++i) {
         const proto::AttachDevice& d = m.body.attach.devices[i];
         reqs.push_back({broker::Uuid::from(d.device.uuid), d.device.capacity, d.device.physical_free, d.request});
-        // A client has no context to ask before admission: the device's own figure, when we can read it.
-        if (reqs.back().physical_free == broker::kUnknown && memory_reader_)
-          if (auto free = memory_reader_->free_bytes(reqs.back().uuid)) reqs.back().physical_free = *free;
+        // The device's own figure whenever colocd can read it: a client's is only its word.
+        if (memory_reader_)
+          if (auto free = memory_reader_->free_bytes(reqs.back().uuid)) {
+            reqs.back().physical_free = *free;
+            reqs.back().measured = true;
+          }
       }
       broker_.attach(id, h.seq, reqs, t);
       break;
@@ -585,7 +588,7 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
   }
   // A request found no room: the outside-coloc estimate may be stale (nobody reported since
   // that memory was freed). Ask the device; a lower figure serves the waiter at once.
-  for (uint32_t dev : broker_.take_short_devices()) read_device_memory(dev, t);
+  for (uint32_t dev : broker_.take_short_devices()) read_device_memory(dev, t, true);
   // Grants change at requests: sample the job there too, so short jobs have a timeline.
   sample_job(c.job, t);
 }
@@ -919,8 +922,14 @@ void Server::sample_job(broker::JobSerial serial, Nanos t) {
   if (it != broker_.jobs().end()) sample_job(it->second, t);
 }
 
-void Server::read_device_memory(uint32_t device, Nanos t) {
+void Server::read_device_memory(uint32_t device, Nanos t, bool prompted) {
   if (!memory_reader_ || device >= broker_.devices().size()) return;
+  // Prompted by a client's message: at most one reading per device per millisecond, however
+  // many messages ask (the sample timer reads every device anyway).
+  constexpr Nanos kMinInterval = 1'000'000;
+  if (last_read_.size() <= device) last_read_.resize(device + 1, 0);
+  if (prompted && last_read_[device] != 0 && t - last_read_[device] < kMinInterval) return;
+  last_read_[device] = t;
   if (auto free = memory_reader_->free_bytes(broker_.devices()[device].uuid))
     broker_.refresh_outside(device, *free, t);
 }

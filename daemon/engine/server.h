@@ -86,8 +86,9 @@ class Server {
   void sample_job(broker::JobSerial serial, Nanos t);
   void on_deadline();
   /// Reads the free memory of broker device `device` through memory_reader_ (if any) and hands
-  /// it to the broker (Broker::refresh_outside).
-  void read_device_memory(uint32_t device, Nanos t);
+  /// it to the broker (Broker::refresh_outside). `prompted`: asked for by a client's message
+  /// (rate-limited), not the sample timer.
+  void read_device_memory(uint32_t device, Nanos t, bool prompted = false);
 
   /// Sends an Error and closes the connection (after this event is handled).
   void refuse(Connection& c, proto::ErrorCode code, const std::string& text);
@@ -169,6 +170,7 @@ class Server {
   std::unique_ptr<watch::ProcessWatcher> watcher_;
   std::unique_ptr<device::MemoryReader> memory_reader_;  ///< null: client reports only
   bool memory_reader_set_ = false;
+  std::vector<Nanos> last_read_;  ///< per broker device: the last reading through memory_reader_
   DaemonInfo info_;
   std::unique_ptr<Admin> admin_;
   uint64_t next_conn_id_ = 1;

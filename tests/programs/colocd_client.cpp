@@ -10,11 +10,13 @@
 //     --wait-timeout SECONDS  --proto 1|2  --as-user NAME (setuid before connecting; needs root)
 //     --reconnect (reconnect and re-register when the daemon goes away)
 //   Steps:
-//     attach:N:CAP:REQ[:FREE][,N:CAP:REQ[:FREE]...]   admission on devices (uuid from number N)
+//     attach:N:CAP:REQ[:FREE][,N:CAP:REQ[:FREE]...]   admission on devices (uuid from number N,
+//                               or N = a CUDA UUID "GPU-..." as coloc status prints it)
 //     alloc:SLOT:BYTES[:FREE]   allocate: fast path within the grant, else Grow (and wait)
 //     free:SLOT:BYTES           free; returns surplus grant lazily (Shrink) past two grant steps
 //     shrink:SLOT:BYTES         Shrink to keep BYTES
 //     oom:SLOT:BYTES[:FREE]     report a driver OOM
+//     oom-flood:SLOT:BYTES:FREE:COUNT:MS   report it COUNT times, MS ms apart
 //     cancel-after:MS           the next alloc cancels its wait after MS milliseconds
 //     sleep:MS   hold[:MS] (wait for the daemon's messages; reconnect if it goes away)
 //     hold-file:PATH            hold until PATH exists
@@ -104,11 +106,21 @@ std::vector<std::string> split(const std::string& s, char sep) {
   }
 }
 
-proto::DeviceInfo device_info(int n, uint64_t cap, uint64_t free) {
+/// The device `spec` names: a number N (a made-up UUID ending in N) or a CUDA UUID as colocd
+/// prints it ("GPU-1234abcd-...": a real or simgpu device).
+proto::DeviceInfo device_info(const std::string& spec, uint64_t cap, uint64_t free) {
   proto::DeviceInfo d;
   std::memset(&d, 0, sizeof d);
-  std::memset(d.uuid, 0xC0, sizeof d.uuid);
-  d.uuid[15] = uint8_t(n);
+  if (spec.rfind("GPU-", 0) == 0) {
+    std::string hex;
+    for (char ch : spec.substr(4))
+      if (ch != '-') hex += ch;
+    if (hex.size() != 32) die("a device UUID has 32 hex digits: " + spec);
+    for (int i = 0; i < 16; ++i) d.uuid[i] = uint8_t(std::stoul(hex.substr(size_t(2 * i), 2), nullptr, 16));
+  } else {
+    std::memset(d.uuid, 0xC0, sizeof d.uuid);
+    d.uuid[15] = uint8_t(std::atoi(spec.c_str()));
+  }
   d.capacity = cap;
   d.physical_free = free;
   return d;
@@ -215,7 +227,7 @@ void step_attach(Client& c, const std::string& spec) {
     auto f = split(d, ':');
     if (f.size() < 3) die("attach wants N:CAP:REQ[:FREE]");
     proto::AttachDevice& ad = a.devices[a.n_devices++];
-    ad.device = device_info(std::atoi(f[0].c_str()), size_arg(f[1]), f.size() > 3 ? size_arg(f[3]) : proto::kUnknown);
+    ad.device = device_info(f[0], size_arg(f[1]), f.size() > 3 ? size_arg(f[3]) : proto::kUnknown);
     ad.request = size_arg(f[2]);
   }
   uint64_t t0 = wire::now_ns();
@@ -511,6 +523,21 @@ int main(int argc, char** argv) {
       o.physical_free = f.size() > 3 ? size_arg(f[3]) : proto::kUnknown;
       wire::send(c.fd, o, ++c.seq, c.version);
       out("{\"event\":\"oom-reported\"}");
+    } else if (op == "oom-flood") {  // oom-flood:SLOT:BYTES:FREE:COUNT:MS — the same report, again and again
+      auto o = proto::DriverOomMsg{};
+      std::memset(&o, 0, sizeof o);
+      o.slot = uint32_t(std::atoi(f.at(1).c_str()));
+      o.request = size_arg(f.at(2));
+      o.physical_free = size_arg(f.at(3));
+      const int count = std::atoi(f.at(4).c_str());
+      const uint64_t every = uint64_t(std::atoll(f.at(5).c_str())) * 1000000ull;
+      out("{\"event\":\"flooding\"}");
+      for (int i = 0; i < count; ++i) {
+        o.in_use = c.pages.stats->slots[o.slot].in_use.load();
+        wire::send(c.fd, o, ++c.seq, c.version);
+        wire::sleep_ns(every);
+      }
+      out("{\"event\":\"flood-done\"}");
     } else if (op == "cancel-after") c.cancel_after_ms = std::atoi(f.at(1).c_str());
     else if (op == "sleep") wire::sleep_ns(uint64_t(std::atoll(f.at(1).c_str())) * 1000000ull);
     else if (op == "hold") step_hold(c, f.size() > 1 ? std::atoll(f[1].c_str()) : -1);

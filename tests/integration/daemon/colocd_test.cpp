@@ -330,13 +330,14 @@ TEST_CASE("colocd: users: anyone registers their own processes; only root or the
   CHECK(d.job("nobodyjob")["limit"] == 3 * GiB);
 }
 
-TEST_CASE("colocd: a driver OOM inside a grant is counted and re-reads the device") {
-  Colocd d;
-  auto c = d.client({"--job", "oomy", "attach:1:10GiB:1GiB", "alloc:0:2GiB", "oom:0:1GiB:512MiB", "hold"});
+TEST_CASE("colocd: a driver OOM inside a grant is counted; the client's figure counts only as far as the job can show it") {
+  Colocd d;  // (simgpu's NVML does not know the fake client's device: the client's figures are all there is)
+  auto c = d.client({"--job", "oomy", "--mem", "6GiB", "attach:1:10GiB:1GiB", "alloc:0:2GiB", "oom:0:1GiB:512MiB", "hold"});
   REQUIRE(wait_until([&] { return has_event(*c, "holding"); }));
   REQUIRE(wait_until([&] { return d.status()["devices"][0]["driver_ooms"] == 1; }));
-  // 10 GiB - 512 MiB free - 2 GiB ours: 7.5 GiB used outside coloc.
-  CHECK(d.status()["devices"][0]["outside"] == 10 * GiB - 512 * (1ull << 20) - 2 * GiB);
+  // "512 MiB free" claims 10 - 0.5 - 2 = 7.5 GiB used outside coloc; the job holds 4 GiB of its
+  // 6 GiB reservation unused: that is the most its failure can show.
+  CHECK(d.status()["devices"][0]["outside"] == 4 * GiB);
   c->kill(SIGTERM);
   REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/oomy.json"); }));
   CHECK(report_file(d, "oomy")["devices"][0]["driver_ooms"] == 1);

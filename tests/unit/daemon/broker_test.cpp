@@ -74,9 +74,12 @@ struct Bench {
   }
 
   /// Attach on devices given as (gpu number, capacity, request); returns the request's seq.
-  uint32_t attach(ClientId id, std::vector<std::tuple<uint8_t, Bytes, Bytes>> devs, Bytes physical_free = kUnknown) {
+  /// An Attach; `physical_free` is the engine's own reading of the devices (NVML) unless
+  /// `measured` is false (then it is the client's word).
+  uint32_t attach(ClientId id, std::vector<std::tuple<uint8_t, Bytes, Bytes>> devs, Bytes physical_free = kUnknown,
+                  bool measured = true) {
     std::vector<AttachRequest> reqs;
-    for (auto [n, cap, req] : devs) reqs.push_back({gpu(n), cap, physical_free, req});
+    for (auto [n, cap, req] : devs) reqs.push_back({gpu(n), cap, physical_free, req, measured});
     uint32_t seq = next_seq++;
     broker.attach(id, seq, reqs, now);
     collect();
@@ -609,23 +612,44 @@ TEST_CASE("broker: memory used outside coloc counts against the device (physical
   REQUIRE(b.granted(b.attach(c, {{1, 10 * GiB, 1 * GiB}}, 2 * GiB)));
   uint32_t g = b.grow(c, 0, 2 * GiB + 1, 2 * GiB);  // 1 + 1 coloc + 7 outside; asks past the device
   CHECK(b.pending(g));
-  // The outside process exits: the next report shows it, and the waiter is served.
+  // A client's figure for a device colocd reads itself changes nothing: it asks for a reading.
   b.use(c, 0, 1 * GiB);
-  b.grow(a, 0, 512 * MiB, 8 * GiB);  // a report with 8 GiB free: outside is 0 now
+  b.grow(a, 0, 512 * MiB, 8 * GiB);  // "8 GiB free"
+  CHECK(b.broker.devices().at(0).outside == 7 * GiB);
+  CHECK(b.pending(g));
+  CHECK(b.broker.take_short_devices() == std::vector<uint32_t>{0});
+  // The outside process exits: the next reading shows it, and the waiter is served.
+  b.broker.refresh_outside(0, 8 * GiB, b.now);
+  b.collect();
   CHECK(b.broker.devices().at(0).outside == 0);
   CHECK(b.granted(g));
 }
 
-TEST_CASE("broker: a driver OOM inside a grant is counted and re-reads the device") {
+TEST_CASE("broker: a driver OOM inside a grant is counted; without a reading of its own, colocd believes only what the job can show missing") {
   Bench b;
   ClientId a = b.add("a");
   REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 4 * GiB}})));
   b.use(a, 0, 3 * GiB);
+  // "512 MiB free" would mean 6.5 GiB used outside coloc; the job holds 1 GiB of grant unused,
+  // and its 1 GiB request failed inside it: that much it can show.
   b.broker.driver_oom(a, 0, 1 * GiB, 3 * GiB, 512 * MiB, b.now);
   b.collect();
   CHECK(b.broker.devices().at(0).driver_ooms == 1);
   CHECK(b.count(Event::Kind::kDriverOom) == 1);
-  CHECK(b.broker.devices().at(0).outside == 10 * GiB - 512 * MiB - 3 * GiB);
+  CHECK(b.broker.devices().at(0).outside == 2 * GiB);
+  CHECK(b.broker.take_short_devices().empty());  // no reading to ask for
+}
+
+TEST_CASE("broker: a driver OOM on a device colocd reads itself asks for a reading and changes nothing else") {
+  Bench b;
+  ClientId a = b.add("a");
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 4 * GiB}}, 10 * GiB)));
+  b.use(a, 0, 3 * GiB);
+  b.broker.driver_oom(a, 0, 1 * GiB, 3 * GiB, 0, b.now);  // "nothing free"
+  b.collect();
+  CHECK(b.broker.devices().at(0).driver_ooms == 1);
+  CHECK(b.broker.devices().at(0).outside == 0);
+  CHECK(b.broker.take_short_devices() == std::vector<uint32_t>{0});
 }
 
 TEST_CASE("broker: shrink never goes below what is in use (the fast-path race is closed)") {
@@ -991,20 +1015,30 @@ TEST_CASE("broker: a driver OOM report does not erase a known outside estimate")
   SUBCASE("the client's in-use without the failed request is used, not the stats page's") {
     Bench b;
     ClientId a = b.add("a");
-    REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 8 * GiB}}, 9 * GiB)));
-    REQUIRE(b.broker.devices().at(0).outside == 1 * GiB);
+    REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 8 * GiB}})));  // colocd cannot read this device
     b.use(a, 0, 8 * GiB);  // 2 GiB held, and the 6 GiB the driver refuses, still counted
     b.broker.driver_oom(a, 0, 6 * GiB, 2 * GiB, 5 * GiB, b.now);
     b.collect();
+    // 10 - 5 free - 2 held: 3 GiB outside, within the 6 GiB the job can show missing.
     CHECK(b.broker.devices().at(0).outside == 3 * GiB);
   }
-  SUBCASE("a report whose figures add up to more than the device shows keeps the estimate") {
+  SUBCASE("a client report whose figures add up to more than the device shows claims nothing") {
     Bench b;
     ClientId a = b.add("a");
-    REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 8 * GiB}}, 9 * GiB)));
+    REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 8 * GiB}})));
     b.use(a, 0, 8 * GiB);
     b.broker.driver_oom(a, 0, 6 * GiB, 8 * GiB, 5 * GiB, b.now);  // in-use counting the request
     b.collect();
+    CHECK(b.broker.devices().at(0).outside == 0);
+    CHECK(b.broker.devices().at(0).ledger_mismatches == 1);
+  }
+  SUBCASE("a reading whose figures add up to more than the device shows keeps the estimate") {
+    Bench b;
+    ClientId a = b.add("a");
+    REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 8 * GiB}}, 9 * GiB)));
+    REQUIRE(b.broker.devices().at(0).outside == 1 * GiB);
+    b.use(a, 0, 8 * GiB);
+    b.broker.refresh_outside(0, 5 * GiB, b.now);  // 5 GiB used, but 8 GiB in use say the ledgers
     CHECK(b.broker.devices().at(0).outside == 1 * GiB);
     CHECK(b.broker.devices().at(0).ledger_mismatches == 1);
     // The device can still bound it: 512 MiB used in all means at most 512 MiB outside...
@@ -1021,7 +1055,8 @@ TEST_CASE("broker: a stale outside estimate is refreshed by the device's own fig
   ClientId a = b.add("a");
   REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 1 * GiB}})));
   b.use(a, 0, 1 * GiB);
-  REQUIRE(b.granted(b.grow(a, 0, 2 * GiB, 3 * GiB)));  // 6 GiB used outside coloc
+  REQUIRE(b.granted(b.grow(a, 0, 2 * GiB)));
+  b.broker.refresh_outside(0, 3 * GiB, b.now);  // NVML: 6 GiB used outside coloc
   CHECK(b.broker.devices().at(0).outside == 6 * GiB);
   CHECK(b.broker.take_short_devices().empty());
   b.remove(a);  // no coloc client is left to report that the outside memory goes away

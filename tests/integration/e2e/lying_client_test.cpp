@@ -1,0 +1,109 @@
+// End-to-end: a client that attaches honestly and then lies about the device's free memory in
+// DriverOom reports, again and again — "nothing is free" (so that colocd would refuse everyone
+// else) or "everything is free" (so that it would over-grant). With NVML colocd only takes the
+// report as a prompt to read the device; without it, one user's figures count only as far as
+// that user can show (daemon/broker/outside.h). Fellow jobs' admission and growth, and what
+// `coloc status` shows, stay right either way.
+#include <sys/stat.h>
+
+#include "e2e.h"
+
+using namespace coloc::test;
+using namespace coloc::test::e2e;
+
+namespace {
+
+/// Whether colocd_client `p` has printed event `ev` so far.
+bool has_event(const Proc& p, const std::string& ev) {
+  for (const json& l : lines(p.out_so_far()))
+    if (l.value("event", "") == ev) return true;
+  return false;
+}
+
+struct Lie {
+  const char* name;
+  const char* free;  // the DriverOom's physical_free
+};
+
+void lying_client_case(bool nvml, const Lie& lie) {
+  CAPTURE(nvml);
+  CAPTURE(lie.name);
+  Node n("16GiB", {}, false);
+  if (!nvml) n.set_daemon_prefix({"env", "-u", "LD_LIBRARY_PATH"});  // colocd finds no NVML
+  n.start_daemon();
+  REQUIRE((n.log().find("NVML is not available") == std::string::npos) == nvml);
+  // Memory used outside coloc: 4 GiB (+ its 512 MiB context) held by a process not under coloc.
+  auto outside = std::make_unique<Proc>(
+      std::vector<std::string>{cuprobe(), "init", "ctx", "0", "alloc", "4GiB", "o", "touch", n.file("o.up"), "hold-file",
+                               n.file("o.go")},
+      n.base_env());
+  REQUIRE(reached(*outside, n.file("o.up")));
+  // An honest job holds 1 GiB (+ context) of its 4 GiB.
+  auto honest = n.run({"--job", "honest", "--mem", "4GiB"},
+                      {cuprobe(), "init", "ctx", "0", "alloc", "1GiB", "a", "touch", n.file("h.up"), "hold-file",
+                       n.file("h.go")});
+  REQUIRE(reached(*honest, n.file("h.up")));
+  const std::string uuid = n.status()["devices"][0]["uuid"];
+  const uint64_t before = n.status()["devices"][0]["outside"];  // what colocd knew before the liar came
+  // The liar, another user: a job of 2 GiB on the same device, then 3000 DriverOom reports, 1 ms
+  // apart. (Its own user's figures are its own to spoil: one user is one voice.)
+  std::string dir = n.socket().substr(0, n.socket().rfind('/'));
+  ::chmod(dir.substr(0, dir.rfind('/')).c_str(), 0755);
+  ::chmod(dir.c_str(), 0755);
+  auto liar = std::make_unique<Proc>(
+      std::vector<std::string>{build_path("tests/bin/colocd_client"), "--socket", n.socket(), "--as-user", "nobody",
+                               "--job", "liar", "--mem", "2GiB", "attach:" + uuid + ":16GiB:256MiB",
+                               std::string("oom-flood:0:64MiB:") + lie.free + ":3000:1", "hold"},
+      Env());
+  REQUIRE_MESSAGE(wait_until([&] { return has_event(*liar, "flooding") || !liar->running(); }, 20s),
+                  liar->err_so_far());
+  REQUIRE(liar->running());
+  REQUIRE(wait_until([&] { return n.status()["devices"][0]["driver_ooms"].get<uint64_t>() >= 20; }, 20s));
+  const uint64_t real_outside = 4 * GiB + kContext;
+  json dev = n.status()["devices"][0];
+  if (nvml) {
+    CHECK(dev["outside"] == real_outside);  // the device's own figure, whatever the liar says
+  } else if (std::string(lie.name) == "nothing free") {
+    // It claims 14.5 GiB outside; it can show at most what its job holds unused: its 2 GiB
+    // reservation (nothing in use) and the 64 MiB request.
+    CHECK(dev["outside"].get<uint64_t>() <= before + 2 * GiB + 64 * MiB);
+  } else {
+    CHECK(dev["outside"].get<uint64_t>() >= before);  // what the honest job showed is not wiped out
+    CHECK(before > 0);
+  }
+  // A fellow job that fits what is really left is admitted and grows, while the lies go on:
+  // 16 GiB - 2% headroom - 4 (honest) - 2 (liar) - 4.5 (outside) = 5.2 GiB.
+  auto fellow = n.run({"--job", "fellow", "--mem", "4GiB"},
+                      {cuprobe(), "init", "ctx", "0", "alloc", "3GiB", "b"}, {{"COLOC_WAIT_TIMEOUT", "20s"}});
+  ProcResult fr = finish(*fellow, 30s);
+  CHECK(step(fr.out, "alloc")["rc_name"] == "CUDA_SUCCESS");
+  CHECK(n.report("fellow")["devices"][0]["wait_admission_s"].get<double>() < 5.0);
+  // One that would not fit what is really left waits (it is never over-granted on a false "free").
+  auto big = n.run({"--job", "big", "--mem", "8GiB", "--on-full", "fail"},
+                   {cuprobe(), "init", "ctx", "0", "alloc", "7GiB", "c"});
+  ProcResult br = big->wait(30s);
+  INFO(describe(br));
+  CHECK(step(br.out, "ctx")["rc_name"] != "CUDA_SUCCESS");  // refused at admission, device full
+  if (nvml) CHECK(n.status()["devices"][0]["outside"] == real_outside);
+  CHECK(has_event(*liar, "flooding"));
+  CHECK_FALSE(has_event(*liar, "flood-done"));  // all of it happened while the liar was lying
+  for (const char* f : {"o.go", "h.go"}) write_file(n.file(f), "");
+  finish(*outside);
+  finish(*honest);
+}
+
+}  // namespace
+
+TEST_SUITE("e2e") {
+
+TEST_CASE("e2e: a client lying 'nothing is free' in DriverOom reports cannot make colocd refuse others (with and without NVML)") {
+  if (simulated_only()) return;
+  for (bool nvml : {true, false}) lying_client_case(nvml, {"nothing free", "0"});
+}
+
+TEST_CASE("e2e: a client lying 'everything is free' in DriverOom reports cannot make colocd over-grant (with and without NVML)") {
+  if (simulated_only()) return;
+  for (bool nvml : {true, false}) lying_client_case(nvml, {"all free", "16GiB"});
+}
+
+}  // TEST_SUITE
