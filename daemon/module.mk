@@ -16,6 +16,7 @@ DAEMON_CORE_SRCS := \
   daemon/report/timeline.cpp \
   daemon/report/job_recorder.cpp \
   daemon/report/report_store.cpp \
+  daemon/report/report_writer.cpp \
   daemon/report/job_state_store.cpp \
   daemon/engine/resume_state.cpp \
   daemon/config/config.cpp \
@@ -105,3 +106,15 @@ $(DAEMON_BENCH): $(OBJ)/tests/bench/daemon_bench.o
 bench-daemon: $(DAEMON_BENCH) $(COLOCD) $(COLOCD_CLIENT)
 	$(Q)$(DAEMON_BENCH) --colocd $(COLOCD) --client $(COLOCD_CLIENT) --out $(BUILD)/bench/daemon.json
 BENCHES += bench-daemon
+
+# ---- benchmark: a mass start of N jobs, with and without coloc (make bench) ------------------
+START_BENCH := $(BUILD)/bench/start_bench
+$(START_BENCH): $(OBJ)/tests/bench/start_bench.o
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^
+
+.PHONY: bench-start
+bench-start: $(START_BENCH) $(PRODUCTS) $(TEST_PROGRAMS)
+	$(Q)$(START_BENCH) --build $(BUILD) --out $(BUILD)/bench/start.json
+BENCHES += bench-start

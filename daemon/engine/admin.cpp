@@ -287,6 +287,7 @@ AdminAnswer Admin::report(const std::string& name, const Caller& caller, broker:
   };
   auto filed = [&](const std::string& job_id) {
     std::vector<Filed> out;
+    if (writer_) writer_->flush();  // a report still queued is read too
     for (const std::string& path : store_.find(job_id)) {
       std::string text = read_text(path);
       json j = json::parse(text, nullptr, false);

@@ -18,6 +18,7 @@
 #include "coloc/protocol.h"
 #include "report/job_recorder.h"
 #include "report/report_store.h"
+#include "report/report_writer.h"
 
 namespace coloc::engine {
 
@@ -66,6 +67,8 @@ class Admin {
   /// ("unchanged", "lowered", "raised", "kept: ..."), before, after, wanted, available}] (bytes).
   nlohmann::json reservation_changes_json(const std::vector<broker::ReservationChange>& changes) const;
   bool is_admin(const Caller& c) const;
+  /// The writer of reports still on their way to disk: reading reports waits for it first.
+  void set_report_writer(report::ReportWriter* w) { writer_ = w; }
 
  private:
   struct Found {
@@ -82,6 +85,7 @@ class Admin {
   std::map<broker::JobSerial, report::JobRecorder>& recorders_;
   const report::ReportStore& store_;
   const DaemonInfo& info_;
+  report::ReportWriter* writer_ = nullptr;
 };
 
 /// The user name of `uid`, or the number as text.

@@ -242,7 +242,9 @@ Result<void> Server::start() {
   if (!w) return w.error();
   watcher_ = std::move(w.value());
   info_.watcher = watcher_->description();
+  writer_ = std::make_unique<report::ReportWriter>(store_);
   admin_ = std::make_unique<Admin>(broker_, recorders_, store_, info_);
+  admin_->set_report_writer(writer_.get());
   if (!memory_reader_set_) {
     auto nvml = device::NvmlReader::open();
     if (nvml) {
@@ -293,6 +295,7 @@ int Server::run() {
   while (!closing_.empty()) finalize_job(closing_.begin()->first);
   persist_jobs(now(), true);  // the jobs keep running: the next daemon continues their reports
   listener_->unlink_path();
+  writer_.reset();  // the reports still queued are written first
   lg->info("colocd stopped");
   return 0;
 }
@@ -806,11 +809,8 @@ void Server::finalize_job(broker::JobSerial serial) {
   }
   rec->second.close_restart_waits();  // requests open at a restart that never came back
   restart_waits_.erase(serial);
-  auto lg = log::get("report");
-  std::string text = rec->second.to_json(now()).dump(1);
-  auto path = store_.write(rec->second.key().id, text);
-  if (path) lg->info("job {} ended; report {}", rec->second.key().str(), path.value());
-  else lg->error("job {} ended; its report could not be written: {}", rec->second.key().str(), path.error().message());
+  // Written on the writer's thread: the loop does not wait for the disk (report_writer.h).
+  writer_->submit(rec->second.key().id, rec->second.key().str(), rec->second.to_json(now()).dump(1));
   if (!broker_.find_job(rec->second.key())) job_states_.remove(rec->second.key());  // (not a new run of the same id)
   persisted_.erase(serial);
   continued_.erase(serial);
@@ -995,6 +995,11 @@ void Server::persist_jobs(Nanos t, bool force, bool throttle) {
     auto rec = recorders_.find(serial);
     if (rec == recorders_.end() || job.clients.empty()) continue;
     auto p = persisted_.find(serial);
+    // A job younger than a second is saved only when asked (coloc set): most short jobs of a
+    // mass start end before the first save, and a file made and deleted per job is the daemon's
+    // dearest work then. (A restart within its first second continues its report from its
+    // processes' own start; see claim_saved.)
+    if (throttle && !force && p == persisted_.end() && t - job.started < kEvery) continue;
     bool changed = p == persisted_.end() || p->second.revision != rec->second.revision() ||
                    p->second.limit != job.limit || p->second.priority != job.priority;
     if (force || changed || t - p->second.at >= kRefresh) save_job(job, rec->second, t);

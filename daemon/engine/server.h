@@ -29,6 +29,7 @@
 #include "report/job_recorder.h"
 #include "report/job_state_store.h"
 #include "report/report_store.h"
+#include "report/report_writer.h"
 #include "util/result.h"
 #include "util/unique_fd.h"
 #include "watch/process_watcher.h"
@@ -144,6 +145,7 @@ class Server {
   };
   std::map<pid_t, Linger> lingering_;
   report::ReportStore store_;
+  std::unique_ptr<report::ReportWriter> writer_;  ///< writes ended jobs' reports off the loop
   ResumeState resume_;
   report::JobStateStore job_states_;
   std::string boot_id_;

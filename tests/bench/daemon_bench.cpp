@@ -5,6 +5,8 @@
 //   throughput         every client asks at once (1,000 Grows in flight), all replies collected,
 //                      all grants returned: messages per second through the daemon
 //   daemon RSS         VmRSS and VmHWM of colocd with all clients registered, after the load
+//   under a flood      the grant round trip again, while another user (nobody) holds as many idle
+//                      connections as colocd lets it (its max_connections_per_user) and tries more
 //   death to release   a job holding memory is SIGKILLed while another waits for that memory:
 //                      the time from kill(2) to the waiter's grant, (a) with the socket closing,
 //                      (b) with a forked child holding the socket (only pidfd/BPF can tell)
@@ -208,6 +210,42 @@ std::vector<double> baseline_round_trips(int n) {
 }
 
 /// SIGKILL a job that holds most of a device while `waiter` waits for that memory; returns ms.
+/// A local user's flood: a child that becomes uid 65534 and opens `n` connections to `socket`,
+/// holding them without a word. Returns its pid; *kept receives how many connect() succeeded and
+/// *hold is the pipe whose closing ends it.
+pid_t start_flood(const std::string& socket, int n, int* connected, int* hold) {
+  int ready[2], stay[2];
+  if (::pipe(ready) != 0 || ::pipe(stay) != 0) die("pipe");
+  pid_t pid = ::fork();
+  if (pid < 0) die("fork");
+  if (pid == 0) {
+    ::close(ready[0]);
+    ::close(stay[1]);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+    int ok = 0;
+    std::vector<int> fds;
+    for (int i = 0; i < n; ++i) {
+      int fd = -1;
+      if (wire::connect_socket(socket.c_str(), &fd, 2000) == 0) {
+        fds.push_back(fd);
+        ++ok;
+      }
+    }
+    (void)!::write(ready[1], &ok, sizeof ok);
+    char c;
+    while (::read(stay[0], &c, 1) > 0) {
+    }
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  ::close(stay[0]);
+  *connected = 0;
+  if (::read(ready[0], connected, sizeof *connected) != ssize_t(sizeof *connected)) die("the flood did not start (needs root)");
+  ::close(ready[0]);
+  *hold = stay[1];
+  return pid;
+}
+
 double death_to_release(const std::string& client_bin, const std::string& socket, Conn& waiter, int dev, bool forked) {
   int pipefd[2];
   if (::pipe(pipefd) != 0) die("pipe");
@@ -318,7 +356,27 @@ int main(int argc, char** argv) {
   uint64_t rss_after = status_kib(daemon, "VmRSS:");
   uint64_t hwm = status_kib(daemon, "VmHWM:");
 
-  // 3. Death to release.
+  // 3. The round trip again while a flood is held open: another user opens 1,500 connections
+  // (its cap keeps 1,024 of them) and holds them idle.
+  ::chmod(dir.c_str(), 0755);
+  int flood_connected = 0, flood_hold = -1;
+  pid_t flood = start_flood(socket, 1500, &flood_connected, &flood_hold);
+  std::vector<double> flood_rtt_us;
+  for (int k = 0; k < ops; ++k) {
+    Conn& c = clients[size_t(k % n_clients)];
+    proto::Message m;
+    uint64_t t0 = wire::now_ns();
+    send_grow(c, c.grant + 64 * MiB);
+    expect(c.fd, c.seq, &m);
+    uint64_t t1 = wire::now_ns();
+    if (m.body.grow_reply.outcome != uint32_t(proto::Outcome::kGranted)) die("grow refused");
+    flood_rtt_us.push_back(double(t1 - t0) / 1e3);
+    send_shrink(c, c.grant);
+  }
+  ::close(flood_hold);
+  ::waitpid(flood, nullptr, 0);
+
+  // 4. Death to release.
   Conn waiter = connect_client(socket, "waiter", 99, 10 * GiB, 0);
   std::vector<double> hangup_ms, watcher_ms;
   for (int i = 0; i < deaths; ++i) hangup_ms.push_back(death_to_release(client_bin, socket, waiter, 99, false));
@@ -344,6 +402,9 @@ int main(int argc, char** argv) {
          {"machine", {{"cpu", cpu}, {"cores", std::thread::hardware_concurrency()}, {"kernel", u.release}}},
          {"register_and_attach_s", register_s},
          {"grant_round_trip_us", {{"p50", pct(rtt_us, 50)}, {"p99", pct(rtt_us, 99)}, {"max", pct(rtt_us, 100)}, {"samples", rtt_us.size()}}},
+         {"grant_round_trip_under_flood_us",
+          {{"p50", pct(flood_rtt_us, 50)}, {"p99", pct(flood_rtt_us, 99)}, {"max", pct(flood_rtt_us, 100)},
+           {"flood_connections_attempted", 1500}, {"flood_connections_connected", flood_connected}}},
          {"socketpair_round_trip_us", {{"p50", pct(base_us, 50)}, {"p99", pct(base_us, 99)}, {"max", pct(base_us, 100)}}},
          {"daemon_added_us_p50", pct(rtt_us, 50) - pct(base_us, 50)},
          {"messages_per_second", double(messages) / tp_s},
@@ -361,6 +422,8 @@ int main(int argc, char** argv) {
   std::printf("  register+attach %d clients      %8.3f s\n", n_clients, register_s);
   std::printf("  grant round trip p50 / p99 / max  %6.1f / %6.1f / %6.1f us   (target p99 <= 50 us)\n", pct(rtt_us, 50),
               pct(rtt_us, 99), pct(rtt_us, 100));
+  std::printf("  ... while a user floods colocd        %6.1f / %6.1f / %6.1f us   (1500 idle connections tried, %d connected)\n",
+              pct(flood_rtt_us, 50), pct(flood_rtt_us, 99), pct(flood_rtt_us, 100), flood_connected);
   std::printf("  bare socketpair ping-pong, same size  %6.1f / %6.1f / %6.1f us   (the floor: kernel + scheduler)\n",
               pct(base_us, 50), pct(base_us, 99), pct(base_us, 100));
   std::printf("  messages per second (all at once) %8.0f  (%0.0f grants/s)\n", double(messages) / tp_s, double(messages / 3) / tp_s);
