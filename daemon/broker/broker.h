@@ -7,11 +7,14 @@
 //
 // The books
 //   device  capacity, headroom, and `outside`: memory used outside coloc, estimated from the
-//           latest physical-free figure (a client's report, or the engine's own NVML read through
-//           refresh_outside) as capacity - physical free - sum of coloc clients' in-use (stats
-//           pages; a just-resumed client's ledger in-use until it has copied its counters). Physical free is the ground truth; client ledgers are checked against it (when
-//           they claim more than the device shows used, a known estimate is kept, capped by what
-//           the device shows used: client figures never erase it).
+//           engine's own NVML reading (refresh_outside) as capacity - physical free - sum of coloc
+//           clients' in-use (stats pages; a just-resumed client's ledger in-use until it has
+//           copied its counters). Physical free is the ground truth; client ledgers are checked
+//           against it (when they claim more than the device shows used, a known estimate is
+//           kept, capped by what the device shows used). Clients' own figures only prompt a
+//           reading of such a device; for a device the engine cannot read they are one user's
+//           word each, and count under the rule of outside.h (never lowering the estimate,
+//           raising it by at most what the user holds unused).
 //   job     (uid, id): limit, priority, wait choice; per device: admitted?, reservation (the
 //           declared footprint held at admission: min(limit, capacity - headroom), 0 without a
 //           limit) and granted (sum of its clients' grants).

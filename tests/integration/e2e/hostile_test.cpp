@@ -63,6 +63,7 @@ uint64_t held_by(const json& c, const std::string& uid) { return c["per_uid"].va
 void job_runs(const Node& n, const std::string& name) {
   auto p = n.run({"--job", name, "--mem", "1GiB"}, {cuprobe(), "init", "ctx", "0", "alloc", "64MiB", "a"});
   ProcResult r = finish(*p, 60s);
+  INFO(describe(r));
   CHECK(step(r.out, "alloc")["rc_name"] == "CUDA_SUCCESS");
   CHECK(r.err.find("standalone") == std::string::npos);
   CHECK(n.report(name)["devices"][0]["allocations"] >= 1);
@@ -74,6 +75,12 @@ TEST_SUITE("e2e") {
 
 TEST_CASE("e2e: a user flooding colocd up to its descriptor limit stalls nothing: root's status and jobs go on") {
   if (simulated_only()) return;
+  if (sanitizer() == "asan") {
+    // UBSan's vptr check probes memory through a pipe(2); at the descriptor limit that fails and
+    // it reports a false "invalid vptr" (and stops the daemon). The plain and TSan builds run it.
+    MESSAGE("skipped under ASan+UBSan: its vptr check needs descriptors this test takes away");
+    return;
+  }
   // colocd with only 128 descriptors; the flood user's first messages never come (a long first-
   // message deadline keeps the flood in place while the test looks).
   Node n("16GiB", {"--hello-timeout", "10m"}, false);
