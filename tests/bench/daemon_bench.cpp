@@ -37,6 +37,7 @@
 
 #include "coloc/protocol.h"
 #include "coloc/wire.h"
+#include "machine.h"
 
 using namespace coloc;
 using nlohmann::json;
@@ -210,6 +211,25 @@ std::vector<double> baseline_round_trips(int n) {
 }
 
 /// SIGKILL a job that holds most of a device while `waiter` waits for that memory; returns ms.
+/// `ops` grant round trips, one client at a time in turn: Grow by one step, wait for the reply
+/// (timed, µs), give it back (Shrink).
+std::vector<double> round_trips(std::vector<Conn>& clients, int ops) {
+  std::vector<double> us;
+  us.reserve(size_t(ops));
+  for (int k = 0; k < ops; ++k) {
+    Conn& c = clients[size_t(k) % clients.size()];
+    proto::Message m;
+    uint64_t t0 = wire::now_ns();
+    send_grow(c, c.grant + 64 * MiB);
+    expect(c.fd, c.seq, &m);
+    uint64_t t1 = wire::now_ns();
+    if (m.body.grow_reply.outcome != uint32_t(proto::Outcome::kGranted)) die("grow refused");
+    us.push_back(double(t1 - t0) / 1e3);
+    send_shrink(c, c.grant);
+  }
+  return us;
+}
+
 /// A local user's flood: a child that becomes uid 65534 and opens `n` connections to `socket`,
 /// holding them without a word. Returns its pid; *kept receives how many connect() succeeded and
 /// *hold is the pipe whose closing ends it.
@@ -324,19 +344,8 @@ int main(int argc, char** argv) {
   std::vector<double> base_us = baseline_round_trips(n_clients * rounds);
 
   // 1. Round trips, one at a time.
-  std::vector<double> rtt_us;
   const int ops = n_clients * rounds;
-  for (int k = 0; k < ops; ++k) {
-    Conn& c = clients[size_t(k % n_clients)];
-    proto::Message m;
-    uint64_t t0 = wire::now_ns();
-    send_grow(c, c.grant + 64 * MiB);
-    expect(c.fd, c.seq, &m);
-    uint64_t t1 = wire::now_ns();
-    if (m.body.grow_reply.outcome != uint32_t(proto::Outcome::kGranted)) die("grow refused");
-    rtt_us.push_back(double(t1 - t0) / 1e3);
-    send_shrink(c, c.grant);
-  }
+  std::vector<double> rtt_us = round_trips(clients, ops);
 
   // 2. Throughput: everyone at once.
   uint64_t messages = 0;
@@ -361,18 +370,7 @@ int main(int argc, char** argv) {
   ::chmod(dir.c_str(), 0755);
   int flood_connected = 0, flood_hold = -1;
   pid_t flood = start_flood(socket, 1500, &flood_connected, &flood_hold);
-  std::vector<double> flood_rtt_us;
-  for (int k = 0; k < ops; ++k) {
-    Conn& c = clients[size_t(k % n_clients)];
-    proto::Message m;
-    uint64_t t0 = wire::now_ns();
-    send_grow(c, c.grant + 64 * MiB);
-    expect(c.fd, c.seq, &m);
-    uint64_t t1 = wire::now_ns();
-    if (m.body.grow_reply.outcome != uint32_t(proto::Outcome::kGranted)) die("grow refused");
-    flood_rtt_us.push_back(double(t1 - t0) / 1e3);
-    send_shrink(c, c.grant);
-  }
+  std::vector<double> flood_rtt_us = round_trips(clients, ops);
   ::close(flood_hold);
   ::waitpid(flood, nullptr, 0);
 
@@ -388,18 +386,9 @@ int main(int argc, char** argv) {
   std::string cleanup = "rm -rf '" + dir + "'";
   if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "daemon_bench: could not remove %s\n", dir.c_str());
 
-  utsname u;
-  ::uname(&u);
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line, cpu = "?";
-  while (std::getline(cpuinfo, line))
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
   json j{{"clients", n_clients},
          {"devices", n_devices},
-         {"machine", {{"cpu", cpu}, {"cores", std::thread::hardware_concurrency()}, {"kernel", u.release}}},
+         {"machine", bench::machine()},
          {"register_and_attach_s", register_s},
          {"grant_round_trip_us", {{"p50", pct(rtt_us, 50)}, {"p99", pct(rtt_us, 99)}, {"max", pct(rtt_us, 100)}, {"samples", rtt_us.size()}}},
          {"grant_round_trip_under_flood_us",

@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coloc/wire.h"
+#include "machine.h"
 
 using nlohmann::json;
 
@@ -191,15 +192,6 @@ int main(int argc, char** argv) {
   std::string cleanup = "rm -rf '" + dir + "'";
   if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "start_bench: could not remove %s\n", dir.c_str());
 
-  utsname u;
-  ::uname(&u);
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line, cpu = "?";
-  while (std::getline(cpuinfo, line))
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
   const double base_s = median(v[0].times);
   json variants = json::object();
   std::printf("  %-14s %12s %12s %8s %8s %6s\n", "", "median s", "min s", "ratio", "failed", "lost");
@@ -216,7 +208,7 @@ int main(int argc, char** argv) {
   }
   json j{{"processes", n},
          {"rounds", rounds},
-         {"machine", {{"cpu", cpu}, {"cores", std::thread::hardware_concurrency()}, {"kernel", u.release}}},
+         {"machine", coloc::bench::machine()},
          {"variants", variants},
          {"goal_ratio", 1.2}};
   std::string parent = out.substr(0, out.rfind('/'));
