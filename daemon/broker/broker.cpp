@@ -101,23 +101,47 @@ bool Broker::parked_on(JobSerial job, uint32_t device) const {
   return false;
 }
 
-uint32_t Broker::device_for(const Uuid& uuid, Bytes capacity, Nanos now) {
+uint32_t Broker::device_for(const Uuid& uuid, Bytes capacity, bool measured, const Client& c, Nanos now) {
   (void)now;
+  auto set_capacity = [&](Device& d, Bytes cap) {
+    d.capacity = cap;
+    d.headroom = config_.headroom_bytes ? std::min(*config_.headroom_bytes, cap) : Bytes(double(cap) * config_.headroom_fraction);
+  };
   if (auto it = device_index_.find(uuid); it != device_index_.end()) {
-    if (devices_[it->second].capacity != capacity)
-      log::get("broker")->warn("device {} reported with capacity {} (books keep {})", uuid.str(), mib(capacity),
-                               mib(devices_[it->second].capacity));
+    Device& d = devices_[it->second];
+    if (measured) {
+      // colocd's own reading is the device's capacity, whatever clients said before.
+      if (d.capacity != capacity)
+        log::get("broker")->warn("device {}: capacity {} as the device reports it (the books had {} from a client)",
+                                 uuid.str(), mib(capacity), mib(d.capacity));
+      set_capacity(d, capacity);
+      d.capacity_measured = true;
+      d.capacity_open = false;
+    } else if (d.capacity_open) {
+      set_capacity(d, capacity);  // no process was attached: the first one's word, again
+      d.capacity_open = false;
+    } else if (d.capacity != capacity) {
+      // A client's word only: never raised by it (that could over-grant); lowered, so that no
+      // grant passes what any attached process says the device holds (outside.h's reasoning:
+      // at worst it costs the others what the claim takes away, as allocating would).
+      const bool lower = !d.capacity_measured && capacity < d.capacity;
+      log::limited(log::get("broker"), spdlog::level::warn, "capacity uid " + std::to_string(c.uid),
+                   "device {} reported by pid {} (uid {}) with capacity {}; the books keep {}", uuid.str(), c.pid, c.uid,
+                   mib(capacity), mib(lower ? capacity : d.capacity));
+      if (lower) set_capacity(d, capacity);
+    }
     return it->second;
   }
   Device d;
   d.uuid = uuid;
-  d.capacity = capacity;
-  d.headroom = config_.headroom_bytes ? std::min(*config_.headroom_bytes, capacity)
-                                      : Bytes(double(capacity) * config_.headroom_fraction);
+  set_capacity(d, capacity);
+  d.capacity_measured = measured;
   devices_.push_back(std::move(d));
   uint32_t index = uint32_t(devices_.size() - 1);
   device_index_[uuid] = index;
-  log::get("broker")->info("device {}: capacity {}, headroom {}", uuid.str(), mib(capacity), mib(devices_[index].headroom));
+  log::get("broker")->info("device {}: capacity {}{}, headroom {}", uuid.str(), mib(capacity),
+                           measured ? "" : " (a client's word: colocd cannot read the device)",
+                           mib(devices_[index].headroom));
   return index;
 }
 
@@ -355,12 +379,13 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
     if (e.limit != 0 && e.limit < job.limit) job.limit = e.limit;  // a live lowering survives the restart
   for (uint32_t slot = 0; slot < ledger.size(); ++slot) {
     const ResumeEntry& e = ledger[slot];
-    uint32_t dev = device_for(e.uuid, e.capacity, now);
+    uint32_t dev = device_for(e.uuid, e.capacity, e.measured, c, now);
     Device& d = devices_[dev];
     Bytes in_use = e.in_use;
     if (e.physical_free != kUnknown && in_use > sat_sub(d.capacity, e.physical_free)) {
       ++d.ledger_mismatches;
-      log::get("broker")->warn("job {}: resumed ledger claims {} in use on {}, more than the device shows used; clamped",
+      log::limited(log::get("broker"), spdlog::level::warn, "resume uid " + std::to_string(c.uid),
+                   "job {}: resumed ledger claims {} in use on {}, more than the device shows used; clamped",
                                job.key.str(), mib(in_use), d.uuid.str());
       in_use = sat_sub(d.capacity, e.physical_free);
     }
@@ -384,13 +409,14 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
       set_job_device(job, dev, reserved, jd.granted);
       event(Event::Kind::kAdmitted, job, now, dev);
       if (reserved < wanted)
-        log::get("broker")->warn(
+        log::limited(log::get("broker"), spdlog::level::warn, "resume uid " + std::to_string(c.uid),
             "job {}: resumed on {} with its reservation cut to {} (it had {}): only {} was left for it; beyond "
             "that it grows by ordinary grants",
             job.key.str(), d.uuid.str(), mib(reserved), mib(wanted), mib(fits));
     }
     if (grant < asked)
-      log::get("broker")->warn("job {}: resumed on {} with a grant of {} instead of {} ({} in use): only {} was left for it",
+      log::limited(log::get("broker"), spdlog::level::warn, "resume uid " + std::to_string(c.uid),
+                   "job {}: resumed on {} with a grant of {} instead of {} ({} in use): only {} was left for it",
                                job.key.str(), d.uuid.str(), mib(grant), mib(asked), mib(in_use), mib(fits));
     ClientSlot& s = c.slots[slot];
     s.attached = true;
@@ -406,7 +432,7 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
     write_grant(c, slot, grant);
     cs.attached.store(1, std::memory_order_release);
     if (d.committed > usable(dev))
-      log::get("broker")->warn(
+      log::limited(log::get("broker"), spdlog::level::warn, "resume uid " + std::to_string(c.uid),
           "device {}: over-committed by memory really in use ({} committed, {} usable): job {} holds {} in use; "
           "nothing more is granted on the device until it fits again",
           d.uuid.str(), mib(d.committed), mib(usable(dev)), job.key.str(), mib(in_use));
@@ -475,6 +501,7 @@ void Broker::remove_client(ClientId id, Nanos now) {
   // A user none of whose processes is on a device any more has no say about it (outside.h).
   for (uint32_t dev : touched) {
     Device& d = devices_[dev];
+    if (!d.capacity_measured && d.attachments.empty() && d.committed == 0) d.capacity_open = true;
     if (d.measured || d.figures.empty()) continue;
     bool still = false;
     for (auto [cid, s] : d.attachments) still |= clients_.at(cid).uid == uid;
@@ -645,11 +672,12 @@ void Broker::refuse(Client& c, uint32_t seq, Reply::Kind kind, uint32_t slot, Re
   Bytes used = (kind == Reply::Kind::kGrow && c.slots[slot].attached) ? client_in_use(c, slot) : 0;
   event(Event::Kind::kRefused, job, now, device, kind == Reply::Kind::kAttach, reason, bytes, used);
   auto lg = log::get("broker");
+  const std::string cause = "refused uid " + std::to_string(c.uid) + " " + proto::reason_name(reason);
   if (reason == Reason::kBadRequest)
-    lg->warn("job {} (pid {}): bad request refused", job.key.str(), c.pid);
+    log::limited(lg, spdlog::level::warn, cause, "job {} (pid {}): bad request refused", job.key.str(), c.pid);
   else
-    lg->info("job {} (pid {}): {} of {} refused: {}", job.key.str(), c.pid,
-             kind == Reply::Kind::kAttach ? "admission" : "growth", mib(bytes), proto::reason_name(reason));
+    log::limited(lg, spdlog::level::info, cause, "job {} (pid {}): {} of {} refused: {}", job.key.str(), c.pid,
+                 kind == Reply::Kind::kAttach ? "admission" : "growth", mib(bytes), proto::reason_name(reason));
 }
 
 void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<std::pair<uint32_t, Bytes>>& devs,
@@ -672,8 +700,9 @@ void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<std::pair<u
       jd.admitted_at = now;
       set_job_device(job, dev, reservation_for(job, d), jd.granted);
       event(Event::Kind::kAdmitted, job, now, dev);
-      log::get("broker")->info("job {} admitted on {} (reservation {}, waited {:.3f} s)", job.key.str(), d.uuid.str(),
-                               mib(jd.reserved), double(waited) / 1e9);
+      log::limited(log::get("broker"), spdlog::level::info, "admitted uid " + std::to_string(c.uid),
+                   "job {} admitted on {} (reservation {}, waited {:.3f} s)", job.key.str(), d.uuid.str(),
+                   mib(jd.reserved), double(waited) / 1e9);
     }
     while (next_free < pages::kSlots && c.slots[next_free].attached) ++next_free;
     assert(next_free < pages::kSlots);  // checked before the request was accepted
@@ -709,8 +738,9 @@ bool Broker::park(Client& c, Waiter w, Nanos now) {
   if (!w.admission) dev = c.slots[w.slot].device;
   else dev = w.devices.front().first;
   event(Event::Kind::kWaitBegin, job, now, dev, w.admission, Reason::kNone, w.need);
-  log::get("broker")->info("job {} (pid {}) waits for {} on {}", job.key.str(), c.pid,
-                           w.admission ? "admission" : "memory", devices_[*dev].uuid.str());
+  log::limited(log::get("broker"), spdlog::level::info, "waits uid " + std::to_string(c.uid),
+               "job {} (pid {}) waits for {} on {}", job.key.str(), c.pid, w.admission ? "admission" : "memory",
+               devices_[*dev].uuid.str());
   waiters_.push_back(std::move(w));
   return true;
 }
@@ -729,7 +759,7 @@ void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> re
   if (reqs.size() > free_slots) bad = true;
   for (const AttachRequest& r : reqs) {
     if (bad) break;
-    uint32_t dev = device_for(r.uuid, r.capacity, now);
+    uint32_t dev = device_for(r.uuid, r.capacity, r.measured, c, now);
     for (const ClientSlot& s : c.slots) bad |= s.attached && s.device == dev;
     for (const Waiter& w : waiters_)
       if (w.client == id && w.admission)
@@ -829,7 +859,8 @@ void Broker::shrink(ClientId id, uint32_t slot, Bytes keep, Nanos now) {
   Client& c = clients_.at(id);
   clear_floors(c);
   if (slot >= pages::kSlots || !c.slots[slot].attached) {
-    log::get("broker")->warn("pid {}: shrink of slot {} that is not attached ignored", c.pid, slot);
+    log::limited(log::get("broker"), spdlog::level::warn, "bad slot uid " + std::to_string(c.uid),
+                 "pid {}: shrink of slot {} that is not attached ignored", c.pid, slot);
     return;
   }
   Bytes before = c.slots[slot].grant;
@@ -840,7 +871,8 @@ void Broker::driver_oom(ClientId id, uint32_t slot, Bytes request, Bytes in_use,
   Client& c = clients_.at(id);
   clear_floors(c);
   if (slot >= pages::kSlots || !c.slots[slot].attached) {
-    log::get("broker")->warn("pid {}: driver OOM on slot {} that is not attached ignored", c.pid, slot);
+    log::limited(log::get("broker"), spdlog::level::warn, "bad slot uid " + std::to_string(c.uid),
+                 "pid {}: driver OOM on slot {} that is not attached ignored", c.pid, slot);
     return;
   }
   const uint32_t dev = c.slots[slot].device;
@@ -941,7 +973,8 @@ void Broker::pump(Nanos now) {
       r.grant = c.slots[w.slot].grant;
       r.limit = job.limit;
       replies_.push_back(std::move(r));
-      log::get("broker")->info("job {} (pid {}) got its memory after {:.3f} s", job.key.str(), c.pid,
+      log::limited(log::get("broker"), spdlog::level::info, "served uid " + std::to_string(c.uid),
+                   "job {} (pid {}) got its memory after {:.3f} s", job.key.str(), c.pid,
                                double(waited) / 1e9);
     }
   }
@@ -1012,7 +1045,8 @@ void Broker::break_deadlock(uint32_t device, Nanos now) {
   if (candidates.empty()) return;
   JobSerial victim = policy_.choose_victim(candidates);
   const Job& vj = jobs_.at(victim);
-  log::get("broker")->warn("device {}: every job ({}) is waiting for memory; failing the request of job {} ({})",
+  log::limited(log::get("broker"), spdlog::level::warn, "deadlock uid " + std::to_string(vj.key.uid),
+               "device {}: every job ({}) is waiting for memory; failing the request of job {} ({})",
                            devices_[device].uuid.str(), candidates.size(), vj.key.str(),
                            proto::priority_name(vj.priority));
   for (size_t i = waiters_.size(); i-- > 0;) {
@@ -1032,7 +1066,7 @@ void Broker::tick(Nanos now) {
       const Waiter& w = waiters_[i];
       const uint32_t dev = w.admission ? w.devices.front().first : clients_.at(w.client).slots[w.slot].device;
       if (waits_for_outside(w, dev))
-        log::get("broker")->warn(
+        log::limited(log::get("broker"), spdlog::level::warn, "timeout uid " + std::to_string(jobs_.at(w.job).key.uid),
             "job {}: timeout waiting for memory used outside coloc on {} ({} used outside coloc, {} available, {} "
             "needed)",
             jobs_.at(w.job).key.str(), devices_[dev].uuid.str(), mib(devices_[dev].outside), mib(available(dev)),

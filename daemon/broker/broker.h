@@ -104,6 +104,8 @@ struct Device {
   bool measured = false;
   /// Until then: the clients' figures, per user (outside.h).
   OutsideFigures figures;
+  bool capacity_measured = false;  ///< capacity is colocd's own reading (NVML)
+  bool capacity_open = false;      ///< no process is attached: the next client's word sets it
 };
 
 /// A job's standing on one device.
@@ -314,7 +316,10 @@ class Broker {
  private:
   struct Decision;
   Job& job_of(const Client& c);
-  uint32_t device_for(const Uuid& uuid, Bytes capacity, Nanos now);
+  /// The device `uuid`, made on first sight. `capacity` is colocd's own reading when `measured`
+  /// (then it is the books' capacity from now on), else client `c`'s word: it sets the capacity
+  /// of a device no process is attached to, and otherwise can only lower it.
+  uint32_t device_for(const Uuid& uuid, Bytes capacity, bool measured, const Client& c, Nanos now);
   /// A client's physical-free figure (Attach, Grow, DriverOom): on a measured device a prompt to
   /// read it again; else one user's figure under the rule of outside.h. The in-use of (reporter,
   /// slot) is taken as min(stats page, `reported_in_use`); `request` is a driver OOM's failed

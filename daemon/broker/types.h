@@ -72,7 +72,7 @@ struct AttachRequest {
   Bytes capacity = 0;
   Bytes physical_free = kUnknown;
   Bytes request = 0;  ///< bytes needed at once
-  bool measured = false;  ///< physical_free is colocd's own reading (NVML), not the client's
+  bool measured = false;  ///< capacity and physical_free are colocd's own reading (NVML), not the client's
 };
 
 /// One device of a resumed ledger (Register with kRegResume); its index is its slot.
@@ -83,6 +83,7 @@ struct ResumeEntry {
   Bytes in_use = 0;
   Bytes grant = 0;
   Bytes limit = kNoLimit;
+  bool measured = false;  ///< capacity and physical_free are colocd's own reading (NVML), not the client's
 };
 
 /// A reply the engine must send for a request that has one (Attach or Grow).

@@ -14,6 +14,12 @@
 
 namespace coloc::device {
 
+/// One reading of a device's memory (bytes).
+struct DeviceMemory {
+  broker::Bytes total = 0;
+  broker::Bytes free = 0;
+};
+
 class MemoryReader {
  public:
   virtual ~MemoryReader() = default;
@@ -21,11 +27,12 @@ class MemoryReader {
   /// A short name for logs and status ("nvml").
   virtual const char* name() const = 0;
 
-  /// The free memory of the device `uuid` (as cuDeviceGetUuid gives it), in bytes, as the driver
-  /// sees it: every process's allocations count, under coloc or not. nullopt when the reader does
-  /// not know the device or the read failed (the caller then keeps its estimate); the reader logs
-  /// such a failure itself, once until the device reads again.
-  virtual std::optional<broker::Bytes> free_bytes(const broker::Uuid& uuid) = 0;
+  /// The memory of the device `uuid` (as cuDeviceGetUuid gives it), in bytes, as the driver sees
+  /// it: `total` its capacity, `free` what no process holds (every process's allocations count,
+  /// under coloc or not). nullopt when the reader does not know the device or the read failed (the
+  /// caller then keeps its estimate); the reader logs such a failure itself, once until the device
+  /// reads again.
+  virtual std::optional<DeviceMemory> memory(const broker::Uuid& uuid) = 0;
 };
 
 }  // namespace coloc::device

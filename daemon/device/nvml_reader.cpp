@@ -78,7 +78,7 @@ Result<std::unique_ptr<NvmlReader>> NvmlReader::open(const std::string& library)
   return r;
 }
 
-std::optional<broker::Bytes> NvmlReader::free_bytes(const broker::Uuid& uuid) {
+std::optional<DeviceMemory> NvmlReader::memory(const broker::Uuid& uuid) {
   auto warn_once = [&](const std::string& what) {
     if (warned_.insert(uuid).second)
       log::get("device")->warn("NVML: {} for device {}; its outside-coloc estimate comes from client reports only",
@@ -102,7 +102,7 @@ std::optional<broker::Bytes> NvmlReader::free_bytes(const broker::Uuid& uuid) {
     return std::nullopt;
   }
   warned_.erase(uuid);
-  return broker::Bytes(m.free);
+  return DeviceMemory{broker::Bytes(m.total), broker::Bytes(m.free)};
 }
 
 }  // namespace coloc::device

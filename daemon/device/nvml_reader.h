@@ -28,8 +28,9 @@ class NvmlReader final : public MemoryReader {
   NvmlReader& operator=(const NvmlReader&) = delete;
 
   const char* name() const override { return "nvml"; }
-  /// nvmlDeviceGetHandleByUUID (cached per device), then nvmlDeviceGetMemoryInfo's `free` (bytes).
-  std::optional<broker::Bytes> free_bytes(const broker::Uuid& uuid) override;
+  /// nvmlDeviceGetHandleByUUID (cached per device), then nvmlDeviceGetMemoryInfo's `total` and
+  /// `free` (bytes).
+  std::optional<DeviceMemory> memory(const broker::Uuid& uuid) override;
 
  private:
   struct Api;

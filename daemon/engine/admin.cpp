@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 
@@ -287,7 +288,9 @@ AdminAnswer Admin::report(const std::string& name, const Caller& caller, broker:
   };
   auto filed = [&](const std::string& job_id) {
     std::vector<Filed> out;
-    if (writer_) writer_->flush();  // a report still queued is read too
+    // A report still queued is read too (waiting at most 2 s: the disk may be slow, or colocd at
+    // its descriptor limit, and the loop must not stall).
+    if (writer_) (void)writer_->flush(std::chrono::milliseconds(2000));
     for (const std::string& path : store_.find(job_id)) {
       std::string text = read_text(path);
       json j = json::parse(text, nullptr, false);

@@ -50,6 +50,11 @@ Result<std::unique_ptr<Listener>> Listener::open(Settings settings, EventLoop& l
   std::unique_ptr<Listener> l(new Listener(std::move(settings), loop, std::move(on_accept), std::move(make_room)));
   rlimit rl{};
   if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) l->fd_limit_ = rl.rlim_cur == RLIM_INFINITY ? 0 : size_t(rl.rlim_cur);
+  // No one user may take more than a quarter of what the descriptor limit leaves after colocd's
+  // own (a few dozen): one user alone never brings colocd to its limit.
+  l->cap_ = l->settings_.max_per_user;
+  if (l->fd_limit_ > 0)
+    l->cap_ = std::min(l->cap_, std::max<size_t>(8, l->fd_limit_ > 64 ? (l->fd_limit_ - 64) / 4 : 0));
   if (auto r = l->bind_socket(); !r) return r.error();
   if (!l->reopen_reserve()) return Error::from_errno("open /dev/null (the descriptor kept for the descriptor limit)");
   l->watch_directory();
@@ -242,7 +247,7 @@ void Listener::take(int fd, bool at_limit) {
                  fd_limit_, peer.pid, peer.uid);
     return;
   }
-  if (!free_pass && connections_of(peer.uid) >= settings_.max_per_user) {
+  if (!free_pass && connections_of(peer.uid) >= cap_) {
     ++counters_.refused_cap;
     log::limited(lg, spdlog::level::warn, "cap uid " + std::to_string(peer.uid),
                  "uid {} holds {} connections, its cap (max_connections_per_user): refused a connection of pid {}",
@@ -276,9 +281,7 @@ bool Listener::at_descriptor_limit(int listen_fd) {
   ucred peer{};
   socklen_t len = sizeof peer;
   const bool keep = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 && exempt(fd, peer);
-  if (keep) {
-    if (make_room_()) ++counters_.made_room;
-  }
+  if (keep) (void)make_room_();
   take(fd, !keep);
   if (!reopen_reserve()) {
     pause();

@@ -2,8 +2,9 @@
 // connection, and what happens when a peer tries to take them all.
 //
 //   - Every accepted peer is identified at once (SO_PEERCRED). A peer that is neither root nor in
-//     the admin group ("exempt") may hold at most `max_per_user` connections at a time, registered
-//     or not; past that, a new one is closed as soon as it is accepted.
+//     the admin group ("exempt") may hold at most cap() connections at a time, registered or not
+//     (`max_per_user`, and at most a quarter of the descriptor limit); past that, a new one is
+//     closed as soon as it is accepted.
 //   - Accept never spins. At the descriptor limit (EMFILE/ENFILE) the listener lets go of a
 //     descriptor it keeps in reserve, accepts one connection with it and keeps it only if the peer
 //     is exempt (asking the server to close one unregistered connection of a non-exempt peer, to
@@ -39,7 +40,6 @@ struct ListenerCounters {
   uint64_t accepted = 0;        ///< connections accepted and handed to the server
   uint64_t refused_cap = 0;     ///< closed at once: the peer's uid was at max_per_user
   uint64_t refused_limit = 0;   ///< closed at once at the descriptor limit (non-exempt peer)
-  uint64_t made_room = 0;       ///< unregistered connections closed to let an exempt peer in
   uint64_t paused = 0;          ///< times accepting stopped for want of any descriptor
   uint64_t rebinds = 0;         ///< times the socket was bound again after it went missing
 };
@@ -83,6 +83,9 @@ class Listener {
   const std::map<uid_t, size_t>& per_uid() const { return per_uid_; }
   const ListenerCounters& counters() const { return counters_; }
   const Settings& settings() const { return settings_; }
+  /// The per-user cap in effect: max_per_user, but at most a quarter of the descriptor limit
+  /// less 64 (at least 8), so that no one user alone can bring colocd to its limit.
+  size_t cap() const { return cap_; }
 
  private:
   Listener(Settings s, EventLoop& loop, OnAccept a, MakeRoom m)
@@ -115,6 +118,7 @@ class Listener {
   std::map<uid_t, size_t> per_uid_;
   ListenerCounters counters_;
   size_t fd_limit_ = 0;           ///< RLIMIT_NOFILE's soft limit (for messages)
+  size_t cap_ = 0;                ///< cap()
 };
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit. Returns the limit in effect.

@@ -157,17 +157,23 @@ Result<void> Server::open_listener() {
       [this] { return make_room(); });
   if (!l) return l.error();
   listener_ = std::move(l.value());
+  log::get("engine")->info("at most {} connections per user other than root{}{}", listener_->cap(),
+                           cfg_.admin_group.empty() ? "" : " and group " + cfg_.admin_group,
+                           listener_->cap() < cfg_.max_connections_per_user
+                               ? " (a quarter of what the descriptor limit leaves; max_connections_per_user is " +
+                                     std::to_string(cfg_.max_connections_per_user) + ")"
+                               : "");
   info_.connections = [this] {
     const ListenerCounters& k = listener_->counters();
     nlohmann::json per_uid = nlohmann::json::object();
     for (auto& [uid, n] : listener_->per_uid()) per_uid[std::to_string(uid)] = n;
     return nlohmann::json{{"open", conns_.size()},
                           {"per_uid", per_uid},
-                          {"max_per_user", listener_->settings().max_per_user},
+                          {"max_per_user", listener_->cap()},
                           {"accepted", k.accepted},
                           {"refused_cap", k.refused_cap},
                           {"refused_fd_limit", k.refused_limit},
-                          {"made_room", k.made_room},
+                          {"made_room", made_room_},
                           {"accept_paused", k.paused},
                           {"hello_timeouts", hello_timeouts_},
                           {"socket_rebinds", k.rebinds},
@@ -220,9 +226,8 @@ Result<void> Server::start() {
   auto lg = log::get("engine");
   // Every connection is a descriptor: take what the hard limit allows, and say what it is.
   info_.fd_limit = raise_descriptor_limit();
-  lg->info("file descriptor limit (RLIMIT_NOFILE): {}; at most {} connections per non-root user",
-           info_.fd_limit == size_t(-1) ? std::string("unlimited") : std::to_string(info_.fd_limit),
-           cfg_.max_connections_per_user);
+  lg->info("file descriptor limit (RLIMIT_NOFILE): {}",
+           info_.fd_limit == size_t(-1) ? std::string("unlimited") : std::to_string(info_.fd_limit));
   auto loop = EventLoop::create();
   if (!loop) return loop.error();
   loop_ = std::make_unique<EventLoop>(std::move(loop.value()));
@@ -350,16 +355,39 @@ bool Server::descriptors_for(const Connection& c, int n) {
 }
 
 bool Server::make_room() {
+  auto doomed = [&](uint64_t id) { return std::find(doomed_.begin(), doomed_.end(), id) != doomed_.end(); };
   for (auto& [at, id] : hellos_) {
     Connection* c = find_connection(id);
-    if (!c || c->exempt() || c->role != Connection::Role::kNew) continue;
-    if (std::find(doomed_.begin(), doomed_.end(), id) != doomed_.end()) continue;
+    if (!c || c->exempt() || c->role != Connection::Role::kNew || doomed(id)) continue;
     log::limited(log::get("engine"), spdlog::level::info, "make room uid " + std::to_string(c->uid()),
                  "closing the unregistered connection of {} to let a root or admin connection in", c->describe());
     destroy(id);
+    ++made_room_;
     return true;
   }
-  return false;
+  // None: the newest connection of the user (not root, not admin) that holds the most, if it
+  // holds more than one. A job connection closed so re-registers later, as after a restart.
+  uid_t heaviest = 0;
+  size_t most = 1;
+  for (auto& [uid, n] : listener_->per_uid())
+    if (uid != 0 && n > most) {
+      heaviest = uid;
+      most = n;
+    }
+  if (most <= 1) return false;
+  Connection* pick = nullptr;
+  for (auto& [id, c] : conns_)
+    if (c->uid() == heaviest && !c->exempt() && !doomed(id) && (!pick || id > pick->id())) pick = c.get();
+  if (!pick) return false;
+  log::limited(log::get("engine"), spdlog::level::warn, "make room uid " + std::to_string(heaviest),
+               "at the descriptor limit: closing the newest of the {} connections of uid {} ({}) to let a root or "
+               "admin connection in",
+               most, heaviest, pick->describe());
+  const uint64_t id = pick->id();
+  drop(*pick, "closed to make room for a root or admin connection", std::nullopt, false);
+  destroy(id);
+  ++made_room_;
+  return true;
 }
 
 void Server::expire_hellos(Nanos t) {
@@ -559,10 +587,11 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
       for (uint32_t i = 0; i < m.body.attach.n_devices; ++i) {
         const proto::AttachDevice& d = m.body.attach.devices[i];
         reqs.push_back({broker::Uuid::from(d.device.uuid), d.device.capacity, d.device.physical_free, d.request});
-        // The device's own figure whenever colocd can read it: a client's is only its word.
+        // The device's own figures whenever colocd can read it: a client's are only its word.
         if (memory_reader_)
-          if (auto free = memory_reader_->free_bytes(reqs.back().uuid)) {
-            reqs.back().physical_free = *free;
+          if (auto mem = memory_reader_->memory(reqs.back().uuid)) {
+            reqs.back().capacity = mem->total;
+            reqs.back().physical_free = mem->free;
             reqs.back().measured = true;
           }
       }
@@ -651,6 +680,12 @@ void Server::on_register(Connection& c, const proto::Message& m) {
       // limit 0: the saved limit is the daemon's own word, a ledger does not lower it.
       ledger.push_back({broker::Uuid::from(e.device.uuid), e.device.capacity, e.device.physical_free, e.in_use, e.grant,
                         limit_known_.count(serial) ? 0 : e.limit});
+      if (memory_reader_)
+        if (auto mem = memory_reader_->memory(ledger.back().uuid)) {
+          ledger.back().capacity = mem->total;
+          ledger.back().physical_free = mem->free;
+          ledger.back().measured = true;
+        }
     }
     broker_.resume(id, ledger, t);
   }
@@ -930,8 +965,7 @@ void Server::read_device_memory(uint32_t device, Nanos t, bool prompted) {
   if (last_read_.size() <= device) last_read_.resize(device + 1, 0);
   if (prompted && last_read_[device] != 0 && t - last_read_[device] < kMinInterval) return;
   last_read_[device] = t;
-  if (auto free = memory_reader_->free_bytes(broker_.devices()[device].uuid))
-    broker_.refresh_outside(device, *free, t);
+  if (auto mem = memory_reader_->memory(broker_.devices()[device].uuid)) broker_.refresh_outside(device, mem->free, t);
 }
 
 void Server::on_sample() {
@@ -944,7 +978,9 @@ void Server::on_sample() {
   (void)broker_.take_short_devices();  // every device is read below
   for (uint32_t dev = 0; dev < broker_.devices().size(); ++dev) read_device_memory(dev, t);
   for (const auto& [serial, job] : broker_.jobs()) sample_job(job, t);
-  if (auto r = resume_.save_if_dirty(); !r) log::get("engine")->warn("{}", r.error().message());
+  if (auto r = resume_.save_if_dirty(); !r)
+    log::limited(log::get("engine"), spdlog::level::warn, "save clients", "{} (tried again in {} ms)", r.error().message(),
+                 cfg_.sample_interval / 1000000);
   for (auto it = restart_waits_.begin(); it != restart_waits_.end();) {
     if (t < it->second) {
       ++it;

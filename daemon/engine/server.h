@@ -176,7 +176,8 @@ class Server {
   DaemonInfo info_;
   std::unique_ptr<Admin> admin_;
   uint64_t next_conn_id_ = 1;
-  uint64_t hello_timeouts_ = 0;  ///< connections closed for sending no first message in time
+  uint64_t hello_timeouts_ = 0;
+  uint64_t made_room_ = 0;       ///< connections of others closed to let root or an admin in  ///< connections closed for sending no first message in time
   bool stop_ = false;
   Nanos armed_deadline_ = broker::kNever;  ///< what the deadline timer is set to
   std::vector<unsigned char> rx_;

@@ -3,6 +3,9 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <cerrno>
+#include <chrono>
+
 #include "util/log.h"
 
 namespace coloc::report {
@@ -34,10 +37,10 @@ void ReportWriter::submit(std::string job_id, std::string label, std::string tex
   work_.notify_one();
 }
 
-void ReportWriter::flush() {
+bool ReportWriter::flush(std::chrono::milliseconds limit) {
   std::unique_lock lk(mu_);
   const uint64_t target = submitted_;
-  done_.wait(lk, [&] { return written_ >= target; });
+  return done_.wait_for(lk, limit, [&] { return written_ >= target; });
 }
 
 size_t ReportWriter::pending() const {
@@ -54,7 +57,12 @@ void ReportWriter::run() {
     Item item = std::move(queue_.front());
     queue_.pop_front();
     lk.unlock();
+    // Out of descriptors (colocd at its limit, under a flood): try again for a minute.
     auto path = store_.write(item.job_id, item.text);
+    for (int i = 0; i < 600 && !path && (path.error().err == EMFILE || path.error().err == ENFILE); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      path = store_.write(item.job_id, item.text);
+    }
     if (path) lg->info("job {} ended; report {}", item.label, path.value());
     else lg->error("job {} ended; its report could not be written: {}", item.label, path.error().message());
     lk.lock();

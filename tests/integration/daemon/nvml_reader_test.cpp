@@ -75,11 +75,14 @@ TEST_CASE("NVML reader: reads a simulated device's free memory by its CUDA UUID"
     std::copy(u.begin(), u.end(), b.bytes.begin());
     return b;
   };
-  CHECK(nvml.free_bytes(uuid(0)) == std::optional<uint64_t>(16ull << 30));
-  CHECK(nvml.free_bytes(uuid(1)) == std::optional<uint64_t>(8ull << 30));
+  REQUIRE(nvml.memory(uuid(0)).has_value());
+  CHECK(nvml.memory(uuid(0))->free == 16ull << 30);
+  CHECK(nvml.memory(uuid(0))->total == 16ull << 30);
+  CHECK(nvml.memory(uuid(1))->free == 8ull << 30);
+  CHECK(nvml.memory(uuid(1))->total == 8ull << 30);
   Uuid unknown;
   unknown.bytes.fill(0x5A);
-  CHECK(nvml.free_bytes(unknown) == std::nullopt);
-  CHECK(nvml.free_bytes(unknown) == std::nullopt);  // retried, logged once
+  CHECK_FALSE(nvml.memory(unknown).has_value());
+  CHECK_FALSE(nvml.memory(unknown).has_value());  // retried, logged once
 }
 }  // TEST_SUITE

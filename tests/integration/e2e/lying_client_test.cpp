@@ -107,3 +107,80 @@ TEST_CASE("e2e: a client lying 'everything is free' in DriverOom reports cannot 
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("e2e") {
+
+TEST_CASE("e2e: a client lying about a device's capacity changes nothing with NVML, and cannot raise it without") {
+  if (simulated_only()) return;
+  for (bool nvml : {true, false}) {
+    CAPTURE(nvml);
+    Node n("16GiB", {}, false);
+    if (!nvml) n.set_daemon_prefix({"env", "-u", "LD_LIBRARY_PATH"});
+    n.start_daemon();
+    std::string dir = n.socket().substr(0, n.socket().rfind('/'));
+    ::chmod(dir.substr(0, dir.rfind('/')).c_str(), 0755);
+    ::chmod(dir.c_str(), 0755);
+    // The device's UUID, from an honest job that comes and goes.
+    auto probe = n.run({"--job", "probe"}, {cuprobe(), "init", "ctx", "0", "touch", n.file("p.up"), "hold-file", n.file("p.go")});
+    REQUIRE(reached(*probe, n.file("p.up")));
+    const std::string uuid = n.status()["devices"][0]["uuid"];
+    if (!nvml) {
+      // Without NVML the honest job's word stands while it is attached: a bigger claim does not raise it.
+      auto liar = std::make_unique<Proc>(
+          std::vector<std::string>{build_path("tests/bin/colocd_client"), "--socket", n.socket(), "--as-user", "nobody",
+                                   "--job", "big-liar", "attach:" + uuid + ":1TiB:0", "hold"},
+          Env());
+      REQUIRE(wait_until([&] { return has_event(*liar, "holding") || !liar->running(); }, 20s));
+      CHECK(n.status()["devices"][0]["capacity"] == 16 * GiB);
+      liar->kill(SIGKILL);
+      liar->wait(10s);
+    }
+    write_file(n.file("p.go"), "");
+    finish(*probe);
+    REQUIRE(wait_until([&] { return n.status()["jobs"].empty(); }, 20s));
+    // Now the liar comes first, to a device nobody holds.
+    auto liar = std::make_unique<Proc>(
+        std::vector<std::string>{build_path("tests/bin/colocd_client"), "--socket", n.socket(), "--as-user", "nobody",
+                                 "--job", "liar", "attach:" + uuid + ":1TiB:0", "hold"},
+        Env());
+    REQUIRE(wait_until([&] { return has_event(*liar, "holding") || !liar->running(); }, 20s));
+    const uint64_t shown = n.status()["devices"][0]["capacity"];
+    if (nvml) CHECK(shown == 16 * GiB);  // the device's own figure
+    // Two honest jobs of 12 GiB cannot both be admitted on a 16 GiB device.
+    auto a = n.run({"--job", "a", "--mem", "12GiB"}, {cuprobe(), "init", "ctx", "0", "alloc", "11GiB", "x", "touch",
+                                                      n.file("a.up"), "hold-file", n.file("a.go")});
+    REQUIRE(reached(*a, n.file("a.up"), 30s));
+    CHECK(n.status()["devices"][0]["capacity"] == 16 * GiB);  // the honest job's word lowered the claim
+    auto b = n.run({"--job", "b", "--mem", "12GiB", "--on-full", "fail"}, {cuprobe(), "init", "ctx", "0", "alloc", "11GiB", "y"});
+    ProcResult br = b->wait(30s);
+    INFO(describe(br));
+    CHECK(step(br.out, "ctx")["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");  // refused at admission, not over-granted
+    CHECK(br.err.find("driver ran out of memory") == std::string::npos);
+    write_file(n.file("a.go"), "");
+    finish(*a);
+    liar->kill(SIGKILL);
+  }
+}
+
+TEST_CASE("e2e: a client's stream of refused or meaningless requests is logged a few times, not once each") {
+  if (simulated_only()) return;
+  Node n("16GiB");
+  std::string dir = n.socket().substr(0, n.socket().rfind('/'));
+  ::chmod(dir.substr(0, dir.rfind('/')).c_str(), 0755);
+  ::chmod(dir.c_str(), 0755);
+  const size_t before = n.log_size();
+  std::vector<std::string> argv = {build_path("tests/bin/colocd_client"), "--socket", n.socket(), "--as-user", "nobody",
+                                   "--job", "noisy", "--on-full", "fail", "attach:7:16GiB:64MiB"};
+  for (int i = 0; i < 3000; ++i) argv.push_back("shrink:9:1");           // a slot it never attached
+  for (int i = 0; i < 2000; ++i) argv.push_back("alloc:0:1000TiB");      // refused: device full
+  for (int i = 0; i < 2000; ++i) argv.push_back("oom:9:1GiB:0");         // a slot it never attached
+  argv.push_back("status");
+  ProcResult r = run(argv, Env(), 120s);
+  INFO(describe(r).substr(0, 4000));
+  CHECK(r.exit_code == 0);
+  const size_t logged = n.log_size() - before;
+  CHECK_MESSAGE(logged < 100 * 1024, logged, " bytes logged for 7,000 requests");
+  CHECK(n.status()["daemon"]["connections"]["log_lines_suppressed"].get<uint64_t>() > 6000);
+}
+
+}  // TEST_SUITE
