@@ -242,6 +242,30 @@ bool DaemonBroker::adopt(const proto::RegisterReplyMsg& reply, int control_fd, i
          "63): colocd files this process under job '%s'",
          o.job, filed);
   }
+  if (!resume) own_cap_.store(kNoLimit, std::memory_order_relaxed);  // (a forked child registering anew)
+  if (!resume && o.mem_limit != kNoLimit && o.mem_limit != reply.limit) {
+    // The process joined a job whose limit is not the one its COLOC_MEM_LIMIT asked for (another
+    // process of the job registered it first). The environment can only lower what the daemon
+    // says: a lower value holds for this process alone; a higher one is ignored. Both are said.
+    char own[32], job[32];
+    format_size(o.mem_limit, own, sizeof own);
+    if (reply.limit == kNoLimit) std::snprintf(job, sizeof job, "none");
+    else format_size(reply.limit, job, sizeof job);
+    char filed[sizeof reply.job + 1] = {};
+    std::memcpy(filed, reply.job, sizeof reply.job);
+    if (o.mem_limit < reply.limit) {
+      own_cap_.store(o.mem_limit, std::memory_order_relaxed);
+      logf(LogLevel::warn,
+           "COLOC_MEM_LIMIT=%s is lower than the limit of job %s, which this process joins (%s): this process is "
+           "held to %s on each device; the job's limit stays %s",
+           own, filed, job, own, job);
+    } else {
+      logf(LogLevel::warn,
+           "COLOC_MEM_LIMIT=%s is higher than the limit of job %s, which this process joins (%s): ignored; the "
+           "job's limit holds (`coloc set --mem` raises it)",
+           own, filed, job);
+    }
+  }
   if (resume)
     for (int s = 0; s < kMaxDevices; ++s)
       if (slots_[s].attached.load(std::memory_order_acquire)) set_floor(s);
@@ -402,7 +426,7 @@ int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
   if (slot < 0) return -1;
   // COLOC_MEM_LIMIT was the registration's request; from now on the daemon's limit (control page)
   // is the job's, and only a per-device COLOC_MEM_LIMIT_<n> caps it here (coloc set can raise it).
-  local_limit(slot).store(device_cap_for_ordinal(options(), d.ordinal), std::memory_order_relaxed);
+  local_limit(slot).store(own_cap(d.ordinal), std::memory_order_relaxed);
   set_floor(slot);
   // The daemon's measure of the wait, or ours when the daemon was away meanwhile.
   uint64_t total = monotonic_ns() - t0;
@@ -418,9 +442,15 @@ int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
 
 uint64_t DaemonBroker::unattached_limit(int ordinal) {
   if (mode_.load(std::memory_order_acquire) == Mode::standalone) return local_.unattached_limit(ordinal);
-  uint64_t env = device_cap_for_ordinal(options(), ordinal);
+  uint64_t env = own_cap(ordinal);
   uint64_t job = job_limit_.load(std::memory_order_relaxed);
   return env < job ? env : job;
+}
+
+uint64_t DaemonBroker::own_cap(int ordinal) const {
+  uint64_t dev = device_cap_for_ordinal(options(), ordinal);
+  uint64_t own = own_cap_.load(std::memory_order_relaxed);
+  return dev < own ? dev : own;
 }
 
 // ---- memory -------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@
 //                  is the job's, and `coloc set` may raise it; only COLOC_MEM_LIMIT_<n> stays a
 //                  local cap), COLOC_PRIORITY, COLOC_ON_FULL, COLOC_WAIT_TIMEOUT, command
 //                  line and fingerprint; maps the daemon's pages over the areas (daemon_pages.h)
+//                  (a process joining a job registered with another limit: a lower COLOC_MEM_LIMIT
+//                  holds for this process alone, a higher one is ignored; one warning says which)
 //                  and starts the link thread (daemon_link.h). Registration happens at the first
 //                  cuInit rather than at load: LD_PRELOAD reaches every program a job starts
 //                  (shells, tools), and only CUDA processes belong in the daemon's books.
@@ -108,6 +110,8 @@ class DaemonBroker final : public Broker, private LinkOwner {
   int recorded_slot(const unsigned char uuid[16]) const;
   uint64_t physical_free(int slot);
   uint64_t wait_deadline() const;
+  /// The local cap on the device this process numbers `ordinal`: min(COLOC_MEM_LIMIT_<n>, own_cap_).
+  uint64_t own_cap(int ordinal) const;
 
   std::atomic<Mode> mode_{Mode::unregistered};
   Mutex register_mutex_;
@@ -119,6 +123,9 @@ class DaemonBroker final : public Broker, private LinkOwner {
   // Bytes: the limit of the first registration (what `coloc set --mem` may change later); 0 =
   // not registered yet.
   std::atomic<uint64_t> registered_limit_{0};
+  /// This process's own cap on every device (bytes): its COLOC_MEM_LIMIT when that is lower than
+  /// the limit of the job it joined; kNoLimit otherwise.
+  std::atomic<uint64_t> own_cap_{kNoLimit};
   std::atomic<uint64_t> launches_flushed_{0};
   std::atomic<bool> oom_warned_{false};  // the driver-OOM-inside-the-grant warning was printed
   SlotRecord slots_[kMaxDevices];

@@ -200,8 +200,8 @@ class Broker {
   // ---- clients --------------------------------------------------------------------------------
 
   /// Registers a client under job (spec.uid, spec.job_id), creating the job (kJobStarted) if it
-  /// has no live client. A job's settings come from its first client; a later client can only
-  /// lower the job's limit. `control` and `stats` are the client's pages: the broker writes the
+  /// has no live client. A job's settings come from its first client; a later client's limit
+  /// does not change them (its own lower COLOC_MEM_LIMIT holds in its own process). `control` and `stats` are the client's pages: the broker writes the
   /// control page's words and reads the stats page's in_use; both must stay valid until
   /// remove_client. Returns the new client's id.
   ClientId add_client(const ClientSpec& spec, pages::ControlPage* control, pages::StatsPage* stats, Nanos now);
