@@ -656,7 +656,7 @@ Broker::Decision Broker::decide_attach(Client& c, const std::vector<std::pair<ui
 // ---- requests -----------------------------------------------------------------------------------
 
 void Broker::refuse(Client& c, uint32_t seq, Reply::Kind kind, uint32_t slot, Reason reason, Bytes bytes,
-                    std::optional<uint32_t> device, Nanos waited, Nanos now) {
+                    std::optional<uint32_t> device, Nanos waited, Nanos now, Bytes asked_in_use) {
   Job& job = job_of(c);
   Reply r;
   r.kind = kind;
@@ -670,6 +670,7 @@ void Broker::refuse(Client& c, uint32_t seq, Reply::Kind kind, uint32_t slot, Re
   r.limit = job.limit;
   replies_.push_back(std::move(r));
   Bytes used = (kind == Reply::Kind::kGrow && c.slots[slot].attached) ? client_in_use(c, slot) : 0;
+  if (kind == Reply::Kind::kGrow && asked_in_use != kUnknown) used = std::min(asked_in_use, bytes);
   event(Event::Kind::kRefused, job, now, device, kind == Reply::Kind::kAttach, reason, bytes, used);
   auto lg = log::get("broker");
   const std::string cause = "refused uid " + std::to_string(c.uid) + " " + proto::reason_name(reason);
@@ -803,7 +804,8 @@ void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> re
   if (!park(c, std::move(w), now)) refuse(c, seq, Reply::Kind::kAttach, 0, Reason::kBadRequest, total, std::nullopt, 0, now);
 }
 
-void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes physical_free, Nanos now) {
+void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes physical_free, Nanos now,
+                  Bytes in_use) {
   Client& c = clients_.at(id);
   clear_floors(c);
   if (slot >= pages::kSlots || !c.slots[slot].attached) {
@@ -831,7 +833,7 @@ void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes ph
     return;
   }
   if (d.kind == Decision::Kind::kRefuse) {
-    refuse(c, seq, Reply::Kind::kGrow, slot, d.reason, need, dev, 0, now);
+    refuse(c, seq, Reply::Kind::kGrow, slot, d.reason, need, dev, 0, now, in_use);
     pump(now);  // a refusal over the limit may have trimmed grants
     return;
   }
@@ -839,7 +841,7 @@ void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes ph
   FullAction a = policy_.on_full(d.full);
   if (!a.park && holding() && d.full.can_ever_fit) a = {true, Reason::kNone};
   if (!a.park) {
-    refuse(c, seq, Reply::Kind::kGrow, slot, a.reason, need, dev, 0, now);
+    refuse(c, seq, Reply::Kind::kGrow, slot, a.reason, need, dev, 0, now, in_use);
     return;
   }
   Waiter w;
@@ -847,9 +849,10 @@ void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes ph
   w.admission = false;
   w.slot = slot;
   w.need = need;
+  w.in_use = in_use;
   w.device_short = d.device_short || !d.full.over_user_cap;
   if (!park(c, std::move(w), now)) {
-    refuse(c, seq, Reply::Kind::kGrow, slot, Reason::kBadRequest, need, dev, 0, now);
+    refuse(c, seq, Reply::Kind::kGrow, slot, Reason::kBadRequest, need, dev, 0, now, in_use);
     return;
   }
   if (!holding()) break_deadlock(dev, now);
@@ -914,7 +917,8 @@ void Broker::answer_waiter(size_t index, bool granted, Reason reason, Nanos now)
   else dev = w.devices.front().first;
   event(Event::Kind::kWaitEnd, job, now, dev, w.admission, granted ? Reason::kNone : reason, w.need);
   assert(!granted);  // grants from the queue go through pump()
-  refuse(c, w.seq, w.admission ? Reply::Kind::kAttach : Reply::Kind::kGrow, w.slot, reason, w.need, dev, waited, now);
+  refuse(c, w.seq, w.admission ? Reply::Kind::kAttach : Reply::Kind::kGrow, w.slot, reason, w.need, dev, waited, now,
+         w.in_use);
 }
 
 void Broker::pump(Nanos now) {

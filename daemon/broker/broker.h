@@ -186,6 +186,7 @@ struct Waiter {
   // growth
   uint32_t slot = 0;
   Bytes need = 0;
+  Bytes in_use = kUnknown;  ///< growth: the client's in-use when it asked (Broker::grow)
   // admission: device index and initial request, in request order
   std::vector<std::pair<uint32_t, Bytes>> devices;
 };
@@ -224,7 +225,11 @@ class Broker {
   /// Admission at the first context on `devices` (1..16, distinct, not yet attached by this client).
   void attach(ClientId id, uint32_t seq, std::span<const AttachRequest> devices, Nanos now);
   /// Raise the grant on `slot` to `need` bytes. `physical_free` (or kUnknown) refreshes the device.
-  void grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes physical_free, Nanos now);
+  /// `in_use` is what the client had in use on the slot when it asked (Grow's in_use; kUnknown:
+  /// its stats page's figure then): a refusal's event records it, so that its request is exactly
+  /// `need - in_use` however the client's use changes while it waits.
+  void grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes physical_free, Nanos now,
+            Bytes in_use = kUnknown);
   /// Lower the grant on `slot` to `keep` bytes (never below in-use rounded up to the step).
   void shrink(ClientId id, uint32_t slot, Bytes keep, Nanos now);
   /// The driver failed an allocation inside a grant: count, log, refresh the device. `in_use` is
@@ -359,8 +364,9 @@ class Broker {
   /// True when `w` waits for memory used outside coloc: some is (outside > 0) and `w` would fit
   /// in capacity - headroom - committed without it.
   bool waits_for_outside(const Waiter& w, uint32_t device) const;
+  /// `asked_in_use`: a growth's in-use when it was asked (kUnknown: the stats page's now).
   void refuse(Client& c, uint32_t seq, Reply::Kind kind, uint32_t slot, Reason reason, Bytes bytes,
-              std::optional<uint32_t> device, Nanos waited, Nanos now);
+              std::optional<uint32_t> device, Nanos waited, Nanos now, Bytes asked_in_use = kUnknown);
   void event(Event::Kind kind, const Job& job, Nanos now, std::optional<uint32_t> device = std::nullopt,
              bool admission = false, Reason reason = Reason::kNone, Bytes bytes = 0, Bytes in_use = 0);
 

@@ -599,7 +599,7 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
       break;
     }
     case proto::MsgType::kGrow:
-      broker_.grow(id, h.seq, m.body.grow.slot, m.body.grow.need, m.body.grow.physical_free, t);
+      broker_.grow(id, h.seq, m.body.grow.slot, m.body.grow.need, m.body.grow.physical_free, t, m.body.grow.in_use);
       break;
     case proto::MsgType::kShrink:
       broker_.shrink(id, m.body.shrink.slot, m.body.shrink.grant, t);

@@ -25,8 +25,11 @@ uint64_t oom_request_bytes(const json& ev) {
     if (it->is_number_float()) return it->get<double>() > 0 ? uint64_t(it->get<double>()) : uint64_t(0);
     return it->is_number_unsigned() || it->get<int64_t>() >= 0 ? it->get<uint64_t>() : uint64_t(0);
   };
+  // For a refused growth `request` is the whole need (in-use plus the allocation) and `in_use`
+  // the in-use when it was asked (reports of older colocd versions: at the refusal); for an
+  // admission in_use is 0.
   uint64_t request = num("request"), in_use = num("in_use");
-  return request >= in_use ? request - in_use : request;
+  return request > in_use ? request - in_use : request;
 }
 
 std::string duration_text(double s) {

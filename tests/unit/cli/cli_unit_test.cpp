@@ -199,6 +199,8 @@ TEST_CASE("tables: status, jobs and report show what matters") {
                     std::string::npos,
                 rs);
   CHECK(oom_request_bytes(json{{"request", 4096}, {"in_use", 0}, {"admission", true}}) == 4096);
+  // A report of an older colocd whose in-use caught up with the need while it waited: never "0 B".
+  CHECK(oom_request_bytes(json{{"request", 3ull << 30}, {"in_use", 3ull << 30}}) == 3ull << 30);
 }
 
 TEST_CASE("coloc run: notes for a rewritten job name and for a limit below one CUDA context") {

@@ -1073,3 +1073,31 @@ TEST_CASE("broker: a stale outside estimate is refreshed by the device's own fig
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("daemon") {
+
+TEST_CASE("broker: a refused growth records the in-use it was asked with, however the client's use changed while it waited") {
+  Bench b;
+  ClientId a = b.add("a");
+  REQUIRE(b.granted(b.attach(a, {{1, 10 * GiB, 1 * GiB}})));
+  b.use(a, 0, 1 * GiB);
+  ClientId c = b.add("c", 8 * GiB);
+  REQUIRE(b.granted(b.attach(c, {{1, 10 * GiB, 1 * GiB}})));  // reserves 8 GiB: little is left
+  // "a" asks for 2 GiB more (need 3 GiB, 1 GiB in use): it waits.
+  const uint32_t seq = b.next_seq++;
+  b.broker.grow(a, seq, 0, 3 * GiB, kUnknown, b.now, 1 * GiB);
+  b.collect();
+  REQUIRE(b.pending(seq));
+  // Meanwhile other threads of "a" allocate within its grant: its page shows 3 GiB now.
+  b.use(a, 0, 3 * GiB);
+  b.advance(301 * kSec);  // the wait times out
+  REQUIRE(b.refused(seq, Reason::kTimeout));
+  const Event* refused = nullptr;
+  for (const Event& e : b.events)
+    if (e.kind == Event::Kind::kRefused) refused = &e;
+  REQUIRE(refused);
+  CHECK(refused->bytes == 3 * GiB);
+  CHECK(refused->in_use == 1 * GiB);  // so the report's request is the 2 GiB asked, not 0
+}
+
+}  // TEST_SUITE
