@@ -532,13 +532,33 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
 
 namespace init {
 
+namespace {
+// COLOC_MEM_LIMIT_<n> for an ordinal this process does not have (CUDA_VISIBLE_DEVICES renumbers
+// them) limits nothing: said once per process.
+void warn_unknown_ordinals() {
+  static constinit std::atomic<bool> done{false};
+  if (done.exchange(true, std::memory_order_relaxed)) return;
+  int count = 0;
+  if (call<Fn::cuDeviceGetCount>(&count) != CUDA_SUCCESS) return;
+  const Options& o = options();
+  for (int n = count < 0 ? 0 : count; n < kMaxOrdinals; ++n)
+    if (o.has_ordinal_limit[n])
+      logf(LogLevel::warn,
+           "COLOC_MEM_LIMIT_%d is set, but this process sees %d device(s) (ordinals 0..%d, as CUDA_VISIBLE_DEVICES "
+           "numbers them): it limits nothing",
+           n, count, count - 1);
+}
+}  // namespace
+
 // Malformed settings are reported here, in the processes that use CUDA, once each. Registration
 // with the daemon comes next: COLOC_REQUIRE_DAEMON without a daemon fails cuInit before the driver
 // is initialised, so the process cannot use the GPU outside coloc.
 CUresult cuInit(unsigned int Flags) {
   runtime::report_option_errors();
   if (!broker().on_init()) return CUDA_ERROR_NOT_INITIALIZED;
-  return call<Fn::cuInit>(Flags);
+  CUresult rc = call<Fn::cuInit>(Flags);
+  if (rc == CUDA_SUCCESS) warn_unknown_ordinals();
+  return rc;
 }
 
 }  // namespace init

@@ -5,6 +5,11 @@
 // limits exactly as it was.
 #include "options.h"
 
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#endif
+#include <xxhash.h>
+
 #include <errno.h>
 
 #include <cstdio>
@@ -56,9 +61,16 @@ const char* apply_job(Options& o, const char* value, int) {
   if (!*value) return "empty";
   o.job_set = true;
   size_t n = std::strlen(value);
-  if (n >= sizeof o.job) n = sizeof o.job - 1;
-  std::memcpy(o.job, value, n);
-  o.job[n] = '\0';
+  o.job_given_length = n;
+  if (n < sizeof o.job) {
+    std::memcpy(o.job, value, n + 1);
+    return nullptr;
+  }
+  // Too long for a job id (63 bytes): its first 54 bytes, '-', and 8 hex digits of XXH32 of the
+  // whole, so that two long names with one prefix stay two jobs (reported at cuInit).
+  constexpr size_t kKeep = sizeof o.job - 1 - 9;
+  std::memcpy(o.job, value, kKeep);
+  std::snprintf(o.job + kKeep, sizeof o.job - kKeep, "-%08x", unsigned(XXH32(value, n, 0)));
   return nullptr;
 }
 
@@ -74,8 +86,10 @@ const char* apply_report(Options& o, const char* value, int) {
 
 const char* apply_context_bytes(Options& o, const char* value, int) {
   SizeParse p = parse_size(value);
-  o.context_bytes = p ? *p.bytes : kDefaultContextBytes;
-  return p ? nullptr : p.error;
+  // 0 would charge nothing for a context, which costs the device hundreds of MiB.
+  const char* err = !p ? p.error : *p.bytes == 0 ? "0 is not a context's cost (a CUDA context takes device memory)" : nullptr;
+  o.context_bytes = err ? kDefaultContextBytes : *p.bytes;
+  return err;
 }
 
 const char* apply_socket(Options& o, const char* value, int) {

@@ -36,6 +36,7 @@ struct Options {
   char report[512] = {};                       ///< COLOC_REPORT path ("%p" = pid); empty = none
   uint64_t context_bytes = kDefaultContextBytes;  ///< COLOC_CONTEXT_BYTES
   bool job_set = false;                        ///< COLOC_JOB was given (else the process is its own job)
+  size_t job_given_length = 0;                 ///< COLOC_JOB's length as given (> 63: `job` is shortened)
 
   // The daemon (docs/daemon.md, "The client contract").
   char socket[108] = {};                       ///< COLOC_SOCKET (sockaddr_un's size); empty = not given

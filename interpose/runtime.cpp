@@ -78,6 +78,11 @@ void report_option_errors() {
   if (reported.load(std::memory_order_relaxed) || reported.exchange(true, std::memory_order_relaxed)) return;
   const Options& o = options();
   for (int i = 0; i < o.n_errors; ++i) logf(LogLevel::error, "%s", o.errors[i]);
+  if (o.job_given_length >= sizeof o.job)
+    logf(LogLevel::warn,
+         "COLOC_JOB is %zu characters, more than a job id holds (63): this process's job is '%s' (its first 54 "
+         "characters and a hash of the whole name, so that long names with one prefix stay apart)",
+         o.job_given_length, o.job);
 }
 
 void ensure(const char* why) {

@@ -161,7 +161,7 @@ TEST_CASE("options: long values are cut, never overflow") {
   std::string job(200, 'j');
   std::string report(600, 'r');
   Options o = read({"COLOC_JOB=" + job, "COLOC_REPORT=/" + report});
-  CHECK(std::strlen(o.job) == sizeof o.job - 1);
+  CHECK(std::strlen(o.job) == sizeof o.job - 1);  // shortened with a hash (next test)
   CHECK(o.report[0] == '\0');
   CHECK(has_error(o, "path too long"));
 }
@@ -217,3 +217,32 @@ TEST_CASE("options: a zero COLOC_MEM_LIMIT is malformed (no limit), and COLOC_RE
   CHECK_FALSE(bad.require_daemon);
   CHECK(has_error(bad, "not one of 1, 0, yes, no, true, false, on, off; not required"));
 }
+
+TEST_SUITE("interpose") {
+
+TEST_CASE("options: a COLOC_JOB over 63 characters keeps its first 54 and a hash of the whole; two such names stay apart") {
+  const std::string prefix(60, 'p');
+  Options a = read({"COLOC_JOB=" + prefix + "-rank0-of-a-long-run"});
+  Options b = read({"COLOC_JOB=" + prefix + "-rank1-of-a-long-run"});
+  CHECK(std::strlen(a.job) == 63);
+  CHECK(std::string(a.job).substr(0, 54) == prefix.substr(0, 54));
+  CHECK(a.job[54] == '-');
+  CHECK(std::string(a.job) != std::string(b.job));
+  CHECK(a.job_given_length == prefix.size() + 20);
+  Options same = read({"COLOC_JOB=" + prefix + "-rank0-of-a-long-run"});
+  CHECK(std::string(same.job) == std::string(a.job));  // the same name gives the same id in every process
+  Options fits = read({"COLOC_JOB=train-1"});
+  CHECK(std::string(fits.job) == "train-1");
+}
+
+TEST_CASE("options: COLOC_CONTEXT_BYTES=0 is refused like COLOC_MEM_LIMIT=0") {
+  Options o = read({"COLOC_CONTEXT_BYTES=0"});
+  CHECK(o.context_bytes == kDefaultContextBytes);
+  CHECK(has_error(o, "COLOC_CONTEXT_BYTES"));
+  CHECK(has_error(o, "0 is not a context's cost"));
+  Options ok = read({"COLOC_CONTEXT_BYTES=64MiB"});
+  CHECK(ok.context_bytes == 64ull << 20);
+  CHECK(ok.n_errors == 0);
+}
+
+}  // TEST_SUITE
