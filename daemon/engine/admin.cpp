@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -262,7 +263,7 @@ json Admin::reservation_changes_json(const std::vector<broker::ReservationChange
   return out;
 }
 
-AdminAnswer Admin::report(const std::string& name, const Caller& caller, broker::Nanos now) {
+AdminAnswer Admin::report(const std::string& name, const Caller& caller, broker::Nanos now, bool newest_of_name) {
   const bool admin = is_admin(caller);
   Found f = find_job(name, caller);
   if (f.status == AdminStatus::kAmbiguous) return {f.status, f.why};
@@ -350,6 +351,23 @@ AdminAnswer Admin::report(const std::string& name, const Caller& caller, broker:
     }
   }
   if (others) return {AdminStatus::kNotAllowed, "the report of job '" + id + "' belongs to another user"};
+  // A name without coloc run's random suffix: the newest job of that name — a running one first,
+  // else the newest report. (Only names that are no job id of their own get here.)
+  if (newest_of_name) {
+    const broker::Job* newest = nullptr;
+    for (auto& [serial, job] : broker_.jobs()) {
+      const std::string& jid = job.key.id;
+      const bool named = jid.size() == id.size() + 7 && jid.compare(0, id.size() + 1, id + "-") == 0 &&
+                         std::all_of(jid.end() - 6, jid.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+      if (!named || (uid && job.key.uid != *uid) || (!admin && job.key.uid != caller.uid)) continue;
+      if (!newest || job.started > newest->started) newest = &job;
+    }
+    std::vector<std::string> candidates;
+    if (newest) candidates.push_back(std::to_string(newest->key.uid) + ":" + newest->key.id);
+    for (const std::string& rid : store_.run_ids_of(id)) candidates.push_back(uid ? std::to_string(*uid) + ":" + rid : rid);
+    for (const std::string& c : candidates)
+      if (AdminAnswer a = report(c, caller, now, false); a.status == AdminStatus::kOk) return a;
+  }
   return {AdminStatus::kNotFound, "no job or report named '" + name + "'"};
 }
 

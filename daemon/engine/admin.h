@@ -79,7 +79,9 @@ class Admin {
   /// Resolves "job" or "uid:job" for `caller`.
   Found find_job(const std::string& name, const Caller& caller) const;
   AdminAnswer set(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
-  AdminAnswer report(const std::string& name, const Caller& caller, broker::Nanos now);
+  /// The report of `name`: a job id (or UID:ID), a report's file name (ID.2), or — with
+  /// `newest_of_name` — a name coloc run suffixed (NAME: its newest job).
+  AdminAnswer report(const std::string& name, const Caller& caller, broker::Nanos now, bool newest_of_name = true);
 
   broker::Broker& broker_;
   std::map<broker::JobSerial, report::JobRecorder>& recorders_;

@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -100,6 +103,31 @@ std::vector<std::string> ReportStore::find(const std::string& job_id) const {
     found.insert(found.begin(), path);
   }
   return found;
+}
+
+std::vector<std::string> ReportStore::run_ids_of(const std::string& name) const {
+  const std::string stem = sanitize(name) + "-";
+  std::vector<std::pair<int64_t, std::string>> found;  // (mtime ns, job id)
+  DIR* d = ::opendir(dir_.c_str());
+  if (!d) return {};
+  while (dirent* e = ::readdir(d)) {
+    const std::string f = e->d_name;
+    // NAME-xxxxxx.json: exactly six hex digits between the stem and ".json"
+    if (f.size() != stem.size() + 6 + 5 || f.compare(0, stem.size(), stem) != 0 ||
+        f.compare(f.size() - 5, 5, ".json") != 0)
+      continue;
+    const std::string hex = f.substr(stem.size(), 6);
+    if (!std::all_of(hex.begin(), hex.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }))
+      continue;
+    struct stat st;
+    if (::stat((dir_ + "/" + f).c_str(), &st) != 0) continue;
+    found.emplace_back(int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, f.substr(0, f.size() - 5));
+  }
+  ::closedir(d);
+  std::sort(found.begin(), found.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  std::vector<std::string> ids;
+  for (auto& [t, id] : found) ids.push_back(id);
+  return ids;
 }
 
 }  // namespace coloc::report

@@ -27,6 +27,9 @@ class ReportStore {
   Result<std::string> write(const std::string& job_id, const std::string& text) const;
   /// Paths of every report filed under `job_id`, newest (highest suffix) first.
   std::vector<std::string> find(const std::string& job_id) const;
+  /// Job ids `coloc run` made from `name` ("NAME-" and 6 hex digits) that have a report, newest
+  /// report file (modification time) first.
+  std::vector<std::string> run_ids_of(const std::string& name) const;
   const std::string& dir() const { return dir_; }
 
  private:

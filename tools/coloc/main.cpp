@@ -195,11 +195,18 @@ int do_run(const coloc::cli::RunOptions& opt) {
   std::string error;
   if (!coloc::cli::plan_run(opt, env, exe_dir(), coloc::cli::random_suffix(), &plan, &error)) return fail(kUsage, error);
   for (const std::string& n : plan.notes) std::fprintf(stderr, "coloc: note: %s\n", n.c_str());
-  // The id carries a random suffix: say it, so `coloc report ID` can be typed (a rewritten name's
-  // note above already names it).
-  if (plan.notes.empty() || plan.notes.front().rfind("job name ", 0) != 0)
-    std::fprintf(stderr, "coloc: job %s (coloc status shows it; coloc report %s after it ends)\n", plan.job_id.c_str(),
-                 plan.job_id.c_str());
+  // The id carries a random suffix: say it (once colocd's answer tells how), so `coloc report ID`
+  // can be typed (a rewritten name's note above already names it).
+  const bool id_said = !plan.notes.empty() && plan.notes.front().rfind("job name ", 0) == 0;
+  auto say_id = [&](bool daemon) {
+    if (id_said) return;
+    if (daemon)
+      std::fprintf(stderr, "coloc: job %s (coloc status shows it; coloc report %s after it ends)\n", plan.job_id.c_str(),
+                   plan.job_id.c_str());
+    else
+      std::fprintf(stderr, "coloc: job %s (no colocd at %s: the job runs on the limits of its environment)\n",
+                   plan.job_id.c_str(), plan.env["COLOC_SOCKET"].c_str());
+  };
   coloc::log::get("cli")->debug("running {} as job {}", plan.argv.front(), plan.job_id);
   std::vector<std::string> env_strings;
   for (auto& [k, v] : plan.env) env_strings.push_back(k + "=" + v);
@@ -218,6 +225,7 @@ int do_run(const coloc::cli::RunOptions& opt) {
   bool busy = false;
   int anchor = coloc::cli::register_anchor(plan.env["COLOC_SOCKET"], spec, &why, coloc::wire::kConnectTimeoutMs,
                                            false, &busy);
+  say_id(anchor >= 0 || busy);
   if (anchor < 0 && busy) {
     // A colocd is there but does not answer: never run outside its books. The command runs (its
     // CUDA processes wait for colocd at their first context), and the anchor registers once
@@ -326,6 +334,8 @@ int run_cli(int argc, char** argv) {
   run_cmd->add_option("--priority", run.priority, "high, normal (default) or best-effort");
   run_cmd->add_option("--on-full", run.on_full, "When the device is full: wait (default) or fail");
   run_cmd->add_option("--job", run.job, "Job name (a random suffix is added); default: the command's name");
+  run_cmd->add_option("--wait-timeout", run.wait_timeout,
+                      "Longest wait for memory or admission, e.g. 30s, 5m (default: $COLOC_WAIT_TIMEOUT, else colocd's 300s)");
   run_cmd->add_flag("--sim", run.sim, "Run on simgpu, the simulated GPU (for machines without one)");
   run_cmd->add_option("command", run.command, "The command and its arguments (after --)");
   run_cmd->footer("Example: coloc run --mem 20GiB --priority high -- python train.py");
@@ -351,6 +361,12 @@ int run_cli(int argc, char** argv) {
   set_cmd->add_option("--mem", set_mem, "New limit per device; below current use, new allocations fail and nothing is killed");
   set_cmd->add_option("--priority", set_priority, "high, normal or best-effort");
   set_cmd->add_flag("--json", json_out, "Print the daemon's JSON answer (the job, and reservation_changes)");
+
+  // Every subcommand's --help names the global option too (it may come before or after the subcommand).
+  for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, set_cmd})
+    sub->footer((sub->get_footer().empty() ? std::string() : sub->get_footer() + "\n") +
+                "Global: --socket PATH  colocd's socket, before or after the subcommand (default: $COLOC_SOCKET, else "
+                "/run/coloc/colocd.sock)");
 
   try {
     // `coloc run ... -- CMD ARGS`: CMD ARGS reach the command verbatim, not through CLI11 (which

@@ -122,6 +122,14 @@ bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& e
   p.env["COLOC_ON_FULL"] = on_full;
   p.on_full = on_full == "fail" ? proto::OnFull::kFail : proto::OnFull::kWait;
   if (auto it = env.find("COLOC_WAIT_TIMEOUT"); it != env.end()) p.wait_timeout_ns = parse_wait_timeout(it->second);
+  if (!opt.wait_timeout.empty()) {  // --wait-timeout wins over the environment
+    p.wait_timeout_ns = parse_wait_timeout(opt.wait_timeout);
+    if (p.wait_timeout_ns == 0) {
+      *error = "--wait-timeout '" + opt.wait_timeout + "': a duration above 0, such as 250ms, 30s, 5m or 1h";
+      return false;
+    }
+    p.env["COLOC_WAIT_TIMEOUT"] = opt.wait_timeout;
+  }
 
   std::string name = opt.job.empty() ? base_name(opt.command.front()) : opt.job;
   bool rewritten = false;

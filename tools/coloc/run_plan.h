@@ -15,6 +15,7 @@ struct RunOptions {
   std::string priority;     ///< "" = normal
   std::string on_full;      ///< "" = wait
   std::string job;          ///< "" = the command's base name
+  std::string wait_timeout; ///< "" = $COLOC_WAIT_TIMEOUT (or colocd's default); else a duration
   bool sim = false;
   std::string socket;       ///< resolved socket path
   std::vector<std::string> command;

@@ -258,3 +258,46 @@ TEST_CASE("coloc run: sets the environment and execs the command") {
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("cli") {
+
+TEST_CASE("coloc report NAME without coloc run's suffix shows the newest job of that name; --help of a subcommand names --socket") {
+  Colocd d;
+  // Two runs of "nightly": the second is the newest (its report file is written later).
+  ProcResult first = coloc_cli(d, {"run", "--job", "nightly", "--", "/bin/true"});
+  REQUIRE_MESSAGE(first.exit_code == 0, describe(first));
+  REQUIRE(wait_until([&] { return !d.status()["jobs"].size(); }, 10s));
+  auto id_of = [](const ProcResult& r) {
+    size_t at = r.err.find("coloc: job ");
+    REQUIRE(at != std::string::npos);
+    return r.err.substr(at + 11, r.err.find(' ', at + 11) - at - 11);
+  };
+  // (A command that uses no CUDA registers only coloc run's anchor: the job still gets a report.)
+  const std::string id1 = id_of(first);
+  REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/" + id1 + ".json"); }, 10s));
+  ProcResult second = coloc_cli(d, {"run", "--job", "nightly", "--", "/bin/true"});
+  REQUIRE(second.exit_code == 0);
+  const std::string id2 = id_of(second);
+  REQUIRE(id1 != id2);
+  REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/" + id2 + ".json"); }, 10s));
+  ProcResult by_name = coloc_cli(d, {"report", "nightly", "--json"});
+  REQUIRE_MESSAGE(by_name.exit_code == 0, describe(by_name));
+  CHECK(nlohmann::json::parse(by_name.out)["job"] == id2);
+  ProcResult none = coloc_cli(d, {"report", "nosuchname"});
+  CHECK(none.exit_code == 4);
+  for (const char* sub : {"run", "status", "jobs", "report", "set"}) {
+    ProcResult h = coloc_cli(d, {sub, "--help"});
+    CHECK(h.out.find("--socket PATH") != std::string::npos);
+  }
+}
+
+TEST_CASE("coloc run without a colocd says the job runs on its environment's limits, not that coloc status shows it") {
+  Env e;
+  e.set("COLOC_SOCKET", "/nonexistent/colocd.sock");
+  ProcResult r = run({build_path("bin/coloc"), "run", "--job", "alone", "--", "/bin/true"}, e);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("coloc status shows it") == std::string::npos);
+  CHECK(r.err.find("no colocd at /nonexistent/colocd.sock") != std::string::npos);
+}
+
+}  // TEST_SUITE

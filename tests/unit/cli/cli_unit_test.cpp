@@ -388,3 +388,25 @@ TEST_CASE("coloc set: the reply's reservation changes, one line a device; status
   status["devices"][0]["over_committed"] = true;
   CHECK(status_table(status).find("over-committed: commitments exceed what is usable") != std::string::npos);
 }
+
+TEST_SUITE("cli") {
+
+TEST_CASE("coloc run --wait-timeout: sets COLOC_WAIT_TIMEOUT over the environment's; a malformed one is refused") {
+  Install in;
+  RunOptions o;
+  o.command = {"python", "train.py"};
+  RunPlan p;
+  std::string err;
+  std::map<std::string, std::string> env = {{"COLOC_WAIT_TIMEOUT", "5m"}};
+  o.wait_timeout = "30s";
+  REQUIRE_MESSAGE(plan_run(o, env, in.dir / "bin", "a1b2c3", &p, &err), err);
+  CHECK(p.env["COLOC_WAIT_TIMEOUT"] == "30s");
+  CHECK(p.wait_timeout_ns == 30'000'000'000ull);
+  o.wait_timeout = "soon";
+  CHECK_FALSE(plan_run(o, env, in.dir / "bin", "a1b2c3", &p, &err));
+  CHECK(err.find("--wait-timeout 'soon'") != std::string::npos);
+  o.wait_timeout = "0";
+  CHECK_FALSE(plan_run(o, env, in.dir / "bin", "a1b2c3", &p, &err));
+}
+
+}  // TEST_SUITE
