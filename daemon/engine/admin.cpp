@@ -138,6 +138,10 @@ json Admin::status(broker::Nanos now) const {
     bool waited_for = false;
     for (const broker::Waiter& w : broker_.waiters())
       for (auto& [dev, req] : w.devices) waited_for |= dev == i;
+    // An idle device no job holds anything on, that colocd can no longer see, drops out.
+    if (d.attachments.empty() && !waited_for && d.committed == 0 && jobs_by_device[i].empty() && info_.unseen &&
+        info_.unseen(i))
+      continue;
     devices.push_back({{"uuid", d.uuid.str()},
                        {"idle", d.attachments.empty() && !waited_for},
                        {"capacity", d.capacity},

@@ -42,6 +42,9 @@ struct DaemonInfo {
   /// The "connections" object of status (listener counters, open connections per uid); null
   /// when not set.
   std::function<nlohmann::json()> connections;
+  /// True when colocd reads devices itself (NVML) and cannot read broker device `i` (one it knows
+  /// only from clients: of an old simgpu state directory, or gone). Null: every device is seen.
+  std::function<bool(uint32_t)> unseen;
 };
 
 struct AdminAnswer {

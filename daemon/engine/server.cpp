@@ -247,6 +247,9 @@ Result<void> Server::start() {
   if (!w) return w.error();
   watcher_ = std::move(w.value());
   info_.watcher = watcher_->description();
+  info_.unseen = [this](uint32_t dev) {
+    return memory_reader_ && dev < unreadable_.size() && unreadable_[dev];
+  };
   writer_ = std::make_unique<report::ReportWriter>(store_);
   admin_ = std::make_unique<Admin>(broker_, recorders_, store_, info_);
   admin_->set_report_writer(writer_.get());
@@ -965,7 +968,10 @@ void Server::read_device_memory(uint32_t device, Nanos t, bool prompted) {
   if (last_read_.size() <= device) last_read_.resize(device + 1, 0);
   if (prompted && last_read_[device] != 0 && t - last_read_[device] < kMinInterval) return;
   last_read_[device] = t;
-  if (auto mem = memory_reader_->memory(broker_.devices()[device].uuid)) broker_.refresh_outside(device, mem->free, t);
+  if (unreadable_.size() <= device) unreadable_.resize(device + 1, 0);
+  auto mem = memory_reader_->memory(broker_.devices()[device].uuid);
+  unreadable_[device] = !mem;
+  if (mem) broker_.refresh_outside(device, mem->free, t);
 }
 
 void Server::on_sample() {

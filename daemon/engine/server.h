@@ -173,6 +173,7 @@ class Server {
   std::unique_ptr<device::MemoryReader> memory_reader_;  ///< null: client reports only
   bool memory_reader_set_ = false;
   std::vector<Nanos> last_read_;  ///< per broker device: the last reading through memory_reader_
+  std::vector<char> unreadable_;  ///< per broker device: its last reading failed (memory_reader_ does not know it)
   DaemonInfo info_;
   std::unique_ptr<Admin> admin_;
   uint64_t next_conn_id_ = 1;

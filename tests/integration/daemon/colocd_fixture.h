@@ -21,7 +21,10 @@ namespace coloc::test {
 
 class Colocd {
  public:
-  explicit Colocd(std::vector<std::string> args = {}, bool start_now = true) : dir_("colocd-test"), args_(std::move(args)) {
+  /// `nvml`: colocd finds simgpu's NVML (which knows none of the fake clients' devices: an idle
+  /// one drops out of status); false: no NVML at all, as on a machine without it.
+  explicit Colocd(std::vector<std::string> args = {}, bool start_now = true, bool nvml = true)
+      : dir_("colocd-test"), args_(std::move(args)), nvml_(nvml) {
     ::chmod(dir_.path().c_str(), 0755);  // other users (nobody) reach the socket
     socket_ = dir_ / "run/colocd.sock";
     state_ = dir_ / "state";
@@ -39,6 +42,7 @@ class Colocd {
     // clients' devices, so their reports alone shape the books (as without NVML).
     Env env;
     env.simgpu(dir_);
+    if (!nvml_) env.unset("LD_LIBRARY_PATH");
     proc_ = std::make_unique<Proc>(argv, env);
     bool up = wait_until([&] { return ask(proto::AdminOp::kStatus).kind == cli::Answer::Kind::kOk || !proc_->running(); }, 20s);
     REQUIRE_MESSAGE(up, "colocd did not come up:\n", log());
@@ -96,6 +100,7 @@ class Colocd {
  private:
   TempDir dir_;
   std::vector<std::string> args_;
+  bool nvml_ = true;
   std::string socket_, state_, old_logs_;
   std::unique_ptr<Proc> proc_;
 };

@@ -9,7 +9,7 @@ using nlohmann::json;
 TEST_SUITE("daemon") {
 
 TEST_CASE("colocd: a device with no process attached and no admission waiting is shown idle") {
-  Colocd d;
+  Colocd d({}, true, false);  // without NVML: colocd sees devices only through its clients, and lists them all
   const std::string go = d.dir() / "go";
   auto a = d.client({"--job", "first", "--mem", "6GiB", "attach:1:10GiB:1GiB", "alloc:0:4GiB", "hold-file:" + go,
                      "goodbye:0", "exit:0"});
@@ -28,6 +28,22 @@ TEST_CASE("colocd: a device with no process attached and no admission waiting is
   CHECK(dev[0]["idle"] == true);
   CHECK(dev[0]["committed"] == 0);
   CHECK(dev[0]["jobs"].empty());
+}
+
+}  // TEST_SUITE
+
+TEST_SUITE("daemon") {
+
+TEST_CASE("colocd status: an idle device colocd can no longer see drops out; one it sees stays") {
+  // colocd finds simgpu's NVML, which knows none of the fake client's devices.
+  Colocd d;
+  auto c = d.client({"--job", "ghost", "attach:5:8GiB:256MiB", "hold"});
+  REQUIRE(wait_until([&] { return has_event(*c, "holding"); }));
+  CHECK(d.status()["devices"].size() == 1);  // in use: listed
+  c->kill(SIGTERM);
+  c->wait(10s);
+  // Idle, nothing held, and NVML does not know it: it leaves the status.
+  CHECK(wait_until([&] { return d.status()["devices"].empty(); }, 10s));
 }
 
 }  // TEST_SUITE

@@ -118,7 +118,8 @@ TEST_CASE("colocd: a forked child holding the socket does not keep a dead parent
     CHECK(parent->wait(10s).exit_code == 7);
     bool gone = wait_until([&] { return d.status()["jobs"].empty(); }, 1s, 2ms);
     CHECK_MESSAGE(gone, "the parent stayed in the books:\n", d.status().dump(1), "\n", d.log());
-    CHECK(d.status()["devices"][0]["committed"] == 0);
+    json devs = d.status()["devices"];  // (idle now: it may have dropped out, NVML not knowing it)
+    CHECK((devs.empty() || devs[0]["committed"] == 0));
     ::kill(child, SIGKILL);
     REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/parent.json"); }));
     json rep = report_file(d, "parent");
