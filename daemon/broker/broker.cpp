@@ -163,6 +163,7 @@ void Broker::refresh_outside(uint32_t device, Bytes physical_free, Nanos now) {
     outside = d.outside_known ? std::min(d.outside, used) : 0;
   } else {
     outside = used - coloc;
+    d.mismatch_pending = false;
   }
   set_outside(device, outside, now);
 }
@@ -179,6 +180,7 @@ void Broker::report_outside(uint32_t device, Bytes physical_free, Nanos now, con
   const Bytes used = d.capacity - physical_free;
   const Bytes coloc = coloc_in_use(d, &reporter, slot, reported_in_use);
   if (coloc > used) note_mismatch(d, coloc, used);
+  else d.mismatch_pending = false;
   const Bytes implied = coloc > used ? 0 : used - coloc;
   // What the reporter's user holds on the device and does not use: the most its own allocations
   // can show missing (outside.h).
@@ -216,6 +218,14 @@ Bytes Broker::coloc_in_use(const Device& d, const Client* reporter, uint32_t slo
 }
 
 void Broker::note_mismatch(Device& d, Bytes coloc, Bytes used) {
+  // An allocation is charged in its process's ledger just before the driver call: a reading
+  // taken in between shows the ledgers ahead of the device, and the next one does not. Only a
+  // difference that outlasts the ledgers — two readings in a row with the same coloc in-use — is
+  // a ledger that is wrong.
+  const bool again = d.mismatch_pending && d.mismatch_coloc == coloc;
+  d.mismatch_pending = true;
+  d.mismatch_coloc = coloc;
+  if (!again) return;
   ++d.ledger_mismatches;
   if (d.ledger_mismatches == 1 || d.ledger_mismatches % 1000 == 0)
     log::get("broker")->warn("device {}: clients report {} in use but the device shows only {} used ({} reports like this)",

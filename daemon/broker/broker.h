@@ -96,7 +96,9 @@ struct Device {
   Nanos outside_at = 0;         ///< when the estimate was made
   Bytes committed = 0;          ///< sum over jobs of max(reservation, granted)
   uint64_t driver_ooms = 0;     ///< driver OOMs reported inside grants
-  uint64_t ledger_mismatches = 0;  ///< reports where ledgers claimed more than the device showed
+  uint64_t ledger_mismatches = 0;  ///< readings in a row where the same ledgers claimed more than the device showed
+  bool mismatch_pending = false;   ///< the last reading showed the ledgers ahead (allocations in flight, or wrong)
+  Bytes mismatch_coloc = 0;        ///< coloc's in-use at that reading
   /// (client, slot) pairs attached to this device.
   std::vector<std::pair<ClientId, uint32_t>> attachments;
   /// colocd reads the device's free memory itself (refresh_outside has had a figure): clients'
