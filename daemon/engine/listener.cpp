@@ -92,7 +92,10 @@ Result<void> Listener::bind_socket() {
   if (::chmod(path.c_str(), settings_.mode) != 0) return Error::from_errno("chmod " + path);
   if (::listen(fd, 4096) != 0) return Error::from_errno("listen " + path);
   if (::stat(path.c_str(), &st) != 0) return Error::from_errno("stat " + path);
-  auto token = loop_.add(fd, EPOLLIN, [this, fd](uint32_t) { on_readable(fd); });
+  auto token = loop_.add(fd, EPOLLIN, [this, fd](uint32_t) {
+    on_readable(fd);
+    if (after_events_) after_events_();
+  });
   if (!token) return token.error();
   // The socket bound before (after a rebind): what is queued on it is still accepted, then it goes.
   if (fd_.valid()) {

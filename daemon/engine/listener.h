@@ -66,6 +66,9 @@ class Listener {
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
 
+  /// Called after each batch of accepts (the server settles what they caused: a connection
+  /// closed to make room may have freed memory for a waiter).
+  void set_after_events(std::function<void()> f) { after_events_ = std::move(f); }
   /// A connection of `uid` (handed out by OnAccept) is closed: its count drops, and a paused
   /// listener watches the socket again.
   void connection_closed(uid_t uid);
@@ -107,6 +110,7 @@ class Listener {
   EventLoop& loop_;
   OnAccept on_accept_;
   MakeRoom make_room_;
+  std::function<void()> after_events_;
   UniqueFd fd_;                   ///< the listening socket
   EventLoop::Token token_ = 0;
   ino_t inode_ = 0;               ///< the socket file's inode, as bound

@@ -157,6 +157,7 @@ Result<void> Server::open_listener() {
       [this] { return make_room(); });
   if (!l) return l.error();
   listener_ = std::move(l.value());
+  listener_->set_after_events([this] { settle(); });
   log::get("engine")->info("at most {} connections per user other than root{}{}", listener_->cap(),
                            cfg_.admin_group.empty() ? "" : " and group " + cfg_.admin_group,
                            listener_->cap() < cfg_.max_connections_per_user
