@@ -11,6 +11,7 @@ DAEMON_CORE_SRCS := \
   daemon/util/log.cpp \
   daemon/util/fs.cpp \
   daemon/broker/broker.cpp \
+  daemon/broker/broker_devices.cpp \
   daemon/broker/outside.cpp \
   daemon/broker/priority_fifo_policy.cpp \
   daemon/report/timeline.cpp \
@@ -39,6 +40,7 @@ DAEMON_SRCS := \
   daemon/engine/connection.cpp \
   daemon/engine/admin.cpp \
   daemon/engine/server.cpp \
+  daemon/engine/server_restart.cpp \
   daemon/main.cpp
 DAEMON_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_SRCS)) $(DAEMON_IO_OBJS)
 
