@@ -45,14 +45,12 @@ class Connection {
   /// Takes ownership of an accepted socket whose peer is `peer` (SO_PEERCRED, read at accept).
   /// `id` names the connection for its whole life (never reused, unlike its descriptor number);
   /// `exempt`: root or the admin group (no per-user caps).
-  Connection(UniqueFd fd, const ucred& peer, uint64_t id, bool exempt, int64_t accepted_ns)
-      : fd_(std::move(fd)), id_(id), cred_(peer), exempt_(exempt), accepted_ns_(accepted_ns) {}
+  Connection(UniqueFd fd, const ucred& peer, uint64_t id, bool exempt)
+      : fd_(std::move(fd)), id_(id), cred_(peer), exempt_(exempt) {}
 
   int fd() const { return fd_.get(); }
   uint64_t id() const { return id_; }
   bool exempt() const { return exempt_; }
-  /// When it was accepted (CLOCK_MONOTONIC ns).
-  int64_t accepted_ns() const { return accepted_ns_; }
   pid_t pid() const { return cred_.pid; }
   uid_t uid() const { return cred_.uid; }
   gid_t gid() const { return cred_.gid; }
@@ -92,7 +90,6 @@ class Connection {
   uint64_t id_ = 0;
   ucred cred_{};
   bool exempt_ = false;
-  int64_t accepted_ns_ = 0;
   std::optional<std::vector<gid_t>> groups_;
   std::deque<Pending> queue_;
   size_t queued_bytes_ = 0;

@@ -310,7 +310,7 @@ int Server::run() {
 void Server::on_accept(UniqueFd fd, const ucred& peer, bool exempt) {
   const uint64_t id = next_conn_id_++;
   const Nanos t = now();
-  auto c = std::make_unique<Connection>(std::move(fd), peer, id, exempt, int64_t(t));
+  auto c = std::make_unique<Connection>(std::move(fd), peer, id, exempt);
   auto token = loop_->add(c->fd(), EPOLLIN | EPOLLRDHUP, [this, id](uint32_t ev) {
     if (Connection* conn = find_connection(id)) on_connection_event(*conn, ev);
     settle();

@@ -30,8 +30,9 @@ class Limiter {
  public:
   static constexpr size_t kMaxCauses = 4096;
   Limiter(uint64_t interval_ns, uint32_t burst) : interval_(interval_ns), burst_(burst) {}
-  /// True when a line for `cause` may be written at `now_ns` (CLOCK_MONOTONIC); then *suppressed
-  /// holds the number of lines of that cause held back since the last one written.
+  /// True when a line for `cause` may be written at `now_ns` (CLOCK_MONOTONIC; 0 = read the clock
+  /// now); then *suppressed holds the number of lines of that cause held back since the last one
+  /// written.
   bool allow(std::string_view cause, uint64_t now_ns, uint64_t* suppressed);
   /// Lines held back so far, over every cause.
   uint64_t suppressed_total() const { return suppressed_total_; }
