@@ -296,6 +296,14 @@ while True:
   Env ce;
   ce.set("COLOC_SOCKET", silent_socket);
   auto status = std::make_unique<Proc>(std::vector<std::string>{build_path("bin/coloc"), "status"}, ce);
+  // And a CUDA process under libcoloc.so whose Register the silent one never answers.
+  Env pe = n.base_env();
+  pe.preload_coloc();
+  pe.set("COLOC_SOCKET", silent_socket);
+  pe.set("COLOC_JOB", "unanswered");
+  pe.set("COLOC_WAIT_TIMEOUT", "120s");
+  auto unanswered = std::make_unique<Proc>(
+      std::vector<std::string>{cuprobe(), "init", "touch", n.file("u.inited"), "ctx", "0", "alloc", "64MiB", "a"}, pe);
   // A job starts meanwhile: neither coloc run nor its CUDA process falls back to standalone.
   auto job = n.run({"--job", "patient", "--mem", "1GiB"},
                    {cuprobe(), "init", "touch", n.file("inited"), "ctx", "0", "alloc", "64MiB", "a"},
@@ -316,7 +324,24 @@ while True:
   CHECK(sr.exit_code == 3);
   CHECK(sr.err.find(silent_socket) != std::string::npos);
   CHECK(sr.err.find("did not answer within 10 s") != std::string::npos);
+  // The process that got no answer: after 10 s it says so, keeps trying, and its context waits.
+  REQUIRE_MESSAGE(wait_until([&] {
+    return unanswered->err_so_far().find("did not answer the registration within 10 s") != std::string::npos;
+  }, 40s), unanswered->err_so_far());
+  CHECK(file_exists(n.file("u.inited")));                 // cuInit returned
+  CHECK(step(unanswered->out_so_far(), "ctx").is_null());  // admission waits for colocd
+  // A real colocd takes the silent one's place: the process registers, is admitted, allocates.
   silent->kill(SIGKILL);
+  silent->wait(10s);
+  auto second = std::make_unique<Proc>(
+      std::vector<std::string>{build_path("bin/colocd"), "--socket", silent_socket, "--state-dir", n.file("state2")},
+      n.base_env());
+  ProcResult ur = finish(*unanswered, 90s);
+  CHECK(step(ur.out, "alloc")["rc_name"] == "CUDA_SUCCESS");
+  CHECK(ur.err.find("standalone") == std::string::npos);
+  CHECK(ur.err.find("registered with colocd") != std::string::npos);
+  second->kill(SIGTERM);
+  second->wait(10s);
 }
 
 }  // TEST_SUITE
