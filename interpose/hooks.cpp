@@ -36,6 +36,7 @@ namespace ci = coloc::interpose;
 #define COLOC_DEFINE_alloc(name, params, args) COLOC_DEFINE_HANDLED(alloc, name, params, args)
 #define COLOC_DEFINE_release(name, params, args) COLOC_DEFINE_HANDLED(release, name, params, args)
 #define COLOC_DEFINE_pool(name, params, args) COLOC_DEFINE_HANDLED(pool, name, params, args)
+#define COLOC_DEFINE_sync(name, params, args) COLOC_DEFINE_HANDLED(sync, name, params, args)
 #define COLOC_DEFINE_context(name, params, args) COLOC_DEFINE_HANDLED(context, name, params, args)
 #define COLOC_DEFINE_query(name, params, args) COLOC_DEFINE_HANDLED(query, name, params, args)
 #define COLOC_DEFINE_resolve(name, params, args) COLOC_DEFINE_HANDLED(resolve, name, params, args)

@@ -225,8 +225,7 @@ size_t Ledger::live_records() const {
 // ---- pools ------------------------------------------------------------------------------------
 
 void Ledger::settle_pool_locked(Pool& p) {
-  uint64_t live = p.live + p.pending;
-  uint64_t cost = p.destroyed ? live : (p.reserved > live ? p.reserved : live);
+  uint64_t cost = p.shadow.charge();
   if (cost > p.charge) {
     uint64_t d = cost - p.charge;
     force_charge(p.slot, d);
@@ -237,7 +236,15 @@ void Ledger::settle_pool_locked(Pool& p) {
     shared(p.slot).in_use.fetch_sub(d, std::memory_order_seq_cst);
   }
   p.charge = cost;
-  if (p.destroyed && live == 0) p = Pool{};  // forgotten
+  bool reserve = p.shadow.spare() > 0;
+  if (reserve != p.reserve) {
+    reserve_pools_.fetch_add(reserve ? 1 : -1, std::memory_order_relaxed);
+    p.reserve = reserve;
+  }
+  if (p.destroyed && p.shadow.held() == 0 && p.in_flight == 0) {
+    if (p.reserve) reserve_pools_.fetch_sub(1, std::memory_order_relaxed);
+    p = Pool{};  // forgotten
+  }
 }
 
 int Ledger::pool_find(uint64_t handle) {
@@ -252,7 +259,7 @@ int Ledger::pool_slot(int pool) {
   return pools_[pool].slot;
 }
 
-int Ledger::pool_track(uint64_t handle, int slot, uint64_t reserved) {
+int Ledger::pool_track(uint64_t handle, int slot, uint64_t reserved, uint64_t chunk) {
   MutexLock g(pool_mutex_);
   int free_index = -1;
   for (int i = 0; i < kMaxPools; ++i) {
@@ -265,57 +272,71 @@ int Ledger::pool_track(uint64_t handle, int slot, uint64_t reserved) {
   p.handle = handle;
   p.slot = uint16_t(slot);
   p.used = true;
-  p.reserved = reserved;
+  p.shadow.set_chunk(chunk);
+  p.shadow.reconcile(reserved, true);  // reserve it had before we saw it: charged, shape unknown
   settle_pool_locked(p);
   return free_index;
 }
 
-bool Ledger::pool_try_begin(int pool, uint64_t bytes, uint64_t ceiling, uint64_t* seen, uint64_t* growth_out) {
+bool Ledger::pool_try_begin(int pool, uint64_t bytes, uint64_t ceiling, uint64_t* seen, uint64_t* growth,
+                            PoolShadow::Ticket* ticket) {
   MutexLock g(pool_mutex_);
   Pool& p = pools_[pool];
-  uint64_t live = p.live + p.pending;
-  uint64_t after = live > UINT64_MAX - bytes ? UINT64_MAX : live + bytes;
-  uint64_t cost = p.reserved > after ? p.reserved : after;
-  uint64_t growth = cost > p.charge ? cost - p.charge : 0;
-  if (growth_out) *growth_out = growth;
-  if (!try_charge(p.slot, growth, ceiling, seen)) return false;
-  if (growth) note_kind(p.slot, Kind::pool, growth);
-  p.charge += growth;
-  p.pending += bytes;
+  PoolShadow::Ticket t = p.shadow.begin(bytes);
+  if (growth) *growth = t.growth;
+  if (!try_charge(p.slot, t.growth, ceiling, seen)) {
+    p.shadow.abort(t);
+    return false;
+  }
+  if (t.growth) note_kind(p.slot, Kind::pool, t.growth);
+  p.charge += t.growth;
+  ++p.epoch;
+  ++p.in_flight;
+  *ticket = t;
   return true;
 }
 
-bool Ledger::pool_end(int pool, uint64_t bytes, bool ok, std::optional<uint64_t> reserved, const Key& key,
-                      const Record& rec) {
-  bool stored = true;
-  if (ok) stored = insert(key, rec);
+bool Ledger::pool_end(int pool, bool ok, const PoolShadow::Ticket& ticket, const Key& key, const Record& rec) {
+  bool stored = !ok || insert(key, rec);
   MutexLock g(pool_mutex_);
   Pool& p = pools_[pool];
-  p.pending -= bytes;
-  if (ok && stored) p.live += bytes;
-  if (reserved) p.reserved = *reserved;
+  --p.in_flight;
+  if (!ok || !stored) p.shadow.abort(ticket);
   int slot = p.slot;
   settle_pool_locked(p);
   if (ok && stored) shared(slot).allocs.fetch_add(1, std::memory_order_relaxed);
   return stored;
 }
 
-void Ledger::pool_release(const Record& rec) {
+void Ledger::pool_release(const Record& rec, uint64_t stream) {
   {
     MutexLock g(pool_mutex_);
     Pool& p = pools_[rec.pool];
-    p.live -= rec.bytes;
+    p.shadow.freed(rec.bytes, stream);
+    if (p.destroyed) p.shadow.destroyed();  // the driver gives a destroyed pool's blocks back
     settle_pool_locked(p);
   }
   shared(rec.slot).frees.fetch_add(1, std::memory_order_relaxed);
 }
 
-void Ledger::pool_set_reserved(int pool, uint64_t reserved) {
+void Ledger::pool_synchronized(int slot, uint64_t stream) {
+  MutexLock g(pool_mutex_);
+  for (Pool& p : pools_)
+    if (p.used && !p.destroyed && (slot < 0 || p.slot == slot)) p.shadow.synchronized(stream);
+}
+
+uint64_t Ledger::pool_epoch(int pool) {
+  MutexLock g(pool_mutex_);
+  return pools_[pool].epoch;
+}
+
+uint64_t Ledger::pool_reconcile(int pool, uint64_t reserved, uint64_t epoch) {
   MutexLock g(pool_mutex_);
   Pool& p = pools_[pool];
-  if (!p.used) return;
-  p.reserved = reserved;
+  if (!p.used || p.destroyed) return 0;
+  uint64_t beyond = p.shadow.reconcile(reserved, p.in_flight == 0 && p.epoch == epoch);
   settle_pool_locked(p);
+  return beyond;
 }
 
 void Ledger::pool_destroyed(int pool) {
@@ -323,15 +344,20 @@ void Ledger::pool_destroyed(int pool) {
   Pool& p = pools_[pool];
   if (!p.used) return;
   p.destroyed = true;
-  p.reserved = 0;
+  p.shadow.destroyed();
   settle_pool_locked(p);
+}
+
+PoolShadow Ledger::pool_shadow(int pool) {
+  MutexLock g(pool_mutex_);
+  return pools_[pool].shadow;
 }
 
 int Ledger::pools_of_slot(int slot, int* indices, uint64_t* handles, int cap) {
   MutexLock g(pool_mutex_);
   int n = 0;
   for (int i = 0; i < kMaxPools && n < cap; ++i)
-    if (pools_[i].used && !pools_[i].destroyed && pools_[i].slot == slot) {
+    if (pools_[i].used && !pools_[i].destroyed && (slot < 0 || pools_[i].slot == slot)) {
       indices[n] = i;
       handles[n] = pools_[i].handle;
       ++n;
@@ -377,6 +403,7 @@ void Ledger::reset_in_child() {
   }
   pool_mutex_.reinit_in_child();
   for (Pool& p : pools_) p = Pool{};
+  reserve_pools_.store(0, std::memory_order_relaxed);
   for (int slot = 0; slot < kMaxDevices; ++slot) {
     Books& b = books_[slot];
     for (int k = 0; k < kKinds; ++k) {

@@ -28,6 +28,7 @@
 
 #include "broker.h"
 #include "options.h"
+#include "pool_shadow.h"
 
 namespace coloc::interpose {
 
@@ -126,39 +127,55 @@ class Ledger {
 
   // ---- memory pools (stream-ordered allocation) ------------------------------------------------
   //
-  // A pool costs the device max(bytes live in it, its reserved memory): the driver keeps freed
-  // blocks reserved for reuse. For each tracked pool the ledger keeps the bytes live, the bytes
-  // being allocated right now (pending), the last reserved-memory reading, and the charge it has
-  // put on the device's in-use counter (Kind::pool). Readings that are too high are safe (they
-  // refuse early; callers re-read before refusing); too low would let the job past its limit,
-  // which is why a reading is taken after every pool call.
+  // A pool costs the device its reserved memory: the driver keeps freed blocks reserved for reuse.
+  // Each tracked pool has a PoolShadow (pool_shadow.h) that bounds the reserved memory from above
+  // without asking the driver; the ledger keeps the shadow's charge on the device's in-use counter
+  // (Kind::pool). An allocation is charged what it may make the pool grow *before* the driver call
+  // (pool_try_begin); readings of CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, taken off the fast path
+  // (pool_reconcile), follow trims and correct the shadow.
 
-  /// The index of the tracked, not destroyed pool `handle` on `slot`, tracking it (with the
-  /// reserved-memory reading `reserved`) if new. -1 when kMaxPools are tracked.
-  int pool_track(uint64_t handle, int slot, uint64_t reserved);
+  /// The index of the tracked, not destroyed pool `handle` on `slot`, tracking it if new (with the
+  /// reserved-memory reading `reserved` and the pool's chunk `chunk`, bytes, see PoolShadow). -1
+  /// when kMaxPools are tracked.
+  int pool_track(uint64_t handle, int slot, uint64_t reserved, uint64_t chunk);
   /// The index of the tracked, not destroyed pool `handle`, or -1.
   int pool_find(uint64_t handle);
   /// The device slot of tracked pool `pool`.
   int pool_slot(int pool);
-  /// Charges what allocating `bytes` from pool `pool` can add to the device's cost (*growth: 0 when
-  /// the pool's reserved memory covers it), if in-use stays <= ceiling. True when charged (then call
-  /// pool_end). *seen = the in-use value compared (before adding).
-  bool pool_try_begin(int pool, uint64_t bytes, uint64_t ceiling, uint64_t* seen = nullptr,
-                      uint64_t* growth = nullptr);
+  /// Charges what allocating `bytes` from pool `pool` may add to the device's cost (*growth: 0 when
+  /// a freed block of the pool holds it, else round_up(bytes, chunk)), if in-use stays <= ceiling.
+  /// True when charged: then call pool_end with *ticket. *seen = the in-use value compared.
+  bool pool_try_begin(int pool, uint64_t bytes, uint64_t ceiling, uint64_t* seen, uint64_t* growth,
+                      PoolShadow::Ticket* ticket);
   /// Settles an allocation begun with pool_try_begin: `ok` when the driver allocated (else also a
-  /// cancelled one); `reserved` is a fresh reserved-memory reading when one could be taken. On
-  /// success records `key` (the record must have rec.pool == pool) and counts the allocation.
-  /// Returns false only when the record could not be stored (out of host memory; see commit).
-  bool pool_end(int pool, uint64_t bytes, bool ok, std::optional<uint64_t> reserved, const Key& key,
-                const Record& rec);
-  /// Credits a freed stream-ordered allocation taken from the map.
-  void pool_release(const Record& rec);
-  /// Stores a fresh reserved-memory reading for `pool` and re-settles its charge.
-  void pool_set_reserved(int pool, uint64_t reserved);
+  /// cancelled one). On success records `key` (the record must have rec.pool == pool) and counts
+  /// the allocation. Returns false only when the record could not be stored (out of host memory;
+  /// see commit): then the charge is given back as for a failure.
+  bool pool_end(int pool, bool ok, const PoolShadow::Ticket& ticket, const Key& key, const Record& rec);
+  /// Credits a freed stream-ordered allocation taken from the map; `stream` is the free's stream
+  /// key (memory_hooks.cpp: equal keys mean the same stream).
+  void pool_release(const Record& rec, uint64_t stream);
+  /// A synchronize returned: the frees queued on `stream` (PoolShadow::kAllStreams: on every stream
+  /// of the pools on `slot`; slot -1: of every pool) have run.
+  void pool_synchronized(int slot, uint64_t stream);
+  /// Allocations begun on `pool` so far: pass the value read before taking a reading to
+  /// pool_reconcile.
+  uint64_t pool_epoch(int pool);
+  /// A reading of `pool`'s reserved memory, begun when pool_epoch() was `epoch`: corrects the
+  /// shadow (a lower reading only when no allocation began or is in flight since). Returns the
+  /// bytes the reading showed beyond the shadow (the driver grew more than the model: charged
+  /// after the fact).
+  uint64_t pool_reconcile(int pool, uint64_t reserved, uint64_t epoch);
   /// The pool was destroyed: it keeps costing what is still live in it, then is forgotten.
   void pool_destroyed(int pool);
-  /// Up to `cap` (index, handle) pairs of the live pools on `slot`; returns how many.
+  /// Up to `cap` (index, handle) pairs of the live pools on `slot` (-1: any slot); returns how many.
   int pools_of_slot(int slot, int* indices, uint64_t* handles, int cap);
+  /// True when some tracked pool is charged for more than its live blocks (a reserve a trim could
+  /// give back, or frees not yet seen to run): only then do synchronize calls look at pools. One
+  /// relaxed load.
+  bool pools_hold_reserve() const { return reserve_pools_.load(std::memory_order_relaxed) != 0; }
+  /// The shadow of `pool` (a copy), for tests and reports.
+  PoolShadow pool_shadow(int pool);
 
   // ---- reading -------------------------------------------------------------------------------
 
@@ -203,9 +220,12 @@ class Ledger {
   };
   struct Pool {
     uint64_t handle = 0;
-    uint64_t live = 0, pending = 0, reserved = 0, charge = 0;
+    uint64_t charge = 0;     // what is on the device's in-use counter for it
+    uint64_t epoch = 0;      // allocations begun
+    uint32_t in_flight = 0;  // allocations begun and not ended
+    PoolShadow shadow;
     uint16_t slot = 0;
-    bool used = false, destroyed = false;
+    bool used = false, destroyed = false, reserve = false;  // reserve: counted in reserve_pools_
   };
 
   static uint64_t hash(const Key& k);
@@ -226,6 +246,7 @@ class Ledger {
   Shard shards_[kShards];
   Mutex pool_mutex_;
   Pool pools_[kMaxPools];
+  std::atomic<int> reserve_pools_{0};
 };
 
 /// Raises `a` to at least `v` (relaxed).

@@ -14,6 +14,7 @@
 #include "driver.h"
 #include "log.h"
 #include "options.h"
+#include "pools.h"
 #include "runtime.h"
 
 namespace coloc::interpose {
@@ -66,26 +67,9 @@ class PlainCharge final : public ChargeAttempt {
 
 }  // namespace
 
-bool refresh_pools(int slot) {
-  int idx[16];
-  uint64_t handles[16];
-  int n = ledger().pools_of_slot(slot, idx, handles, 16);
-  bool changed = false;
-  for (int i = 0; i < n; ++i) {
-    cuuint64_t reserved = 0;
-    auto pool = reinterpret_cast<CUmemoryPool>(handles[i]);
-    if (call<Fn::cuMemPoolGetAttribute>(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS)
-      continue;
-    uint64_t before = ledger().in_use(slot);
-    ledger().pool_set_reserved(idx[i], reserved);
-    if (ledger().in_use(slot) != before) changed = true;
-  }
-  return changed;
-}
-
 CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt& attempt) {
   pages::ControlSlot& c = control().slots[slot];
-  bool refreshed = false;
+  bool refreshed = false, trimmed = false;
   for (int round = 0;; ++round) {
     uint64_t limit = limit_of(slot);
     uint64_t grant = c.grant.load(std::memory_order_seq_cst);
@@ -96,9 +80,14 @@ CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt
       attempt.undo();
     }
     bool over_limit = wanted > limit || seen > limit - wanted;
-    if (over_limit && !refreshed) {
-      refreshed = true;
-      if (refresh_pools(slot)) continue;
+    if (over_limit && !trimmed) {
+      // Pools first: their reserve may be less than charged (read it), or unused (give it back).
+      if (!refreshed) {
+        refreshed = true;
+        if (refresh_pools(slot)) continue;
+      }
+      trimmed = true;
+      if (trim_pools(slot)) continue;
     }
     // The broker answers at once past the own limit (a daemon records the event), else it may wait.
     uint64_t total = wanted > UINT64_MAX - seen ? UINT64_MAX : seen + wanted;

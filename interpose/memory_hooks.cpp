@@ -1,5 +1,6 @@
-// interpose/memory_hooks.cpp — the handlers of the alloc, release, pool, query and init policies
+// interpose/memory_hooks.cpp — the handlers of the alloc, release, query and init policies
 // (hooks.def): every way a job takes device memory, gives it back, or asks how much there is.
+// Stream-ordered allocation and pools are in pool_hooks.cpp.
 //
 // Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
 // never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
@@ -25,6 +26,7 @@
 #include "handlers.h"
 #include "limits.h"
 #include "log.h"
+#include "pools.h"
 #include "runtime.h"
 
 namespace coloc::interpose {
@@ -97,9 +99,10 @@ CUresult pitch_alloc(Ptr* dptr, Size* pitch, Size width, Size height, unsigned i
   return keep(Key{uint64_t(p), Space::devptr}, rec, [&] { call<free_id>(p); });
 }
 
-// Any free: take the record, call the driver, credit or restore.
+// Any free: take the record, call the driver, credit or restore. `stream`: the stream key of a
+// stream-ordered free (stream_key()).
 template <class Driver>
-CUresult release_record(const Key& key, Driver&& driver_free) {
+CUresult release_record(const Key& key, Driver&& driver_free, uint64_t stream = PoolShadow::kAllStreams) {
   std::optional<Record> rec = ledger().take(key);
   CUresult r = driver_free();
   if (!rec) {
@@ -110,7 +113,7 @@ CUresult release_record(const Key& key, Driver&& driver_free) {
     ledger().restore(key, *rec);
     return r;
   }
-  if (rec->pool != kNoPool) ledger().pool_release(*rec);
+  if (rec->pool != kNoPool) ledger().pool_release(*rec, stream);
   else ledger().release(*rec);
   if (rec->slot != kNoSlot) after_free(rec->slot);
   return r;
@@ -219,79 +222,6 @@ CUresult array_alloc(Handle* handle, const Desc* desc, uint64_t bytes, Rest... r
   return keep(Key{reinterpret_cast<uint64_t>(h), space}, rec, [&] { call<destroy_id>(h); });
 }
 
-// ---- pools --------------------------------------------------------------------------------------
-
-std::optional<uint64_t> read_reserved(CUmemoryPool pool) {
-  cuuint64_t v = 0;
-  if (call<Fn::cuMemPoolGetAttribute>(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) != CUDA_SUCCESS)
-    return std::nullopt;
-  return uint64_t(v);
-}
-
-uint64_t pool_key(CUmemoryPool pool) { return reinterpret_cast<uint64_t>(pool); }
-
-// The ledger's index for `pool` on `slot`, tracking it on first sight (-1: cannot track).
-int track_pool(CUmemoryPool pool, int slot) {
-  int idx = ledger().pool_find(pool_key(pool));
-  if (idx >= 0) return idx;
-  return ledger().pool_track(pool_key(pool), slot, read_reserved(pool).value_or(0));
-}
-
-class PoolCharge final : public ChargeAttempt {
- public:
-  PoolCharge(int pool, uint64_t bytes) : pool_(pool), bytes_(bytes) {}
-  bool attempt(uint64_t ceiling, uint64_t* seen, uint64_t* wanted) override {
-    bool ok = ledger().pool_try_begin(pool_, bytes_, ceiling, seen, wanted);
-    charged_ = *wanted;
-    return ok;
-  }
-  void undo() override { ledger().pool_end(pool_, bytes_, false, std::nullopt, Key{}, Record{}); }
-  /// Bytes the last attempt added to in-use (after a successful charge_with: this request's charge).
-  uint64_t charged() const { return charged_; }
-
- private:
-  int pool_;
-  uint64_t bytes_;
-  uint64_t charged_ = 0;
-};
-
-// cuMemAllocAsync*, cuMemAllocFromPoolAsync*: `pool` null = the current pool of the stream's device.
-template <Fn id, Fn free_id, class Call>
-CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream, Call&& driver_alloc) {
-  Where w = devices().of_stream(stream);
-  if (w.slot < 0) return driver_alloc();
-  if (!pool && call<Fn::cuDeviceGetMemPool>(&pool, CUdevice(devices().info(w.slot).ordinal)) != CUDA_SUCCESS)
-    pool = nullptr;
-  int idx = pool ? track_pool(pool, w.slot) : -1;
-  if (idx < 0) {
-    // Untrackable pool (none, or kMaxPools in use): charge the bytes themselves, as Kind::pool.
-    if (CUresult r = charge(w.slot, bytes, kFnName[index(id)]); r != CUDA_SUCCESS) return r;
-    CUresult r = call_charged(w.slot, bytes, driver_alloc);
-    if (r != CUDA_SUCCESS) {
-      charge_failed(w.slot, bytes, r);
-      return r;
-    }
-    CUdeviceptr p = *dptr;
-    Record rec{bytes, 0, kNoPool, uint16_t(w.slot), Kind::pool};
-    return keep(Key{p, Space::devptr}, rec, [&] { call<free_id>(p, stream); });
-  }
-  int slot = ledger().pool_slot(idx);
-  PoolCharge attempt(idx, bytes);
-  if (CUresult r = charge_with(slot, bytes, kFnName[index(id)], attempt); r != CUDA_SUCCESS) return r;
-  CUresult r = call_charged(slot, bytes, attempt.charged(), driver_alloc);
-  bool ok = r == CUDA_SUCCESS;
-  CUdeviceptr p = ok ? *dptr : 0;
-  Record rec{bytes, 0, uint32_t(idx), uint16_t(slot), Kind::pool};
-  if (ledger().pool_end(idx, bytes, ok, read_reserved(pool), Key{p, Space::devptr}, rec)) {
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) ledger().count_failed(slot, false);
-    return r;
-  }
-  call<free_id>(p, stream);  // the ledger could not store the record: undo
-  logf(LogLevel::error, "out of host memory for the ledger: an allocation of %llu bytes was undone",
-       (unsigned long long)bytes);
-  return CUDA_ERROR_OUT_OF_MEMORY;
-}
-
 // ---- queries ------------------------------------------------------------------------------------
 
 // The job's view: total = min(limit, physical); free = min(total - used, physical free), never
@@ -365,30 +295,6 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInByt
                                                                 ElementSizeBytes);
 }
 
-CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  return pool_alloc<Fn::cuMemAllocAsync, Fn::cuMemFreeAsync>(
-      dptr, bytesize, nullptr, hStream, [&] { return call<Fn::cuMemAllocAsync>(dptr, bytesize, hStream); });
-}
-
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  return pool_alloc<Fn::cuMemAllocAsync_ptsz, Fn::cuMemFreeAsync_ptsz>(
-      dptr, bytesize, nullptr, hStream, [&] { return call<Fn::cuMemAllocAsync_ptsz>(dptr, bytesize, hStream); });
-}
-
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
-  if (!pool) return call<Fn::cuMemAllocFromPoolAsync>(dptr, bytesize, pool, hStream);  // the driver's error
-  return pool_alloc<Fn::cuMemAllocFromPoolAsync, Fn::cuMemFreeAsync>(dptr, bytesize, pool, hStream, [&] {
-    return call<Fn::cuMemAllocFromPoolAsync>(dptr, bytesize, pool, hStream);
-  });
-}
-
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
-  if (!pool) return call<Fn::cuMemAllocFromPoolAsync_ptsz>(dptr, bytesize, pool, hStream);
-  return pool_alloc<Fn::cuMemAllocFromPoolAsync_ptsz, Fn::cuMemFreeAsync_ptsz>(dptr, bytesize, pool, hStream, [&] {
-    return call<Fn::cuMemAllocFromPoolAsync_ptsz>(dptr, bytesize, pool, hStream);
-  });
-}
-
 CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
                      unsigned long long flags) {
   // Only device-located memory is device memory; host-located handles are remembered (so their
@@ -456,11 +362,13 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-  return release_record(Key{dptr, Space::devptr}, [&] { return call<Fn::cuMemFreeAsync>(dptr, hStream); });
+  return release_record(Key{dptr, Space::devptr}, [&] { return call<Fn::cuMemFreeAsync>(dptr, hStream); },
+                        stream_key(hStream, false));
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
-  return release_record(Key{dptr, Space::devptr}, [&] { return call<Fn::cuMemFreeAsync_ptsz>(dptr, hStream); });
+  return release_record(Key{dptr, Space::devptr}, [&] { return call<Fn::cuMemFreeAsync_ptsz>(dptr, hStream); },
+                        stream_key(hStream, true));
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
@@ -478,39 +386,6 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
 }
 
 }  // namespace release
-
-// ---- pool ---------------------------------------------------------------------------------------
-
-namespace pool {
-
-CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
-  CUresult r = call<Fn::cuMemPoolCreate>(pool, poolProps);
-  if (r != CUDA_SUCCESS || !poolProps || poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return r;
-  Refusal why = Refusal::none;
-  int slot = devices().attach(poolProps->location.id, &why);  // a pool is about to take memory there
-  if (slot >= 0 && track_pool(*pool, slot) < 0)
-    logf(LogLevel::warn, "more than %d memory pools: allocations from the others count their bytes only",
-         Ledger::kMaxPools);
-  return r;
-}
-
-CUresult cuMemPoolDestroy(CUmemoryPool pool) {
-  int idx = pool ? ledger().pool_find(pool_key(pool)) : -1;
-  CUresult r = call<Fn::cuMemPoolDestroy>(pool);
-  if (r == CUDA_SUCCESS && idx >= 0) ledger().pool_destroyed(idx);
-  return r;
-}
-
-CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
-  CUresult r = call<Fn::cuMemPoolTrimTo>(pool, minBytesToKeep);
-  int idx = (r == CUDA_SUCCESS && pool) ? ledger().pool_find(pool_key(pool)) : -1;
-  if (idx >= 0) {
-    if (std::optional<uint64_t> reserved = read_reserved(pool)) ledger().pool_set_reserved(idx, *reserved);
-  }
-  return r;
-}
-
-}  // namespace pool
 
 // ---- query --------------------------------------------------------------------------------------
 

@@ -271,6 +271,79 @@ CUresult step_launch_noop(Probe& p, const Args& a, json& out) {
 
 CUresult step_sync(Probe&, const Args&, json&) { return cuCtxSynchronize(); }
 
+CUresult step_stream_sync(Probe&, const Args&, json&) { return cuStreamSynchronize(nullptr); }
+
+// ---- stream-ordered allocation, from the current pool of the current context's device ----
+
+CUresult current_pool(CUmemoryPool* pool) {
+  CUdevice dev;
+  if (CUresult rc = cuCtxGetDevice(&dev); rc != CUDA_SUCCESS) return rc;
+  return cuDeviceGetMemPool(pool, dev);
+}
+
+// The pool's own numbers (cuMemPoolGetAttribute): what the driver holds, whatever coloc charged.
+CUresult pool_numbers(CUmemoryPool pool, json& out) {
+  cuuint64_t reserved = 0, high = 0, used = 0;
+  if (CUresult rc = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved); rc != CUDA_SUCCESS)
+    return rc;
+  if (CUresult rc = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used); rc != CUDA_SUCCESS) return rc;
+  out["reserved"] = reserved;
+  out["reserved_high"] = high;
+  out["used"] = used;
+  return CUDA_SUCCESS;
+}
+
+CUresult step_async(Probe& p, const Args& a, json& out) {
+  const uint64_t bytes = *coloc::parse_size(a[0]).bytes;
+  const std::string name = a.size() > 1 ? a[1] : "buf";
+  CUdeviceptr ptr = 0;
+  CUresult rc = cuMemAllocAsync(&ptr, bytes, nullptr);
+  out["name"] = name;
+  out["bytes"] = bytes;
+  if (rc == CUDA_SUCCESS) p.buffers[name] = {ptr, bytes};
+  return rc;
+}
+
+CUresult step_free_async(Probe& p, const Args& a, json&) { return cuMemFreeAsync(buffer(p, a[0]).ptr, nullptr); }
+
+CUresult step_pool_threshold(Probe&, const Args& a, json&) {
+  CUmemoryPool pool;
+  if (CUresult rc = current_pool(&pool); rc != CUDA_SUCCESS) return rc;
+  cuuint64_t threshold = *coloc::parse_size(a[0]).bytes;
+  return cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+}
+
+CUresult step_pool_info(Probe&, const Args&, json& out) {
+  CUmemoryPool pool;
+  if (CUresult rc = current_pool(&pool); rc != CUDA_SUCCESS) return rc;
+  return pool_numbers(pool, out);
+}
+
+// COUNT cycles of cuMemAllocAsync + cuMemFreeAsync on the NULL stream, of SIZE x (1 + i mod 8)
+// bytes: sizes that the blocks freed before cannot all hold, so the pool keeps growing.
+CUresult step_pool_cycles(Probe&, const Args& a, json& out) {
+  const uint64_t count = std::stoull(a[0]);
+  const uint64_t size = *coloc::parse_size(a[1]).bytes;
+  uint64_t ok = 0, oom = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    CUdeviceptr ptr = 0;
+    CUresult rc = cuMemAllocAsync(&ptr, size * (1 + i % 8), nullptr);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+      ++oom;
+      continue;
+    }
+    if (rc != CUDA_SUCCESS) return rc;
+    ++ok;
+    if (CUresult f = cuMemFreeAsync(ptr, nullptr); f != CUDA_SUCCESS) return f;
+  }
+  out["ok"] = ok;
+  out["oom"] = oom;
+  CUmemoryPool pool;
+  if (CUresult rc = current_pool(&pool); rc != CUDA_SUCCESS) return rc;
+  return pool_numbers(pool, out);
+}
+
 CUresult step_fill(Probe& p, const Args& a, json&) {
   Buffer& b = buffer(p, a[0]);
   CUfunction f;
@@ -413,6 +486,13 @@ const StepDef kSteps[] = {
     {"launch-spin", {Arg::ns}, {Arg::count}, step_launch_spin, "launch coloc_spin(NS) COUNT times on the NULL stream"},
     {"launch-noop", {}, {Arg::count}, step_launch_noop, "launch an empty PTX kernel COUNT times"},
     {"sync", {}, {}, step_sync, "cuCtxSynchronize"},
+    {"stream-sync", {}, {}, step_stream_sync, "cuStreamSynchronize of the NULL stream"},
+    {"async", {Arg::size}, {Arg::name}, step_async, "cuMemAllocAsync SIZE bytes on the NULL stream as NAME"},
+    {"free-async", {Arg::name}, {}, step_free_async, "cuMemFreeAsync NAME on the NULL stream"},
+    {"pool-threshold", {Arg::size}, {}, step_pool_threshold, "set the current pool's release threshold"},
+    {"pool-info", {}, {}, step_pool_info, "the current pool's reserved (current, high) and used bytes"},
+    {"pool-cycles", {Arg::count, Arg::size}, {}, step_pool_cycles,
+     "COUNT cuMemAllocAsync+cuMemFreeAsync cycles of SIZE x (1 + i mod 8); ok, oom, the pool's numbers"},
     {"fill", {Arg::name, Arg::value}, {}, step_fill, "launch coloc_fill over NAME with VALUE"},
     {"check", {Arg::name, Arg::value}, {}, step_check, "copy NAME back; ok when every float is VALUE"},
     {"upload", {Arg::name, Arg::value}, {}, step_upload, "cuMemcpyHtoD floats of VALUE into NAME"},

@@ -205,17 +205,18 @@ TEST_CASE("cuMemGetInfo and cuDeviceTotalMem show the limit, and only with a lim
     CHECK(step(a, "meminfo") == step(b, "meminfo"));
     CHECK(step(a, "meminfo-v1") == step(b, "meminfo-v1"));
   }
-  SUBCASE("used above the limit: free is 0, never negative") {
+  SUBCASE("a pool's chunk counts before the driver call: a 1-byte allocation past the limit is refused") {
     if (simgpu_only()) return;  // simgpu's 2 MiB pool chunks
-    // A pool grows in 2 MiB chunks: a 1-byte allocation is charged 1 byte, then its 2 MiB chunk.
+    // The context takes 256 MiB of the 257: the pool would grow by a 2 MiB chunk for one byte.
     Job job;
     job.limit("257MiB");
-    auto ls = lines(job.run({client(), "init", "ctx", "0", "pool-create", "P", "pool-alloc", "P", "1", "b", "meminfo"}));
-    CHECK(step(ls, "pool-alloc")["rc_name"] == "CUDA_SUCCESS");
-    CHECK(step(ls, "meminfo")["rc_name"] == "CUDA_SUCCESS");
+    auto ls = lines(job.run({client(), "init", "ctx", "0", "pool-create", "P", "pool-alloc", "P", "1", "b", "meminfo",
+                             "pool-reserved", "P"}));
+    CHECK(step(ls, "pool-alloc")["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");
     CHECK(step(ls, "meminfo")["total"] == 257 * MiB);
-    CHECK(step(ls, "meminfo")["free"] == 0);
-    CHECK(device0(job.ledger())["in_use"]["total"] == 258 * MiB);
+    CHECK(step(ls, "meminfo")["free"] == MiB);
+    CHECK(step(ls, "pool-reserved")["reserved"] == 0);  // the driver was never asked
+    CHECK(device0(job.ledger())["in_use"]["total"] == 256 * MiB);
   }
 }
 

@@ -142,47 +142,73 @@ TEST_CASE_FIXTURE(Fixture, "the record map grows and shrinks without losing anyt
   CHECK(l.counts(1).frees == n);
 }
 
-TEST_CASE_FIXTURE(Fixture, "a pool costs max(live, reserved)") {
-  int p = l.pool_track(0xabc, 0, 0);
+TEST_CASE_FIXTURE(Fixture, "a pool is charged its growth before the driver call, and readings correct it") {
+  int p = l.pool_track(0xabc, 0, 0, 16);  // chunk 16 bytes
   REQUIRE(p >= 0);
   CHECK(l.pool_find(0xabc) == p);
   CHECK(l.pool_slot(p) == 0);
   uint64_t seen = 0, growth = 0;
-  REQUIRE(l.pool_try_begin(p, 10, 100, &seen, &growth));
-  CHECK(growth == 10);
-  // The driver reserved 32 bytes for it.
-  REQUIRE(l.pool_end(p, 10, true, 32, Key{0x10, Space::devptr}, Record{10, 0, uint32_t(p), 0, Kind::pool}));
-  CHECK(l.in_use(0) == 32);
-  CHECK(l.counts(0).kind_in_use[int(Kind::pool)] == 32);
-  // Within the reserved memory: no growth.
-  REQUIRE(l.pool_try_begin(p, 20, 100, &seen, &growth));
-  CHECK(growth == 0);
-  REQUIRE(l.pool_end(p, 20, true, 32, Key{0x20, Space::devptr}, Record{20, 0, uint32_t(p), 0, Kind::pool}));
-  CHECK(l.in_use(0) == 32);
+  PoolShadow::Ticket t;
+  REQUIRE(l.pool_try_begin(p, 10, 100, &seen, &growth, &t));
+  CHECK(growth == 16);  // a whole chunk, before the driver allocates
+  CHECK(l.in_use(0) == 16);
+  REQUIRE(l.pool_end(p, true, t, Key{0x10, Space::devptr}, Record{10, 0, uint32_t(p), 0, Kind::pool}));
+  CHECK(l.counts(0).kind_in_use[int(Kind::pool)] == 16);
+  REQUIRE(l.pool_try_begin(p, 20, 100, &seen, &growth, &t));
+  CHECK(growth == 32);
+  REQUIRE(l.pool_end(p, true, t, Key{0x20, Space::devptr}, Record{20, 0, uint32_t(p), 0, Kind::pool}));
+  CHECK(l.in_use(0) == 48);
   // Past the ceiling: refused, nothing charged.
-  CHECK_FALSE(l.pool_try_begin(p, 90, 100, &seen, &growth));
-  CHECK(growth == 30 + 90 - 32);
-  CHECK(l.in_use(0) == 32);
+  CHECK_FALSE(l.pool_try_begin(p, 60, 100, &seen, &growth, &t));
+  CHECK(growth == 64);
+  CHECK(l.in_use(0) == 48);
   // A failed driver call gives the growth back.
-  REQUIRE(l.pool_try_begin(p, 40, 100, &seen, &growth));
-  CHECK(l.in_use(0) == 70);
-  l.pool_end(p, 40, false, std::nullopt, Key{}, Record{});
-  CHECK(l.in_use(0) == 32);
-  // Frees keep the reserved memory charged; a lower reading lets it go.
+  REQUIRE(l.pool_try_begin(p, 40, 100, &seen, &growth, &t));
+  CHECK(l.in_use(0) == 96);
+  l.pool_end(p, false, t, Key{}, Record{});
+  CHECK(l.in_use(0) == 48);
+  CHECK_FALSE(l.pools_hold_reserve());
+  // A free keeps its block reserved (pending until a synchronize): charged, not reusable yet.
   auto r = l.take(Key{0x10, Space::devptr});
   REQUIRE(r);
-  l.pool_release(*r);
-  CHECK(l.in_use(0) == 32);
-  l.pool_set_reserved(p, 0);
-  CHECK(l.in_use(0) == 20);  // what is still live
+  l.pool_release(*r, 7);
+  CHECK(l.in_use(0) == 48);
+  CHECK(l.pools_hold_reserve());
+  REQUIRE(l.pool_try_begin(p, 10, 100, &seen, &growth, &t));
+  CHECK(growth == 16);
+  l.pool_end(p, false, t, Key{}, Record{});
+  // Synchronizing another stream changes nothing; its own stream makes the block reusable.
+  l.pool_synchronized(0, 8);
+  REQUIRE(l.pool_try_begin(p, 10, 100, &seen, &growth, &t));
+  CHECK(growth == 16);
+  l.pool_end(p, false, t, Key{}, Record{});
+  l.pool_synchronized(0, 7);
+  REQUIRE(l.pool_try_begin(p, 10, 100, &seen, &growth, &t));
+  CHECK(growth == 0);
+  l.pool_end(p, false, t, Key{}, Record{});
+  // A lower reading (a trim) lets the reserve go, but only when no allocation began meanwhile.
+  uint64_t epoch = l.pool_epoch(p);
+  REQUIRE(l.pool_try_begin(p, 10, 100, &seen, &growth, &t));
+  l.pool_end(p, false, t, Key{}, Record{});
+  CHECK(l.pool_reconcile(p, 32, epoch) == 0);
+  CHECK(l.in_use(0) == 48);
+  epoch = l.pool_epoch(p);
+  CHECK(l.pool_reconcile(p, 32, epoch) == 0);
+  CHECK(l.in_use(0) == 32);  // what is still live
+  CHECK_FALSE(l.pools_hold_reserve());
+  // A higher reading than the model is charged at once, and reported.
+  CHECK(l.pool_reconcile(p, 40, l.pool_epoch(p)) == 8);
+  CHECK(l.in_use(0) == 40);
+  CHECK(l.pools_hold_reserve());
   // Destroyed with memory live: it costs that until freed, then is forgotten.
   l.pool_destroyed(p);
   CHECK(l.pool_find(0xabc) == -1);
-  CHECK(l.in_use(0) == 20);
+  CHECK(l.in_use(0) == 32);
   r = l.take(Key{0x20, Space::devptr});
   REQUIRE(r);
-  l.pool_release(*r);
+  l.pool_release(*r, 7);
   CHECK(l.in_use(0) == 0);
+  CHECK_FALSE(l.pools_hold_reserve());
   CHECK(l.counts(0).allocs == 2);
   CHECK(l.counts(0).frees == 2);
   int idx[4];
@@ -244,7 +270,7 @@ TEST_CASE_FIXTURE(Fixture, "16 threads charging against one ceiling never pass i
 TEST_CASE_FIXTURE(Fixture, "after fork the child's ledger is empty and usable") {
   REQUIRE(l.try_charge(0, 100, kNoLimit));
   REQUIRE(l.commit(Key{0x1, Space::devptr}, rec(100, 0)));
-  REQUIRE(l.pool_track(0x9, 0, 64) >= 0);
+  REQUIRE(l.pool_track(0x9, 0, 64, 16) >= 0);
   l.reset_in_child();  // what the child does (the parent's table is left allocated: a leak here)
   CHECK(l.in_use(0) == 0);
   CHECK(l.live_records() == 0);
