@@ -278,11 +278,11 @@ int Ledger::pool_track(uint64_t handle, int slot, uint64_t reserved, uint64_t ch
   return free_index;
 }
 
-bool Ledger::pool_try_begin(int pool, uint64_t bytes, uint64_t ceiling, uint64_t* seen, uint64_t* growth,
-                            PoolShadow::Ticket* ticket) {
+bool Ledger::pool_try_begin(int pool, uint64_t bytes, uint64_t stream, uint64_t ceiling, uint64_t* seen,
+                            uint64_t* growth, PoolShadow::Ticket* ticket) {
   MutexLock g(pool_mutex_);
   Pool& p = pools_[pool];
-  PoolShadow::Ticket t = p.shadow.begin(bytes);
+  PoolShadow::Ticket t = p.shadow.begin(bytes, stream);
   if (growth) *growth = t.growth;
   if (!try_charge(p.slot, t.growth, ceiling, seen)) {
     p.shadow.abort(t);

@@ -142,11 +142,12 @@ class Ledger {
   int pool_find(uint64_t handle);
   /// The device slot of tracked pool `pool`.
   int pool_slot(int pool);
-  /// Charges what allocating `bytes` from pool `pool` may add to the device's cost (*growth: 0 when
-  /// a freed block of the pool holds it, else round_up(bytes, chunk)), if in-use stays <= ceiling.
-  /// True when charged: then call pool_end with *ticket. *seen = the in-use value compared.
-  bool pool_try_begin(int pool, uint64_t bytes, uint64_t ceiling, uint64_t* seen, uint64_t* growth,
-                      PoolShadow::Ticket* ticket);
+  /// Charges what allocating `bytes` from pool `pool` on stream key `stream` may add to the
+  /// device's cost (*growth: 0 when a freed block of the pool holds it, else round_up(bytes,
+  /// chunk); PoolShadow::begin), if in-use stays <= ceiling. True when charged: then call pool_end
+  /// with *ticket. *seen = the in-use value compared.
+  bool pool_try_begin(int pool, uint64_t bytes, uint64_t stream, uint64_t ceiling, uint64_t* seen,
+                      uint64_t* growth, PoolShadow::Ticket* ticket);
   /// Settles an allocation begun with pool_try_begin: `ok` when the driver allocated (else also a
   /// cancelled one). On success records `key` (the record must have rec.pool == pool) and counts
   /// the allocation. Returns false only when the record could not be stored (out of host memory;

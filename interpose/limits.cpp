@@ -69,7 +69,7 @@ class PlainCharge final : public ChargeAttempt {
 
 CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt& attempt) {
   pages::ControlSlot& c = control().slots[slot];
-  bool refreshed = false, trimmed = false;
+  bool trimmed = false;
   for (int round = 0;; ++round) {
     uint64_t limit = limit_of(slot);
     uint64_t grant = c.grant.load(std::memory_order_seq_cst);
@@ -81,13 +81,9 @@ CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt
     }
     bool over_limit = wanted > limit || seen > limit - wanted;
     if (over_limit && !trimmed) {
-      // Pools first: their reserve may be less than charged (read it), or unused (give it back).
-      if (!refreshed) {
-        refreshed = true;
-        if (refresh_pools(slot)) continue;
-      }
+      // Pools first: give their unused reserve back, which also leaves their books exact (pools.h).
       trimmed = true;
-      if (trim_pools(slot)) continue;
+      if (trim_pools(slot) || refresh_pools(slot)) continue;
     }
     // The broker answers at once past the own limit (a daemon records the event), else it may wait.
     uint64_t total = wanted > UINT64_MAX - seen ? UINT64_MAX : seen + wanted;

@@ -54,9 +54,9 @@ int track_pool(CUmemoryPool pool, int slot) {
 
 class PoolCharge final : public ChargeAttempt {
  public:
-  PoolCharge(int pool, uint64_t bytes) : pool_(pool), bytes_(bytes) {}
+  PoolCharge(int pool, uint64_t bytes, uint64_t stream) : pool_(pool), bytes_(bytes), stream_(stream) {}
   bool attempt(uint64_t ceiling, uint64_t* seen, uint64_t* wanted) override {
-    return ledger().pool_try_begin(pool_, bytes_, ceiling, seen, wanted, &ticket_);
+    return ledger().pool_try_begin(pool_, bytes_, stream_, ceiling, seen, wanted, &ticket_);
   }
   void undo() override { ledger().pool_end(pool_, false, ticket_, Key{}, Record{}); }
   /// What the last successful attempt decided (its growth is this request's charge).
@@ -64,12 +64,13 @@ class PoolCharge final : public ChargeAttempt {
 
  private:
   int pool_;
-  uint64_t bytes_;
+  uint64_t bytes_, stream_;
   PoolShadow::Ticket ticket_;
 };
 
-// cuMemAllocAsync*, cuMemAllocFromPoolAsync*: `pool` null = the current pool of the stream's device.
-template <Fn id, Fn free_id, class Call>
+// cuMemAllocAsync*, cuMemAllocFromPoolAsync*: `pool` null = the current pool of the stream's device;
+// `per_thread`: a _ptsz entry point.
+template <Fn id, Fn free_id, bool per_thread, class Call>
 CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream, Call&& driver_alloc) {
   Where w = devices().of_stream(stream);
   if (w.slot < 0) return driver_alloc();
@@ -91,7 +92,7 @@ CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream
     charge_failed(w.slot, bytes, CUDA_SUCCESS);
   } else {
     int slot = ledger().pool_slot(idx);
-    PoolCharge attempt(idx, bytes);
+    PoolCharge attempt(idx, bytes, stream_key(stream, per_thread));
     if (CUresult r = charge_with(slot, bytes, kFnName[index(id)], attempt); r != CUDA_SUCCESS) return r;
     CUresult r = call_charged(slot, bytes, attempt.ticket().growth, driver_alloc);
     bool ok = r == CUDA_SUCCESS;
@@ -180,25 +181,25 @@ bool trim_pools(int slot) {
 namespace alloc {
 
 CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  return pool_alloc<Fn::cuMemAllocAsync, Fn::cuMemFreeAsync>(
+  return pool_alloc<Fn::cuMemAllocAsync, Fn::cuMemFreeAsync, false>(
       dptr, bytesize, nullptr, hStream, [&] { return call<Fn::cuMemAllocAsync>(dptr, bytesize, hStream); });
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  return pool_alloc<Fn::cuMemAllocAsync_ptsz, Fn::cuMemFreeAsync_ptsz>(
+  return pool_alloc<Fn::cuMemAllocAsync_ptsz, Fn::cuMemFreeAsync_ptsz, true>(
       dptr, bytesize, nullptr, hStream, [&] { return call<Fn::cuMemAllocAsync_ptsz>(dptr, bytesize, hStream); });
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
   if (!pool) return call<Fn::cuMemAllocFromPoolAsync>(dptr, bytesize, pool, hStream);  // the driver's error
-  return pool_alloc<Fn::cuMemAllocFromPoolAsync, Fn::cuMemFreeAsync>(dptr, bytesize, pool, hStream, [&] {
+  return pool_alloc<Fn::cuMemAllocFromPoolAsync, Fn::cuMemFreeAsync, false>(dptr, bytesize, pool, hStream, [&] {
     return call<Fn::cuMemAllocFromPoolAsync>(dptr, bytesize, pool, hStream);
   });
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
   if (!pool) return call<Fn::cuMemAllocFromPoolAsync_ptsz>(dptr, bytesize, pool, hStream);
-  return pool_alloc<Fn::cuMemAllocFromPoolAsync_ptsz, Fn::cuMemFreeAsync_ptsz>(dptr, bytesize, pool, hStream, [&] {
+  return pool_alloc<Fn::cuMemAllocFromPoolAsync_ptsz, Fn::cuMemFreeAsync_ptsz, true>(dptr, bytesize, pool, hStream, [&] {
     return call<Fn::cuMemAllocFromPoolAsync_ptsz>(dptr, bytesize, pool, hStream);
   });
 }

@@ -23,16 +23,17 @@ uint64_t PoolShadow::need(uint64_t bytes) const {
   return (bytes + mask) & ~mask;
 }
 
-PoolShadow::Ticket PoolShadow::begin(uint64_t bytes) {
+PoolShadow::Ticket PoolShadow::begin(uint64_t bytes, uint64_t stream) {
   Ticket t;
   t.need = need(bytes);
   int best = -1;
   for (int i = 0; i < n_; ++i)
-    if (pieces_[i].stream == kAllStreams && pieces_[i].bytes >= t.need &&
+    if ((pieces_[i].stream == kAllStreams || pieces_[i].stream == stream) && pieces_[i].bytes >= t.need &&
         (best < 0 || pieces_[i].bytes < pieces_[best].bytes))
       best = i;
   if (best >= 0) {
     t.piece = pieces_[best].bytes;
+    t.piece_stream = pieces_[best].stream;
     drop_piece(best);
     slack_ += t.piece - t.need;  // the piece's excess stays reserved, shape unknown
   } else {
@@ -46,7 +47,7 @@ void PoolShadow::abort(const Ticket& t) {
   held_ = sub_floor(held_, t.need);
   if (t.piece) {
     slack_ = sub_floor(slack_, t.piece - t.need);
-    add_piece(t.piece, kAllStreams);
+    add_piece(t.piece, t.piece_stream);
   }
 }
 

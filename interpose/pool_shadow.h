@@ -11,8 +11,8 @@
 // allocation of `b` bytes occupies need(b) = round_up(b, chunk) of it. The shadow keeps
 //   held     need() of every live block (and of every allocation in flight),
 //   pieces   the blocks freed since, each a piece of reserve the pool may hand out again: *pending*
-//            from cuMemFreeAsync until a synchronize shows the free has run (only then can any
-//            stream reuse it), then *ready*,
+//            from cuMemFreeAsync until a synchronize shows the free has run (until then only the
+//            stream it was freed on can reuse it), then *ready* (any stream can),
 //   slack    reserve that is charged but whose shape is unknown (a taken piece's excess, pieces
 //            that did not fit the table, what a reading showed beyond the model),
 // and charge = held + pieces + slack, an upper bound of the pool's real reserved memory.
@@ -50,6 +50,7 @@ class PoolShadow {
     uint64_t need = 0;    ///< round_up(bytes, chunk)
     uint64_t growth = 0;  ///< how much the charge rose (0: a ready piece was taken)
     uint64_t piece = 0;   ///< size of the piece taken (0: none)
+    uint64_t piece_stream = 0;  ///< its stream key (kAllStreams: it was ready)
   };
 
   /// Sets the pool's chunk (bytes, a power of two; other values keep the current chunk).
@@ -58,9 +59,11 @@ class PoolShadow {
   /// round_up(bytes, chunk), saturating at the largest multiple of the chunk.
   uint64_t need(uint64_t bytes) const;
 
-  /// Begins an allocation of `bytes`: takes the smallest ready piece that holds need(bytes), or
-  /// plans a growth of need(bytes). The charge includes the allocation from here on.
-  Ticket begin(uint64_t bytes);
+  /// Begins an allocation of `bytes` on stream key `stream`: takes the smallest piece that holds
+  /// need(bytes) and is ready or was freed on that same stream (stream order puts this allocation
+  /// after that free, and the driver reuses such blocks), or plans a growth of need(bytes). The
+  /// charge includes the allocation from here on.
+  Ticket begin(uint64_t bytes, uint64_t stream = kAllStreams);
   /// Undoes begin() (the limit or the driver refused).
   void abort(const Ticket& t);
   /// A live block of `bytes` was freed with cuMemFreeAsync on stream key `stream`.

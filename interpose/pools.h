@@ -29,9 +29,10 @@ std::optional<uint64_t> read_reserved(CUmemoryPool pool);
 bool refresh_pools(int slot, uint64_t* fell = nullptr);
 
 /// Before refusing an allocation on `slot` at the job's limit: gives the unused reserve of every
-/// tracked pool there back to the device (cuMemPoolTrimTo(pool, 0)) and reconciles: the shadow
-/// cannot prove that a block of that reserve fits the request, and a refusal the device would not
-/// make is worse than the cost of growing the pool again. True when in-use went down.
+/// tracked pool there that the shadow charges beyond its live blocks back to the device
+/// (cuMemPoolTrimTo(pool, 0)) and reconciles. The shadow cannot prove that a block of that reserve
+/// fits the request, and a refusal the device would not make is worse than growing the pool again;
+/// after the trim the shadow is exact (nothing spare of unknown shape). True when in-use went down.
 bool trim_pools(int slot);
 
 }  // namespace coloc::interpose

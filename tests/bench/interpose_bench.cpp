@@ -84,7 +84,7 @@ int measure(uint64_t launches, uint64_t pairs) {
   void* params[] = {&ns};
 
   // Best of 5 repetitions: the least disturbed run is the closest to the code's own cost.
-  double best_launch = 1e30, best_pair = 1e30;
+  double best_launch = 1e30, best_pair = 1e30, best_pool = 1e30;
   for (int rep = 0; rep < 5; ++rep) {
     uint64_t t0 = now_ns();
     for (uint64_t i = 0; i < launches; ++i) check(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
@@ -96,10 +96,17 @@ int measure(uint64_t launches, uint64_t pairs) {
       check(cuMemFree(p), "cuMemFree");
     }
     uint64_t t2 = now_ns();
+    for (uint64_t i = 0; i < pairs; ++i) {  // from the default pool, on the NULL stream
+      CUdeviceptr p;
+      check(cuMemAllocAsync(&p, kPairBytes, nullptr), "cuMemAllocAsync");
+      check(cuMemFreeAsync(p, nullptr), "cuMemFreeAsync");
+    }
+    uint64_t t3 = now_ns();
     best_launch = std::min(best_launch, double(t1 - t0) / double(launches));
     best_pair = std::min(best_pair, double(t2 - t1) / double(pairs));
+    best_pool = std::min(best_pool, double(t3 - t2) / double(pairs));
   }
-  std::printf("{\"launch_ns\":%.2f,\"pair_ns\":%.2f}\n", best_launch, best_pair);
+  std::printf("{\"launch_ns\":%.2f,\"pair_ns\":%.2f,\"pool_pair_ns\":%.2f}\n", best_launch, best_pair, best_pool);
   return 0;
 }
 
@@ -187,14 +194,15 @@ json compare_envs(const Options& o, const char* self, const std::map<std::string
   namespace fs = std::filesystem;
   std::vector<std::string> argv = {fs::absolute(self).string(), "measure", std::to_string(launches),
                                    std::to_string(pairs)};
-  std::vector<double> launch[2], pair[2];
+  std::vector<double> launch[2], pair[2], pool[2];
   for (int r = 0; r < o.rounds; ++r)
     for (int second = 0; second < 2; ++second) {  // alternate, so drift hits both alike
       json m = json::parse(spawn(argv, second ? b : a));
       launch[second].push_back(m["launch_ns"]);
       pair[second].push_back(m["pair_ns"]);
+      pool[second].push_back(m["pool_pair_ns"]);
       rounds.push_back({{"driver", driver}, {"round", r}, {"second", bool(second)}, {"launch_ns", m["launch_ns"]},
-                        {"pair_ns", m["pair_ns"]}});
+                        {"pair_ns", m["pair_ns"]}, {"pool_pair_ns", m["pool_pair_ns"]}});
     }
   auto summary = [](const std::vector<double>* v, double target) {
     double without = median(v[0]), with_ = median(v[1]);
@@ -205,7 +213,9 @@ json compare_envs(const Options& o, const char* self, const std::map<std::string
                 {"target_added_ns", target},
                 {"within_target", with_ - without <= target}};
   };
-  return json{{"launch", summary(launch, 20)}, {"alloc_free_pair", summary(pair, 150)}};
+  return json{{"launch", summary(launch, 20)},
+              {"alloc_free_pair", summary(pair, 150)},
+              {"async_alloc_free_pair", summary(pool, 150)}};
 }
 
 // Without and with LD_PRELOAD=libcoloc.so under `env` (driver on LD_LIBRARY_PATH).
@@ -229,11 +239,13 @@ json compare_daemon(const Options& o, const char* self, const std::map<std::stri
 
 void print(const char* driver, const json& s) {
   std::printf("interpose (%s): launch %.1f -> %.1f ns (%+.1f ns, x%.3f; target +20 ns); alloc+free %.1f -> %.1f ns "
-              "(%+.1f ns, x%.3f; target +150 ns)\n",
+              "(%+.1f ns, x%.3f; target +150 ns); async alloc+free %.1f -> %.1f ns (%+.1f ns, x%.3f; target +150 ns)\n",
               driver, double(s["launch"]["without_ns"]), double(s["launch"]["with_ns"]),
               double(s["launch"]["added_ns"]), double(s["launch"]["ratio"]), double(s["alloc_free_pair"]["without_ns"]),
               double(s["alloc_free_pair"]["with_ns"]), double(s["alloc_free_pair"]["added_ns"]),
-              double(s["alloc_free_pair"]["ratio"]));
+              double(s["alloc_free_pair"]["ratio"]), double(s["async_alloc_free_pair"]["without_ns"]),
+              double(s["async_alloc_free_pair"]["with_ns"]), double(s["async_alloc_free_pair"]["added_ns"]),
+              double(s["async_alloc_free_pair"]["ratio"]));
 }
 
 // A colocd of our own for the --colocd measurements; killed by the destructor.
@@ -294,7 +306,7 @@ int run(const Options& o, const char* self) {
   json rounds = json::array();
   json out;
   out["benchmark"] = "interpose";
-  out["what"] = "ns per cuLaunchKernel and per cuMemAlloc_v2+cuMemFree_v2 pair (4 KiB), median over rounds of "
+  out["what"] = "ns per cuLaunchKernel, per cuMemAlloc_v2+cuMemFree_v2 pair and per cuMemAllocAsync+cuMemFreeAsync pair (4 KiB), median over rounds of "
                 "the best of 5 repetitions, without and with LD_PRELOAD=libcoloc.so, on simgpu (SIMGPU_FAST=1: "
                 "a launch returns at once) and on a null driver (every call returns at once: the hooks' own cost); "
                 "daemon_*: preloaded both times, standalone vs registered with colocd; grow: per-allocation time "

@@ -63,3 +63,23 @@ NULL_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t) {
   return CUDA_SUCCESS;
 }
 NULL_EXPORT CUresult cuMemFree_v2(CUdeviceptr) { return CUDA_SUCCESS; }
+// Stream-ordered allocation from one pool that never holds a reserve.
+int g_pool_storage;
+NULL_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t, CUstream) {
+  *p = g_next.fetch_add(4096, std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
+NULL_EXPORT CUresult cuMemFreeAsync(CUdeviceptr, CUstream) { return CUDA_SUCCESS; }
+NULL_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice) {
+  *pool = reinterpret_cast<CUmemoryPool>(&g_pool_storage);
+  return CUDA_SUCCESS;
+}
+NULL_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, void* value) {
+  *static_cast<cuuint64_t*>(value) = 0;
+  return CUDA_SUCCESS;
+}
+NULL_EXPORT CUresult cuMemGetAllocationGranularity(size_t* g, const CUmemAllocationProp*,
+                                                   CUmemAllocationGranularity_flags) {
+  *g = 2 << 20;
+  return CUDA_SUCCESS;
+}

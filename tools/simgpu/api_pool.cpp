@@ -13,7 +13,7 @@ CUresult alloc_from(MemPool* pool, CUdeviceptr* dptr, size_t bytesize, CUstream 
   if (s->capture.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!pool) pool = s->ctx->device.current_pool.load();
   uintptr_t p;
-  if (CUresult rc = pool->allocate(bytesize, &p); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = pool->allocate(bytesize, &p, s); rc != CUDA_SUCCESS) return rc;
   *dptr = CUdeviceptr(p);
   return CUDA_SUCCESS;
 }
@@ -38,7 +38,12 @@ CUresult free_async(CUdeviceptr dptr, CUstream hStream, bool per_thread) {
   Driver& drv = Driver::get();
   if (!drv.device_range_live(uintptr_t(dptr), 1)) return CUDA_ERROR_INVALID_VALUE;
   if (s->ctx->idle() && !s->capture.load(std::memory_order_relaxed)) return drv.free_device_memory(uintptr_t(dptr));
-  return s->ctx->submit(*s, FreeWork{uintptr_t(dptr)});
+  FreeWork work{uintptr_t(dptr)};
+  if (MemPool* pool = drv.pool_of_block(uintptr_t(dptr))) {
+    if (!pool->begin_free(uintptr_t(dptr), s, &work.generation)) return CUDA_ERROR_INVALID_VALUE;
+    work.pool = reinterpret_cast<CUmemoryPool>(pool);
+  }
+  return s->ctx->submit(*s, work);
 }
 
 }  // namespace

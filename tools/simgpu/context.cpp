@@ -202,7 +202,8 @@ void Context::execute(Op& op) {
     }
     fill_memory(m->dst, m->value, m->element, m->count);
   } else if (auto* f = std::get_if<FreeWork>(&op.work)) {
-    drv.free_device_memory(f->ptr);
+    if (!f->pool) drv.free_device_memory(f->ptr);
+    else if (MemPool* pool = g_mem_pools.get(f->pool)) pool->finish_free(f->ptr, f->generation);
   }
   // Copies and memsets take the host time they took; an event record takes none.
   clock_ns_ = std::max(clock_ns_, now_ns() - kMaxLagNs);

@@ -58,7 +58,9 @@ struct EventWork {
   Event* event = nullptr;
 };
 struct FreeWork {
-  uintptr_t ptr = 0;  ///< cuMemFreeAsync: freed when the stream reaches it
+  uintptr_t ptr = 0;          ///< cuMemFreeAsync: freed when the stream reaches it
+  CUmemoryPool pool = nullptr;  ///< a pool block's pool (MemPool::begin_free), else null
+  uint64_t generation = 0;    ///< of the pool block
 };
 using Work = std::variant<KernelWork, CopyWork, MemsetWork, EventWork, FreeWork>;
 

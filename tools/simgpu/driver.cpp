@@ -146,6 +146,16 @@ bool Driver::device_range_live(uintptr_t p, uint64_t n) const {
   return false;
 }
 
+MemPool* Driver::pool_of_block(uintptr_t p) {
+  for (const auto& dev : devices) {
+    if (!dev->memory.contains(p)) continue;
+    auto hit = dev->memory.find(p);
+    if (hit && hit->first == p && hit->second.kind == AllocKind::pool_chunk) return hit->second.pool;
+    return nullptr;
+  }
+  return nullptr;
+}
+
 CUresult Driver::free_device_memory(uintptr_t p) {
   for (const auto& dev : devices) {
     if (!dev->memory.contains(p)) continue;

@@ -100,6 +100,8 @@ class Driver {
   /// Frees what cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged or a pool allocation returned at
   /// exactly `p`: CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE.
   CUresult free_device_memory(uintptr_t p);
+  /// The pool whose block starts at `p`, or null (not a pool block).
+  MemPool* pool_of_block(uintptr_t p);
   /// Makes a context on `dev` (charging SIMGPU_CONTEXT_BYTES). Caller holds mu.
   CUresult create_context(DeviceState& dev, bool primary, unsigned flags, Context** out);
   /// Waits for the context's work, then frees everything it owns. Caller holds mu.

@@ -104,16 +104,18 @@ std::vector<Allocation> Arena::release_if(const std::function<bool(const Allocat
 
 // ---- MemPool ----------------------------------------------------------------------------
 
-CUresult MemPool::allocate(uint64_t size, uintptr_t* out) {
+CUresult MemPool::allocate(uint64_t size, uintptr_t* out, const void* stream) {
   const uint64_t block = round_up(size, kAllocGranule);
   const uint64_t chunk = round_up(block, kLargePage);
   if (block == 0 || chunk == 0) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard<std::mutex> lk(mu_);
-  // Reuse the smallest free chunk that holds the block.
+  // Reuse the smallest free chunk that holds the block (free, or being freed on this stream).
   auto best = chunks_.end();
-  for (auto it = chunks_.begin(); it != chunks_.end(); ++it)
-    if (it->second.used == 0 && it->second.size >= block && (best == chunks_.end() || it->second.size < best->second.size))
-      best = it;
+  for (auto it = chunks_.begin(); it != chunks_.end(); ++it) {
+    const Chunk& c = it->second;
+    bool reusable = c.used == 0 || (stream && c.freeing == stream);
+    if (reusable && c.size >= block && (best == chunks_.end() || c.size < best->second.size)) best = it;
+  }
   if (best == chunks_.end()) {
     SharedState& shared = *Driver::get().shared;
     if (!shared.charge(device.physical, chunk)) {
@@ -134,7 +136,10 @@ CUresult MemPool::allocate(uint64_t size, uintptr_t* out) {
     reserved_ += chunk;
     reserved_high_ = std::max(reserved_high_, reserved_);
   }
+  used_ -= best->second.used;  // a block being freed on this stream: its free is now moot
   best->second.used = block;
+  best->second.freeing = nullptr;
+  ++best->second.generation;
   used_ += block;
   used_high_ = std::max(used_high_, used_);
   *out = best->first;
@@ -144,10 +149,28 @@ CUresult MemPool::allocate(uint64_t size, uintptr_t* out) {
 bool MemPool::free_block(uintptr_t p) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = chunks_.find(p);
-  if (it == chunks_.end() || it->second.used == 0) return false;
+  if (it == chunks_.end() || it->second.used == 0 || it->second.freeing) return false;
   used_ -= it->second.used;
   it->second.used = 0;
   return true;
+}
+
+bool MemPool::begin_free(uintptr_t p, const void* stream, uint64_t* generation) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = chunks_.find(p);
+  if (it == chunks_.end() || it->second.used == 0 || it->second.freeing) return false;
+  it->second.freeing = stream;
+  *generation = it->second.generation;
+  return true;
+}
+
+void MemPool::finish_free(uintptr_t p, uint64_t generation) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = chunks_.find(p);
+  if (it == chunks_.end() || it->second.generation != generation || !it->second.freeing) return;
+  used_ -= it->second.used;
+  it->second.used = 0;
+  it->second.freeing = nullptr;
 }
 
 void MemPool::release_chunk_locked(std::map<uintptr_t, Chunk>::iterator it) {

@@ -104,7 +104,9 @@ class Arena {
 
 /// A stream-ordered memory pool (cuMemPoolCreate, or a device's default pool). Each block lives
 /// in its own chunk of reserved memory; a freed chunk is reused for a later block that fits
-/// (smallest first) and stays reserved (and charged) until trimmed. Thread-safe.
+/// (smallest first) and stays reserved (and charged) until trimmed. A block freed in stream order
+/// (cuMemFreeAsync behind queued work) can be reused at once by an allocation on the same stream,
+/// as the driver does: stream order puts that allocation after the free. Thread-safe.
 class MemPool {
  public:
   MemPool(DeviceState& dev, bool is_default) : device(dev), default_pool(is_default) {}
@@ -112,11 +114,19 @@ class MemPool {
   MemPool(const MemPool&) = delete;
   MemPool& operator=(const MemPool&) = delete;
 
-  /// A block of `size` (> 0) bytes: CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY when the device
-  /// cannot hold another chunk even after the pool gave its free chunks back.
-  CUresult allocate(uint64_t size, uintptr_t* out);
+  /// A block of `size` (> 0) bytes, allocated in the order of `stream` (an opaque identity; null:
+  /// none): CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY when the device cannot hold another chunk
+  /// even after the pool gave its free chunks back.
+  CUresult allocate(uint64_t size, uintptr_t* out, const void* stream = nullptr);
   /// Returns the block at `p` to the pool; false when `p` is not a live block of this pool.
   bool free_block(uintptr_t p);
+  /// cuMemFreeAsync of the block at `p` queued on `stream`: from now on an allocation on the same
+  /// stream may reuse it. *generation identifies this use of the block for finish_free. False when
+  /// `p` is not a live block of this pool (or is already being freed).
+  bool begin_free(uintptr_t p, const void* stream, uint64_t* generation);
+  /// The queued free reached the front of its stream: the block is free, unless an allocation on
+  /// that stream reused it meanwhile (its generation changed).
+  void finish_free(uintptr_t p, uint64_t generation);
   /// Gives free chunks back (largest first) until at most `keep` bytes stay reserved.
   void trim(uint64_t keep);
   /// trim(release threshold): what a synchronize call does.
@@ -134,7 +144,9 @@ class MemPool {
  private:
   struct Chunk {
     uint64_t size;
-    uint64_t used;  ///< block size while in use, else 0
+    uint64_t used;                   ///< block size while in use, else 0
+    const void* freeing = nullptr;   ///< the stream of a queued free of its block
+    uint64_t generation = 0;         ///< bumped at every allocation in it
   };
   void release_chunk_locked(std::map<uintptr_t, Chunk>::iterator it);
   void trim_locked(uint64_t keep);

@@ -149,21 +149,21 @@ TEST_CASE_FIXTURE(Fixture, "a pool is charged its growth before the driver call,
   CHECK(l.pool_slot(p) == 0);
   uint64_t seen = 0, growth = 0;
   PoolShadow::Ticket t;
-  REQUIRE(l.pool_try_begin(p, 10, 100, &seen, &growth, &t));
+  REQUIRE(l.pool_try_begin(p, 10, 9, 100, &seen, &growth, &t));
   CHECK(growth == 16);  // a whole chunk, before the driver allocates
   CHECK(l.in_use(0) == 16);
   REQUIRE(l.pool_end(p, true, t, Key{0x10, Space::devptr}, Record{10, 0, uint32_t(p), 0, Kind::pool}));
   CHECK(l.counts(0).kind_in_use[int(Kind::pool)] == 16);
-  REQUIRE(l.pool_try_begin(p, 20, 100, &seen, &growth, &t));
+  REQUIRE(l.pool_try_begin(p, 20, 9, 100, &seen, &growth, &t));
   CHECK(growth == 32);
   REQUIRE(l.pool_end(p, true, t, Key{0x20, Space::devptr}, Record{20, 0, uint32_t(p), 0, Kind::pool}));
   CHECK(l.in_use(0) == 48);
   // Past the ceiling: refused, nothing charged.
-  CHECK_FALSE(l.pool_try_begin(p, 60, 100, &seen, &growth, &t));
+  CHECK_FALSE(l.pool_try_begin(p, 60, 9, 100, &seen, &growth, &t));
   CHECK(growth == 64);
   CHECK(l.in_use(0) == 48);
   // A failed driver call gives the growth back.
-  REQUIRE(l.pool_try_begin(p, 40, 100, &seen, &growth, &t));
+  REQUIRE(l.pool_try_begin(p, 40, 9, 100, &seen, &growth, &t));
   CHECK(l.in_use(0) == 96);
   l.pool_end(p, false, t, Key{}, Record{});
   CHECK(l.in_use(0) == 48);
@@ -174,21 +174,25 @@ TEST_CASE_FIXTURE(Fixture, "a pool is charged its growth before the driver call,
   l.pool_release(*r, 7);
   CHECK(l.in_use(0) == 48);
   CHECK(l.pools_hold_reserve());
-  REQUIRE(l.pool_try_begin(p, 10, 100, &seen, &growth, &t));
+  REQUIRE(l.pool_try_begin(p, 10, 9, 100, &seen, &growth, &t));
   CHECK(growth == 16);
   l.pool_end(p, false, t, Key{}, Record{});
-  // Synchronizing another stream changes nothing; its own stream makes the block reusable.
+  // Its own stream may reuse it at once (stream order).
+  REQUIRE(l.pool_try_begin(p, 10, 7, 100, &seen, &growth, &t));
+  CHECK(growth == 0);
+  l.pool_end(p, false, t, Key{}, Record{});
+  // Synchronizing another stream changes nothing; its own stream makes the block reusable by all.
   l.pool_synchronized(0, 8);
-  REQUIRE(l.pool_try_begin(p, 10, 100, &seen, &growth, &t));
+  REQUIRE(l.pool_try_begin(p, 10, 9, 100, &seen, &growth, &t));
   CHECK(growth == 16);
   l.pool_end(p, false, t, Key{}, Record{});
   l.pool_synchronized(0, 7);
-  REQUIRE(l.pool_try_begin(p, 10, 100, &seen, &growth, &t));
+  REQUIRE(l.pool_try_begin(p, 10, 9, 100, &seen, &growth, &t));
   CHECK(growth == 0);
   l.pool_end(p, false, t, Key{}, Record{});
   // A lower reading (a trim) lets the reserve go, but only when no allocation began meanwhile.
   uint64_t epoch = l.pool_epoch(p);
-  REQUIRE(l.pool_try_begin(p, 10, 100, &seen, &growth, &t));
+  REQUIRE(l.pool_try_begin(p, 10, 9, 100, &seen, &growth, &t));
   l.pool_end(p, false, t, Key{}, Record{});
   CHECK(l.pool_reconcile(p, 32, epoch) == 0);
   CHECK(l.in_use(0) == 48);

@@ -92,6 +92,47 @@ TEST_CASE("memory: pitch, managed memory and arrays") {
   CHECK(s.free_bytes() == before);
 }
 
+TEST_CASE("memory: a block freed behind queued work is reused at once on its own stream, not on another") {
+  Sim& s = sim();
+  s.use_primary();
+  Api& a = s.api;
+  CUmemoryPool pool;
+  REQUIRE(a.cuDeviceGetDefaultMemPool(&pool, 0) == CUDA_SUCCESS);
+  auto reserved = [&] {
+    cuuint64_t v = 0;
+    REQUIRE(a.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) == CUDA_SUCCESS);
+    return uint64_t(v);
+  };
+  CUstream st, other;
+  REQUIRE(a.cuStreamCreate(&st, 0) == CUDA_SUCCESS);
+  REQUIRE(a.cuStreamCreate(&other, 0) == CUDA_SUCCESS);
+  CUfunction spin = s.kernel("coloc_spin");
+  unsigned long long ns = 200'000'000;  // 200 ms of queued work: the free waits behind it
+  void* params[] = {&ns};
+  CUdeviceptr p, q, r;
+  REQUIRE(a.cuMemAllocAsync(&p, 3 * MiB, st) == CUDA_SUCCESS);
+  REQUIRE(a.cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, st, params, nullptr) == CUDA_SUCCESS);
+  REQUIRE(a.cuMemFreeAsync(p, st) == CUDA_SUCCESS);
+  CHECK(reserved() == 4 * MiB);
+  REQUIRE(a.cuMemAllocAsync(&q, 3 * MiB, other) == CUDA_SUCCESS);  // another stream: a new chunk
+  CHECK(q != p);
+  CHECK(reserved() == 8 * MiB);
+  REQUIRE(a.cuMemAllocAsync(&r, 2 * MiB, st) == CUDA_SUCCESS);  // its own stream: the freed block
+  CHECK(r == p);
+  CHECK(reserved() == 8 * MiB);
+  REQUIRE(a.cuStreamSynchronize(st) == CUDA_SUCCESS);  // the queued free ran: r stays live
+  CHECK(a.cuMemsetD8_v2(r, 1, 2 * MiB) == CUDA_SUCCESS);
+  REQUIRE(a.cuMemFreeAsync(r, st) == CUDA_SUCCESS);
+  REQUIRE(a.cuMemFreeAsync(q, other) == CUDA_SUCCESS);
+  REQUIRE(a.cuCtxSynchronize() == CUDA_SUCCESS);
+  CHECK(reserved() == 0);
+  cuuint64_t reset = 0;  // the default pool outlives this test: leave its high-water marks as found
+  REQUIRE(a.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &reset) == CUDA_SUCCESS);
+  REQUIRE(a.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &reset) == CUDA_SUCCESS);
+  REQUIRE(a.cuStreamDestroy_v2(st) == CUDA_SUCCESS);
+  REQUIRE(a.cuStreamDestroy_v2(other) == CUDA_SUCCESS);
+}
+
 TEST_CASE("memory: pools charge reserved memory, keep freed blocks until trimmed") {
   Sim& s = sim();
   s.use_primary();
