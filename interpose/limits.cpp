@@ -69,7 +69,7 @@ class PlainCharge final : public ChargeAttempt {
 
 CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt& attempt) {
   pages::ControlSlot& c = control().slots[slot];
-  bool trimmed = false;
+  bool refreshed = false, trimmed = false;
   for (int round = 0;; ++round) {
     uint64_t limit = limit_of(slot);
     uint64_t grant = c.grant.load(std::memory_order_seq_cst);
@@ -80,10 +80,17 @@ CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt
       attempt.undo();
     }
     bool over_limit = wanted > limit || seen > limit - wanted;
-    if (over_limit && !trimmed) {
-      // Pools first: give their unused reserve back, which also leaves their books exact (pools.h).
-      trimmed = true;
-      if (trim_pools(slot) || refresh_pools(slot)) continue;
+    // Pools first, when they are charged a reserve beyond their live blocks (pools.h). At the own
+    // limit: give their unused reserve back, which also leaves their books exact; beyond the grant
+    // only: read them (a grant round trip costs more than a few readings).
+    if (ledger().pools_hold_reserve()) {
+      if (over_limit && !trimmed) {
+        trimmed = refreshed = true;
+        if (trim_pools(slot) || refresh_pools(slot)) continue;
+      } else if (!over_limit && !refreshed) {
+        refreshed = true;
+        if (refresh_pools(slot)) continue;
+      }
     }
     // The broker answers at once past the own limit (a daemon records the event), else it may wait.
     uint64_t total = wanted > UINT64_MAX - seen ? UINT64_MAX : seen + wanted;
