@@ -5,7 +5,10 @@
 // limits exactly as it was.
 #include "broker.h"
 
+#include <cstdio>
 #include <cstring>
+
+#include "coloc/size.h"
 
 #include "log.h"
 #include "no_destroy.h"
@@ -60,16 +63,72 @@ int LocalBroker::attach_device(const DeviceInfo& d, Refusal* why) {
   c.reservation.store(0, std::memory_order_relaxed);
   local_limit(slot).store(kNoLimit, std::memory_order_relaxed);  // the limit is on the control area
   surplus_floor(slot).store(0, std::memory_order_relaxed);
+  if (limit != kNoLimit) {
+    MutexLock g(shared_[slot].mu);
+    shared_[slot].wanted = true;
+    join_locked(slot);
+  }
   c.attached.store(1, std::memory_order_release);
   return slot;
 }
 
+void LocalBroker::join_locked(int slot) {
+  Shared& sh = shared_[slot];
+  pages::ControlSlot& c = control().slots[slot];
+  const char* why = "";
+  if (sh.share.join(options().job, c.uuid, c.limit.load(std::memory_order_relaxed), &why)) {
+    set_share_locked(slot, 0);  // nothing held yet: the first charge asks for a share
+    return;
+  }
+  sh.failed = true;
+  c.grant.store(c.limit.load(std::memory_order_relaxed), std::memory_order_seq_cst);
+  logf(LogLevel::warn, "the limit on device slot %d cannot be shared by the processes of job %s (%s): it is per "
+       "process", slot, options().job, why);
+}
+
+void LocalBroker::set_share_locked(int slot, uint64_t share) {
+  const uint64_t h = JobShare::headroom(control().slots[slot].limit.load(std::memory_order_relaxed));
+  control().slots[slot].grant.store(share, std::memory_order_seq_cst);
+  surplus_floor(slot).store(share > 2 * h ? share - 2 * h : 0, std::memory_order_relaxed);
+}
+
 uint64_t LocalBroker::unattached_limit(int ordinal) { return limit_for_ordinal(options(), ordinal); }
 
-// The grant equals the limit, so wanting more than the grant is wanting more than the limit.
-Refusal LocalBroker::grow(int, uint64_t) { return Refusal::own_limit; }
+Refusal LocalBroker::grow(int slot, uint64_t wanted) {
+  if (wanted > limit_of(slot)) return Refusal::own_limit;
+  Shared& sh = shared_[slot];
+  MutexLock g(sh.mu);
+  if (!sh.wanted || sh.failed) return Refusal::own_limit;  // grant = limit: past it is past the limit
+  if (!sh.share.joined()) join_locked(slot);               // a fork child joins on its first charge
+  if (sh.failed) return Refusal::none;                     // grant = limit now: try again
+  uint64_t others = 0;
+  uint64_t share = sh.share.grow(wanted, &others);
+  if (share == 0) {
+    sh.refused_others = others;
+    return Refusal::own_limit;
+  }
+  set_share_locked(slot, share);
+  return Refusal::none;
+}
 
-void LocalBroker::surplus(int, uint64_t) {}
+void LocalBroker::surplus(int slot, uint64_t in_use) {
+  Shared& sh = shared_[slot];
+  if (!sh.mu.try_lock()) return;  // a grow is under way: it sets the share anyway
+  if (sh.share.joined()) {
+    const uint64_t h = JobShare::headroom(control().slots[slot].limit.load(std::memory_order_relaxed));
+    uint64_t keep = in_use + h;
+    if (keep < sh.share.share()) {
+      // Lower the grant first, then look at in-use again (the fast-path rule of pages.h): a charge
+      // that raced past the new grant is either seen here or sees the grant and asks again.
+      control().slots[slot].grant.store(keep, std::memory_order_seq_cst);
+      uint64_t now = stats().slots[slot].in_use.load(std::memory_order_seq_cst);
+      if (now > keep) keep = now;
+      sh.share.shrink(keep);
+      set_share_locked(slot, sh.share.share());
+    }
+  }
+  sh.mu.unlock();
+}
 
 bool LocalBroker::driver_oom(int slot, uint64_t request, uint64_t, int attempt) {
   if (attempt == 0)
@@ -78,9 +137,46 @@ bool LocalBroker::driver_oom(int slot, uint64_t request, uint64_t, int attempt) 
   return false;
 }
 
+void LocalBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap) {
+  if (!cap) return;
+  out[0] = '\0';
+  if (slot < 0 || why != Refusal::own_limit) return;
+  Shared& sh = shared_[slot];
+  MutexLock g(sh.mu);
+  if (!sh.share.joined() || sh.refused_others == 0) return;
+  char others[32];
+  format_size(sh.refused_others, others, sizeof others);
+  std::snprintf(out, cap, "; the limit is job-wide: the job's other processes hold %s of it", others);
+  sh.refused_others = 0;
+}
+
 void LocalBroker::gate_wait(uint32_t) {}
 
-// Slots and limits describe the same job in the child: nothing to do.
-void LocalBroker::after_fork_child() {}
+uint64_t LocalBroker::job_others(int slot) {
+  Shared& sh = shared_[slot];
+  if (!sh.mu.try_lock()) return 0;
+  uint64_t o = sh.share.joined() ? sh.share.others() : 0;
+  sh.mu.unlock();
+  return o;
+}
+
+void LocalBroker::at_exit() {
+  for (Shared& sh : shared_) {
+    MutexLock g(sh.mu);
+    sh.share.leave();
+  }
+}
+
+// Slots and limits describe the same job in the child, but the parent's shares are the parent's:
+// the child holds nothing until its first charge joins the job as a process of its own.
+void LocalBroker::after_fork_child() {
+  for (int slot = 0; slot < kMaxDevices; ++slot) {
+    Shared& sh = shared_[slot];
+    sh.mu.reinit_in_child();
+    if (!sh.wanted || sh.failed) continue;
+    sh.share.forget();
+    set_share_locked(slot, 0);
+  }
+}
 
 }  // namespace coloc::interpose

@@ -37,6 +37,8 @@
 #include <cstdint>
 
 #include "coloc/pages.h"
+#include "job_share.h"
+#include "mutex.h"
 #include "options.h"
 
 namespace coloc::interpose {
@@ -163,6 +165,17 @@ class Broker {
   /// stats page. Must not block.
   virtual void flush_launches() {}
 
+  /// Bytes the job's *other* processes hold on `slot`'s device (their shares of the job's limit:
+  /// each at least what that process uses), for the job's view in cuMemGetInfo. 0 when not known.
+  /// Never blocks.
+  virtual uint64_t job_others(int slot) {
+    (void)slot;
+    return 0;
+  }
+
+  /// The process is exiting (atexit, or libcoloc's destructor; may be called twice).
+  virtual void at_exit() {}
+
   /// Fork protocol (fork.cpp): before fork, after fork in the parent, after fork in the child
   /// (called first in the child, before the ledger and devices reset).
   virtual void before_fork() {}
@@ -179,8 +192,10 @@ Broker& broker();
 void set_broker(Broker* b);
 
 /// Limits from the environment (COLOC_MEM_LIMIT, COLOC_MEM_LIMIT_<n>); slots in the order devices
-/// are attached; grant = limit, so growing is always going over the limit; admits at once; the
-/// gate stays RUN. Writes the control area: usable only while no daemon page is mapped over it.
+/// are attached; admits at once; the gate stays RUN. Writes the control area: usable only while no
+/// daemon page is mapped over it. A limit is the job's (COLOC_JOB), not the process's: the grant
+/// is this process's share of it (job_share.h), grown past and given back as in-use moves. Where
+/// the job cannot be shared (no /dev/shm, a foreign segment), grant = limit, per process.
 class LocalBroker final : public Broker {
  public:
   constexpr LocalBroker() = default;
@@ -189,11 +204,27 @@ class LocalBroker final : public Broker {
   Refusal grow(int slot, uint64_t wanted) override;
   void surplus(int slot, uint64_t in_use) override;
   bool driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) override;
+  void describe_refusal(int slot, Refusal why, char* out, size_t cap) override;
   void gate_wait(uint32_t state) override;
+  uint64_t job_others(int slot) override;
+  void at_exit() override;
   void after_fork_child() override;
 
  private:
+  // Joins the job's segment for `slot` (its uuid and limit are on the control page). Holds mu.
+  void join_locked(int slot);
+  // Sets the grant (and surplus floor) to `share`. Holds mu.
+  void set_share_locked(int slot, uint64_t share);
+
+  struct alignas(64) Shared {
+    Mutex mu;
+    JobShare share;
+    bool wanted = false;  // the slot has a limit: its grant is a share of the job's
+    bool failed = false;  // joining failed: the limit stays per process
+    uint64_t refused_others = 0;  // what the other processes held at the last refusal
+  };
   std::atomic<int> next_slot_{0};
+  Shared shared_[kMaxDevices];
 };
 
 }  // namespace coloc::interpose

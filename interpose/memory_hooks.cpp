@@ -225,7 +225,7 @@ CUresult array_alloc(Handle* handle, const Desc* desc, uint64_t bytes, Rest... r
 // ---- queries ------------------------------------------------------------------------------------
 
 // The job's view: total = min(limit, physical); free = min(total - used, physical free), never
-// below zero. Without a limit the driver's answer is left exactly as it was.
+// below zero, where used counts the job's other processes too. Without a limit the driver's answer is left exactly as it was.
 template <class T>
 void job_view(int slot, T* free, T* total) {
   uint64_t limit = limit_of(slot);
@@ -233,7 +233,11 @@ void job_view(int slot, T* free, T* total) {
   uint64_t phys_total = total ? uint64_t(*total) : devices().info(slot).total_bytes;
   uint64_t phys_free = free ? uint64_t(*free) : phys_total;
   uint64_t t = limit < phys_total ? limit : phys_total;
+  // The job's view: what this process holds, and what the job's other processes hold of the same
+  // limit (standalone: their shares; broker.h).
   uint64_t used = ledger().in_use(slot);
+  uint64_t others = broker().job_others(slot);
+  used = used > UINT64_MAX - others ? UINT64_MAX : used + others;
   uint64_t f = t > used ? t - used : 0;
   if (f > phys_free) f = phys_free;
   if (total) *total = T(t);  // t <= *total, so it fits T

@@ -35,7 +35,7 @@ struct Options {
   char job[64] = {};                           ///< COLOC_JOB, or "<command>-<pid>"
   char report[512] = {};                       ///< COLOC_REPORT path ("%p" = pid); empty = none
   uint64_t context_bytes = kDefaultContextBytes;  ///< COLOC_CONTEXT_BYTES
-  bool job_set = false;                        ///< COLOC_JOB was given (else the process is its own job)
+  bool job_set = false;                        ///< COLOC_JOB was given (else this process names the job and exports COLOC_JOB to its children)
   size_t job_given_length = 0;                 ///< COLOC_JOB's length as given (> 63: `job` is shortened)
 
   // The daemon (docs/daemon.md, "The client contract").

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 
 #include "broker.h"
 #include "daemon_broker.h"
@@ -33,7 +34,10 @@ enum : int { kNotStarted = 0, kRunning = 1, kReady = 2 };
 constinit std::atomic<int> g_state{kNotStarted};
 __thread bool tl_initialising __attribute__((tls_model("initial-exec"))) = false;
 
-void exit_hook() { report_at_exit(); }
+void exit_hook() {
+  report_at_exit();
+  broker().at_exit();
+}
 
 // The daemon broker when a daemon is configured: COLOC_SOCKET, or the default socket exists, or
 // COLOC_REQUIRE_DAEMON=1 (then at the default path when COLOC_SOCKET is not given). Else the
@@ -55,6 +59,10 @@ void bring_up(const char* why) {
   log_start(o.log_level, o.job);
   // Malformed settings are reported at cuInit (report_option_errors), not here: LD_PRELOAD
   // reaches every program a job starts (shells, ls, date), and only CUDA processes use them.
+  // A process that starts without COLOC_JOB names the job (<command>-<pid>) and its descendants
+  // inherit the name, so that a launcher's workers share its limit. Only from our constructor:
+  // then no other thread of the program can be reading the environment.
+  if (!o.job_set && std::strcmp(why, "constructor") == 0) ::setenv("COLOC_JOB", o.job, 0);
   install_broker(options());
   install_fork_handlers();
   atexit(exit_hook);
@@ -111,4 +119,7 @@ __attribute__((constructor)) static void coloc_constructor() {
 }
 
 // At unload (process exit): the report, if atexit has not written it yet.
-__attribute__((destructor)) static void coloc_destructor() { coloc::interpose::report_at_exit(); }
+__attribute__((destructor)) static void coloc_destructor() {
+  coloc::interpose::report_at_exit();
+  coloc::interpose::broker().at_exit();
+}
