@@ -10,6 +10,7 @@
 
 #include "coloc/size.h"
 
+#include "glibc_compat.h"
 #include "log.h"
 #include "no_destroy.h"
 
