@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "broker/arith.h"
+#include "broker/overhead.h"
 #include "util/log.h"
 
 namespace coloc::broker {
@@ -89,7 +90,9 @@ void Broker::set_overhead(ClientId id, uint32_t slot, Bytes overhead, Nanos now)
   if (it == clients_.end() || slot >= pages::kSlots || !it->second.slots[slot].attached) return;
   Client& c = it->second;
   ClientSlot& s = c.slots[slot];
-  overhead = std::min(overhead, devices_[s.device].capacity);
+  const Bytes reading = std::min(overhead, devices_[s.device].capacity);
+  overhead = settle_overhead(s.overhead, s.overhead_reading, reading);
+  s.overhead_reading = reading;
   const Bytes old = s.overhead;
   if (overhead == old) return;
   Job& job = job_of(c);
@@ -346,6 +349,7 @@ void Broker::remove_client(ClientId id, Nanos now) {
     jd.overhead -= s.overhead;
     s.grant = 0;
     s.overhead = 0;
+    s.overhead_reading = 0;
     --jd.clients;
     auto& att = devices_[s.device].attachments;
     att.erase(std::remove(att.begin(), att.end(), std::make_pair(id, slot)), att.end());

@@ -153,6 +153,7 @@ struct ClientSlot {
   /// The driver's figure for the process on the device minus its ledger's in-use, at the last
   /// reconciliation (bytes, >= 0; set_overhead). Counted in its job's granted.
   Bytes overhead = 0;
+  Bytes overhead_reading = 0;  ///< the last reading (set_overhead)
 };
 
 struct Client {
@@ -277,8 +278,9 @@ class Broker {
   /// used). From then on the device is `measured`: clients' figures for it only prompt a new
   /// reading (take_short_devices). Unknown device index: ignored.
   void refresh_outside(uint32_t device, Bytes physical_free, Nanos now);
-  /// Books `overhead` bytes (the driver's per-process figure minus the client's ledger, see
-  /// overhead.h) as client `id`'s driver overhead on `slot`. It is charged to the job inside its
+  /// A reading of client `id`'s driver overhead on `slot` (bytes: the driver's per-process figure
+  /// minus the client's ledger, see overhead.h), booked as settle_overhead says (a higher one at
+  /// once, a lower one once the previous reading agrees). It is charged to the job inside its
   /// limit: when the job's grants and overheads now pass its limit, its clients' grants on the
   /// device are trimmed to their in-use (so the next allocation asks, and is refused at its own
   /// limit); a lower overhead serves waiters. Unknown client or unattached slot: ignored.

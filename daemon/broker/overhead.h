@@ -7,10 +7,13 @@
 //     overhead = max(0, driver's figure - the ledger's in-use)
 // and books it with Broker::set_overhead, which charges it to the job inside its limit. An
 // allocation is charged in the ledger before the driver call and a free credited after it, so a
-// reading taken meanwhile shows the ledger ahead, never behind: the clamp at 0 absorbs that, and
-// a difference is never an allocation in flight.
+// reading taken meanwhile shows the ledger ahead, never behind: such a reading is too low by the
+// allocation in flight, never too high. So a higher reading is booked at once, and a lower one
+// only as far as the reading before it agrees (settle_overhead): a dip that lasts one reading
+// never lowers the books.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 
 #include "broker/arith.h"
@@ -26,6 +29,13 @@ inline std::optional<Bytes> reconcile_overhead(bool listed, Bytes driver_used, B
   if (!listed) return Bytes{0};
   if (driver_used == kUnknown) return std::nullopt;
   return sat_sub(driver_used, ledger);
+}
+
+/// The overhead to book after a reading (bytes): `reading` when it is not below `booked`, else
+/// no lower than the previous reading (`previous`), so only two readings in a row lower it.
+inline Bytes settle_overhead(Bytes booked, Bytes previous, Bytes reading) {
+  if (reading >= booked) return reading;
+  return std::min(booked, std::max(reading, previous));
 }
 
 }  // namespace coloc::broker

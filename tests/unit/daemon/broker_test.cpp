@@ -1130,6 +1130,13 @@ TEST_CASE("overhead: the reconciliation arithmetic (driver's per-process figure 
   CHECK(reconcile_overhead(false, 0, 1 * GiB) == 0);
   // NVML_VALUE_NOT_AVAILABLE: unknown, keep what is booked.
   CHECK_FALSE(reconcile_overhead(true, kUnknown, 1 * GiB).has_value());
+  // Booking: a higher reading at once; a lower one only as far as the reading before agrees (one
+  // reading can be low by an allocation in flight, never high).
+  CHECK(settle_overhead(1 * GiB, 1 * GiB, 2 * GiB) == 2 * GiB);
+  CHECK(settle_overhead(2 * GiB, 2 * GiB, 1 * GiB) == 2 * GiB);  // a dip: kept
+  CHECK(settle_overhead(2 * GiB, 1 * GiB, 1 * GiB) == 1 * GiB);  // the second low reading: lowered
+  CHECK(settle_overhead(2 * GiB, 1536 * MiB, 1 * GiB) == 1536 * MiB);
+  CHECK(settle_overhead(2 * GiB, 0, 0) == 0);
 }
 
 TEST_CASE("broker: driver overhead is charged to the job inside its limit, and is not memory outside coloc") {
@@ -1164,9 +1171,16 @@ TEST_CASE("broker: driver overhead is charged to the job inside its limit, and i
   b.broker.refresh_outside(0, 16 * GiB - 2 * GiB - 1536 * MiB, b.now);
   b.collect();
   CHECK(b.broker.devices().at(0).outside == 0);
-  // The overhead falls (a context destroyed): the job may grow into it again.
+  // The overhead falls (a context destroyed): one low reading keeps the books (it could be an
+  // allocation in flight), the second lowers them, and the job may grow into it again.
   b.broker.set_overhead(a, 0, 0, b.now);
   b.collect();
+  CHECK(b.broker.overhead(0) == 1536 * MiB);
+  g = b.grow(a, 0, 4 * GiB);
+  CHECK(b.refused(g, Reason::kOwnLimit));
+  b.broker.set_overhead(a, 0, 0, b.now);
+  b.collect();
+  CHECK(b.broker.overhead(0) == 0);
   g = b.grow(a, 0, 4 * GiB);
   CHECK(b.granted(g));
   // Leaving takes the overhead with the client; the books audit clean (collect) and are empty.
