@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "broker/arith.h"
+#include "broker/overhead.h"
 #include "util/log.h"
 
 namespace coloc::broker {
@@ -76,6 +77,38 @@ Bytes Broker::in_use(uint32_t device) const {
   Bytes sum = 0;
   for (auto [id, slot] : devices_[device].attachments) sum = sat_add(sum, client_in_use(clients_.at(id), slot));
   return sum;
+}
+
+Bytes Broker::overhead(uint32_t device) const {
+  Bytes sum = 0;
+  for (auto [id, slot] : devices_[device].attachments) sum = sat_add(sum, clients_.at(id).slots[slot].overhead);
+  return sum;
+}
+
+void Broker::set_overhead(ClientId id, uint32_t slot, Bytes overhead, Nanos now) {
+  auto it = clients_.find(id);
+  if (it == clients_.end() || slot >= pages::kSlots || !it->second.slots[slot].attached) return;
+  Client& c = it->second;
+  ClientSlot& s = c.slots[slot];
+  const Bytes reading = std::min(overhead, devices_[s.device].capacity);
+  overhead = settle_overhead(s.overhead, s.overhead_reading, reading);
+  s.overhead_reading = reading;
+  const Bytes old = s.overhead;
+  if (overhead == old) return;
+  Job& job = job_of(c);
+  JobDevice& jd = job.devices[s.device];
+  jd.overhead = jd.overhead - old + overhead;
+  set_job_device(job, s.device, jd.reserved, jd.granted - old + overhead);
+  s.overhead = overhead;
+  if (overhead > old) {
+    log::limited(log::get("broker"), spdlog::level::info, "overhead uid " + std::to_string(c.uid),
+                 "job {} (pid {}): driver overhead on device {} is {} (the driver's figure beyond the ledger); "
+                 "charged to the job",
+                 job.key.str(), c.pid, devices_[s.device].uuid.str(), mib(overhead));
+    if (job.limit != kNoLimit && jd.granted > job.limit) trim_job(job, s.device);
+  } else {
+    pump(now);  // room freed
+  }
 }
 
 Bytes Broker::user_committed(uint32_t uid) const {
@@ -312,8 +345,11 @@ void Broker::remove_client(ClientId id, Nanos now) {
     ClientSlot& s = c.slots[slot];
     if (!s.attached) continue;
     JobDevice& jd = job.devices[s.device];
-    set_job_device(job, s.device, jd.reserved, jd.granted - s.grant);
+    set_job_device(job, s.device, jd.reserved, jd.granted - s.grant - s.overhead);
+    jd.overhead -= s.overhead;
     s.grant = 0;
+    s.overhead = 0;
+    s.overhead_reading = 0;
     --jd.clients;
     auto& att = devices_[s.device].attachments;
     att.erase(std::remove(att.begin(), att.end(), std::make_pair(id, slot)), att.end());
@@ -1035,16 +1071,18 @@ std::string Broker::audit() const {
   std::map<uint32_t, Bytes> users;
   for (auto& [serial, job] : jobs_) {
     for (auto& [dev, jd] : job.devices) {
-      Bytes granted = 0;
+      Bytes granted = 0, overhead = 0;
       uint32_t clients = 0;
       for (ClientId id : job.clients) {
         const Client& c = clients_.at(id);
         for (uint32_t s = 0; s < pages::kSlots; ++s) {
           if (!c.slots[s].attached || c.slots[s].device != dev) continue;
-          granted += c.slots[s].grant;
+          granted += c.slots[s].grant + c.slots[s].overhead;
+          overhead += c.slots[s].overhead;
           ++clients;
         }
       }
+      if (overhead != jd.overhead) o << "job " << job.key.str() << " device " << dev << ": overhead " << jd.overhead << " != sum " << overhead << "\n";
       if (granted != jd.granted) o << "job " << job.key.str() << " device " << dev << ": granted " << jd.granted << " != sum " << granted << "\n";
       if (clients != jd.clients) o << "job " << job.key.str() << " device " << dev << ": clients " << jd.clients << " != " << clients << "\n";
       if (!jd.admitted && (jd.reserved || jd.granted)) o << "job " << job.key.str() << ": commitment without admission\n";

@@ -17,7 +17,13 @@
 //           raising it by at most what the user holds unused).
 //   job     (uid, id): limit, priority, wait choice; per device: admitted?, reservation (the
 //           declared footprint held at admission: min(limit, capacity - headroom), 0 without a
-//           limit) and granted (sum of its clients' grants).
+//           limit) and granted (sum of its clients' grants and driver overheads).
+//   driver overhead  per client and device: what the driver holds for the process beyond its
+//           ledger (contexts as the driver sizes them, module images, lazy-loaded kernels), from
+//           the driver's per-process figure on the engine's sampling timer (set_overhead;
+//           overhead.h). It counts like a grant the client cannot use: inside the job's limit (a
+//           grow needs need + the job's other grants + its overheads <= limit) and in the job's
+//           commitment; it is coloc's memory, not memory used outside coloc.
 //   client  one registered connection: its job, its pages, per slot: device and grant. A job's
 //           anchor (`coloc run`) is a client that attaches nothing: it keeps the job, and its
 //           reservations, alive between the processes of a multi-step command.
@@ -114,7 +120,8 @@ struct Device {
 struct JobDevice {
   bool admitted = false;
   Bytes reserved = 0;
-  Bytes granted = 0;   ///< sum of its clients' grants on the device
+  Bytes granted = 0;   ///< sum of its clients' grants and driver overheads on the device
+  Bytes overhead = 0;  ///< sum of its clients' driver overheads on the device (part of granted)
   uint32_t clients = 0;  ///< its clients attached to the device
   Nanos admitted_at = 0;
   uint64_t growths = 0;  ///< growth requests granted on the device since admission (raising a grant)
@@ -143,6 +150,10 @@ struct ClientSlot {
   /// After a resume, the in-use the ledger claimed: a grant is not lowered below it until the
   /// client's first request (by then it has copied its counters into the new stats page).
   Bytes floor = 0;
+  /// The driver's figure for the process on the device minus its ledger's in-use, at the last
+  /// reconciliation (bytes, >= 0; set_overhead). Counted in its job's granted.
+  Bytes overhead = 0;
+  Bytes overhead_reading = 0;  ///< the last reading (set_overhead)
 };
 
 struct Client {
@@ -267,6 +278,16 @@ class Broker {
   /// used). From then on the device is `measured`: clients' figures for it only prompt a new
   /// reading (take_short_devices). Unknown device index: ignored.
   void refresh_outside(uint32_t device, Bytes physical_free, Nanos now);
+  /// A reading of client `id`'s driver overhead on `slot` (bytes: the driver's per-process figure
+  /// minus the client's ledger, see overhead.h), booked as settle_overhead says (a higher one at
+  /// once, a lower one once the previous reading agrees). It is charged to the job inside its
+  /// limit: when the job's grants and overheads now pass its limit, its clients' grants on the
+  /// device are trimmed to their in-use (so the next allocation asks, and is refused at its own
+  /// limit); a lower overhead serves waiters. Unknown client or unattached slot: ignored.
+  void set_overhead(ClientId id, uint32_t slot, Bytes overhead, Nanos now);
+  /// Sum of the attached clients' driver overheads on `device` (bytes).
+  Bytes overhead(uint32_t device) const;
+
   /// Devices where an attach or grow since the last call found too little room (it parked or was
   /// refused device-full), each once, in order: the engine re-reads their physical free memory
   /// (the estimate of outside use may be stale). Cleared by the call.
@@ -333,7 +354,7 @@ class Broker {
   /// request inside the grant (0 otherwise), part of what the reporter can show missing.
   void report_outside(uint32_t device, Bytes physical_free, Nanos now, const Client& reporter, uint32_t slot,
                       Bytes reported_in_use, Bytes request);
-  /// Sum of coloc's in-use on `d` (resume floors included), with the reporter's figure as above.
+  /// Sum of coloc's in-use on `d` (resume floors and driver overheads included), with the reporter's figure as above.
   Bytes coloc_in_use(const Device& d, const Client* reporter, uint32_t slot, Bytes reported_in_use) const;
   void note_mismatch(Device& d, Bytes coloc, Bytes used);
   /// Sets the estimate; a lower one serves waiters (and may break a deadlock hidden behind it).

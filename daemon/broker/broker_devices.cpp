@@ -101,7 +101,7 @@ void Broker::report_outside(uint32_t device, Bytes physical_free, Nanos now, con
   }
   for (auto [id, s] : d.attachments) {
     const Client& ac = clients_.at(id);
-    if (ac.uid == reporter.uid) in_use_there = sat_add(in_use_there, client_in_use(ac, s));
+    if (ac.uid == reporter.uid) in_use_there = sat_add(in_use_there, sat_add(client_in_use(ac, s), ac.slots[s].overhead));
   }
   const Bytes allowance = sat_add(sat_sub(committed, in_use_there), request);
   d.figures.report(reporter.uid, implied, allowance, now);
@@ -115,6 +115,7 @@ Bytes Broker::coloc_in_use(const Device& d, const Client* reporter, uint32_t slo
   for (auto [id, s] : d.attachments) {
     const Client& ac = clients_.at(id);
     coloc = sat_add(coloc, std::max(client_in_use(ac, s), std::min(ac.slots[s].floor, d.capacity)));
+    coloc = sat_add(coloc, ac.slots[s].overhead);  // the driver's memory for the process beyond its ledger
   }
   if (reporter) {
     // The stats page may still count the request the driver just refused (the client reserves,

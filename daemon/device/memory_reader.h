@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "broker/types.h"
 
@@ -18,6 +19,13 @@ namespace coloc::device {
 struct DeviceMemory {
   broker::Bytes total = 0;
   broker::Bytes free = 0;
+};
+
+/// One process's memory on a device, as the driver counts it (bytes; broker::kUnknown when the
+/// driver does not say: NVML_VALUE_NOT_AVAILABLE).
+struct ProcessMemory {
+  int32_t pid = 0;
+  broker::Bytes used = broker::kUnknown;
 };
 
 class MemoryReader {
@@ -33,6 +41,15 @@ class MemoryReader {
   /// caller then keeps its estimate); the reader logs such a failure itself, once until the device
   /// reads again.
   virtual std::optional<DeviceMemory> memory(const broker::Uuid& uuid) = 0;
+
+  /// The processes holding memory on the device `uuid`, each with what the driver counts for it
+  /// (its contexts, module images and allocations: more than any ledger sees). nullopt when the
+  /// reader cannot tell (not supported, the read failed): the caller then keeps what it had.
+  /// Called on the sampling timer only, never per request.
+  virtual std::optional<std::vector<ProcessMemory>> processes(const broker::Uuid& uuid) {
+    (void)uuid;
+    return std::nullopt;
+  }
 };
 
 }  // namespace coloc::device

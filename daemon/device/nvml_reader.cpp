@@ -19,6 +19,21 @@ struct nvmlMemory_t {
   unsigned long long free;   // bytes
   unsigned long long used;   // bytes
 };
+constexpr nvmlReturn_t NVML_ERROR_INSUFFICIENT_SIZE = 7;
+// nvml.h: #define NVML_VALUE_NOT_AVAILABLE (-1), in unsigned long long fields.
+constexpr unsigned long long NVML_VALUE_NOT_AVAILABLE = ~0ull;
+// nvml.h: nvmlProcessInfo_t (= nvmlProcessInfo_v2_t's layout), the struct of
+// nvmlDeviceGetComputeRunningProcesses_v3. The unversioned export takes nvmlProcessInfo_v1_t (pid
+// and usedGpuMemory only): never call it with this struct.
+struct nvmlProcessInfo_t {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;  // bytes, or NVML_VALUE_NOT_AVAILABLE
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+static_assert(sizeof(nvmlProcessInfo_t) == 24);
+using nvmlDeviceGetComputeRunningProcesses_v3_fn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* infoCount,
+                                                                    nvmlProcessInfo_t* infos);
 using nvmlInit_v2_fn = nvmlReturn_t (*)();
 using nvmlShutdown_fn = nvmlReturn_t (*)();
 using nvmlErrorString_fn = const char* (*)(nvmlReturn_t);
@@ -33,6 +48,7 @@ struct NvmlReader::Api {
   nvmlErrorString_fn error_string = nullptr;  // optional
   nvmlDeviceGetHandleByUUID_fn by_uuid = nullptr;
   nvmlDeviceGetMemoryInfo_fn memory_info = nullptr;
+  nvmlDeviceGetComputeRunningProcesses_v3_fn processes = nullptr;  // optional
 };
 
 NvmlReader::NvmlReader(void* handle, std::unique_ptr<Api> api) : handle_(handle), api_(std::move(api)) {}
@@ -60,6 +76,8 @@ Result<std::unique_ptr<NvmlReader>> NvmlReader::open(const std::string& library)
   api->error_string = reinterpret_cast<nvmlErrorString_fn>(sym("nvmlErrorString"));
   api->by_uuid = reinterpret_cast<nvmlDeviceGetHandleByUUID_fn>(sym("nvmlDeviceGetHandleByUUID"));
   api->memory_info = reinterpret_cast<nvmlDeviceGetMemoryInfo_fn>(sym("nvmlDeviceGetMemoryInfo"));
+  api->processes =
+      reinterpret_cast<nvmlDeviceGetComputeRunningProcesses_v3_fn>(sym("nvmlDeviceGetComputeRunningProcesses_v3"));
   const char* missing = !api->init ? "nvmlInit_v2"
                         : !api->shutdown ? "nvmlShutdown"
                         : !api->by_uuid ? "nvmlDeviceGetHandleByUUID"
@@ -78,31 +96,66 @@ Result<std::unique_ptr<NvmlReader>> NvmlReader::open(const std::string& library)
   return r;
 }
 
-std::optional<DeviceMemory> NvmlReader::memory(const broker::Uuid& uuid) {
-  auto warn_once = [&](const std::string& what) {
-    if (warned_.insert(uuid).second)
-      log::get("device")->warn("NVML: {} for device {}; its outside-coloc estimate comes from client reports only",
-                               what, uuid.str());
-  };
+void* NvmlReader::handle_of(const broker::Uuid& uuid) {
   auto it = devices_.find(uuid);
-  if (it == devices_.end()) {
-    nvmlDevice_t dev = nullptr;
-    nvmlReturn_t rc = api_->by_uuid(uuid.str().c_str(), &dev);
-    if (rc != NVML_SUCCESS) {
-      // Retried at the next read (a lookup is cheap); logged once.
-      warn_once(std::string("nvmlDeviceGetHandleByUUID: ") + error_text(rc));
-      return std::nullopt;
-    }
-    it = devices_.emplace(uuid, static_cast<void*>(dev)).first;
-  }
-  nvmlMemory_t m{};
-  nvmlReturn_t rc = api_->memory_info(static_cast<nvmlDevice_t>(it->second), &m);
+  if (it != devices_.end()) return it->second;
+  nvmlDevice_t dev = nullptr;
+  nvmlReturn_t rc = api_->by_uuid(uuid.str().c_str(), &dev);
   if (rc != NVML_SUCCESS) {
-    warn_once(std::string("nvmlDeviceGetMemoryInfo: ") + error_text(rc));
+    // Retried at the next read (a lookup is cheap); logged once.
+    if (warned_.insert(uuid).second)
+      log::get("device")->warn(
+          "NVML: nvmlDeviceGetHandleByUUID: {} for device {}; its outside-coloc estimate comes from client reports only",
+          error_text(rc), uuid.str());
+    return nullptr;
+  }
+  return devices_.emplace(uuid, static_cast<void*>(dev)).first->second;
+}
+
+std::optional<DeviceMemory> NvmlReader::memory(const broker::Uuid& uuid) {
+  void* dev = handle_of(uuid);
+  if (!dev) return std::nullopt;
+  nvmlMemory_t m{};
+  nvmlReturn_t rc = api_->memory_info(static_cast<nvmlDevice_t>(dev), &m);
+  if (rc != NVML_SUCCESS) {
+    if (warned_.insert(uuid).second)
+      log::get("device")->warn(
+          "NVML: nvmlDeviceGetMemoryInfo: {} for device {}; its outside-coloc estimate comes from client reports only",
+          error_text(rc), uuid.str());
     return std::nullopt;
   }
   warned_.erase(uuid);
   return DeviceMemory{broker::Bytes(m.total), broker::Bytes(m.free)};
+}
+
+std::optional<std::vector<ProcessMemory>> NvmlReader::processes(const broker::Uuid& uuid) {
+  if (!api_->processes) return std::nullopt;
+  void* dev = handle_of(uuid);
+  if (!dev) return std::nullopt;
+  // The list can grow between two calls: retry with the count NVML asks for (plus room), a few times.
+  std::vector<nvmlProcessInfo_t> infos(16);
+  nvmlReturn_t rc = NVML_SUCCESS;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    unsigned int n = unsigned(infos.size());
+    rc = api_->processes(static_cast<nvmlDevice_t>(dev), &n, infos.data());
+    if (rc == NVML_ERROR_INSUFFICIENT_SIZE && n <= 65536) {
+      infos.resize(size_t(n) + 8);
+      continue;
+    }
+    if (rc != NVML_SUCCESS) break;
+    std::vector<ProcessMemory> out;
+    for (unsigned int i = 0; i < n && i < infos.size(); ++i)
+      out.push_back({int32_t(infos[i].pid), infos[i].usedGpuMemory == NVML_VALUE_NOT_AVAILABLE
+                                                ? broker::kUnknown
+                                                : broker::Bytes(infos[i].usedGpuMemory)});
+    warned_processes_.erase(uuid);
+    return out;
+  }
+  if (warned_processes_.insert(uuid).second)
+    log::get("device")->warn("NVML: nvmlDeviceGetComputeRunningProcesses_v3: {} for device {}; its driver overhead "
+                             "is not reconciled until it reads again",
+                             error_text(rc), uuid.str());
+  return std::nullopt;
 }
 
 }  // namespace coloc::device

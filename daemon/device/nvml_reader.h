@@ -31,16 +31,23 @@ class NvmlReader final : public MemoryReader {
   /// nvmlDeviceGetHandleByUUID (cached per device), then nvmlDeviceGetMemoryInfo's `total` and
   /// `free` (bytes).
   std::optional<DeviceMemory> memory(const broker::Uuid& uuid) override;
+  /// nvmlDeviceGetComputeRunningProcesses_v3 (optional: nullopt when the library lacks it),
+  /// growing its buffer while NVML answers NVML_ERROR_INSUFFICIENT_SIZE (processes can start
+  /// between two calls); usedGpuMemory == NVML_VALUE_NOT_AVAILABLE is kUnknown.
+  std::optional<std::vector<ProcessMemory>> processes(const broker::Uuid& uuid) override;
 
  private:
   struct Api;
   NvmlReader(void* handle, std::unique_ptr<Api> api);
   std::string error_text(int rc) const;
+  /// The cached nvmlDevice_t of `uuid` (nullptr when NVML does not know it; logged once).
+  void* handle_of(const broker::Uuid& uuid);
 
   void* handle_ = nullptr;
   std::unique_ptr<Api> api_;
   std::map<broker::Uuid, void*> devices_;  ///< nvmlDevice_t by UUID
   std::set<broker::Uuid> warned_;          ///< devices whose failure was logged
+  std::set<broker::Uuid> warned_processes_;  ///< devices whose process-list failure was logged
 };
 
 }  // namespace coloc::device

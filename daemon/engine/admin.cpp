@@ -54,7 +54,7 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
     waiting_since = waiting_since ? std::min(*waiting_since, w.since) : w.since;
   }
   json devs = json::array();
-  broker::Bytes in_use = 0, peak = 0, granted = 0, reserved = 0;
+  broker::Bytes in_use = 0, peak = 0, granted = 0, reserved = 0, overhead = 0;
   // Per device the job is admitted on, or waiting for admission on.
   std::map<uint32_t, std::string> states;
   for (auto& [dev, jd] : job.devices) states[dev] = "running";
@@ -76,7 +76,9 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
         if (c->slots[s].attached && c->slots[s].device == dev) dev_in_use += broker_.client_in_use(*c, s);
     }
     auto jd_it = job.devices.find(dev);
-    broker::Bytes g = jd_it != job.devices.end() ? jd_it->second.granted : 0;
+    // The books' granted holds the driver overhead too (broker.h); shown apart.
+    broker::Bytes o = jd_it != job.devices.end() ? jd_it->second.overhead : 0;
+    broker::Bytes g = jd_it != job.devices.end() ? jd_it->second.granted - o : 0;
     broker::Bytes r = jd_it != job.devices.end() ? jd_it->second.reserved : 0;
     broker::Bytes p = std::max(rec ? rec->peak(d.uuid) : 0, dev_in_use);
     devs.push_back({{"uuid", d.uuid.str()},
@@ -85,12 +87,14 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
                     {"reserved", r},
                     {"granted", g},
                     {"in_use", dev_in_use},
+                    {"driver_overhead", o},
                     {"peak", p}});
     if (dev_indices) dev_indices->push_back(dev);
     in_use += dev_in_use;
     peak += p;
     granted += g;
     reserved += r;
+    overhead += o;
   }
   json pids = json::array();
   for (broker::ClientId id : job.clients)  // the job's processes; not its anchor (coloc run)
@@ -106,6 +110,7 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
          {"in_use", in_use},
          {"peak", peak},
          {"granted", granted},
+         {"driver_overhead", overhead},
          {"reserved", reserved},
          {"devices", devs}};
   return j;
@@ -132,7 +137,7 @@ json Admin::status(broker::Nanos now) const {
     const broker::Device& d = broker_.devices()[i];
     broker::Bytes granted = 0;
     for (auto& [serial, job] : broker_.jobs())
-      if (auto it = job.devices.find(i); it != job.devices.end()) granted += it->second.granted;
+      if (auto it = job.devices.find(i); it != job.devices.end()) granted += it->second.granted - it->second.overhead;
     // Idle: no process attached and no admission waiting for it. colocd learns of devices from
     // its clients and never forgets one; an idle device's figures are the last ones it had.
     bool waited_for = false;
@@ -151,6 +156,7 @@ json Admin::status(broker::Nanos now) const {
                        {"committed", d.committed},
                        {"granted", granted},
                        {"in_use", broker_.in_use(i)},
+                       {"driver_overhead", broker_.overhead(i)},
                        {"available", broker_.available(i)},
                        // Commitments beyond usable: memory really in use beyond the books (e.g. a
                        // late resume, or outside use that grew); nothing more is granted there.

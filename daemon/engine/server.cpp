@@ -19,7 +19,10 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <set>
 
+#include "broker/overhead.h"
 #include "coloc/wire.h"
 #include "device/nvml_reader.h"
 #include "util/clock.h"
@@ -939,6 +942,7 @@ void Server::sample_job(const broker::Job& job, Nanos t) {
         if (!client->slots[s].attached || client->slots[s].device != dev) continue;
         const pages::StatsSlot& st = client->stats->slots[s];
         ds.in_use += broker_.client_in_use(*client, s);
+        ds.driver_overhead += client->slots[s].overhead;
         ds.peak_hint = std::max(ds.peak_hint, std::min(st.peak.load(std::memory_order_relaxed), d.capacity));
         ds.live.allocs += st.allocs.load(std::memory_order_relaxed);
         ds.live.frees += st.frees.load(std::memory_order_relaxed);
@@ -971,6 +975,26 @@ void Server::read_device_memory(uint32_t device, Nanos t, bool prompted) {
   if (mem) broker_.refresh_outside(device, mem->free, t);
 }
 
+void Server::reconcile_overheads(uint32_t device, Nanos t) {
+  if (!memory_reader_ || device >= broker_.devices().size()) return;
+  const broker::Device& d = broker_.devices()[device];
+  if (d.attachments.empty()) return;
+  auto procs = memory_reader_->processes(d.uuid);
+  if (!procs) return;  // cannot tell: keep what is booked
+  std::map<int32_t, broker::Bytes> used;
+  for (const device::ProcessMemory& p : *procs) used.emplace(p.pid, p.used);
+  std::set<int32_t> seen;  // one process, one figure (its first attachment takes it)
+  const auto attachments = d.attachments;  // set_overhead may change the books
+  for (auto [id, slot] : attachments) {
+    const broker::Client* c = broker_.find_client(id);
+    if (!c || c->pid <= 0) continue;
+    auto it = used.find(c->pid);
+    const bool listed = it != used.end() && seen.insert(c->pid).second;
+    auto o = broker::reconcile_overhead(listed, listed ? it->second : 0, broker_.client_in_use(*c, slot));
+    if (o) broker_.set_overhead(id, slot, *o, t);
+  }
+}
+
 void Server::on_sample() {
   uint64_t n;
   while (::read(sample_timer_.get(), &n, sizeof n) == ssize_t(sizeof n)) {
@@ -979,7 +1003,10 @@ void Server::on_sample() {
   listener_->check();  // the socket still there (re-bound if deleted), a paused accept resumed
   expire_hellos(t);
   (void)broker_.take_short_devices();  // every device is read below
-  for (uint32_t dev = 0; dev < broker_.devices().size(); ++dev) read_device_memory(dev, t);
+  for (uint32_t dev = 0; dev < broker_.devices().size(); ++dev) {
+    reconcile_overheads(dev, t);  // before the outside estimate, which the overheads are part of
+    read_device_memory(dev, t);
+  }
   for (const auto& [serial, job] : broker_.jobs()) sample_job(job, t);
   if (auto r = resume_.save_if_dirty(); !r)
     log::limited(log::get("engine"), spdlog::level::warn, "save clients", "{} (tried again in {} ms)", r.error().message(),

@@ -90,6 +90,10 @@ class Server {
   /// it to the broker (Broker::refresh_outside). `prompted`: asked for by a client's message
   /// (rate-limited), not the sample timer.
   void read_device_memory(uint32_t device, Nanos t, bool prompted = false);
+  /// Reconciles the books of every process attached to broker device `device` with the driver's
+  /// per-process figures (memory_reader_->processes; broker/overhead.h): each one's driver
+  /// overhead goes to Broker::set_overhead. Sampling timer only.
+  void reconcile_overheads(uint32_t device, Nanos t);
 
   /// Sends an Error and closes the connection (after this event is handled).
   void refuse(Connection& c, proto::ErrorCode code, const std::string& text);

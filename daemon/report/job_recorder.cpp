@@ -144,6 +144,7 @@ void JobRecorder::sample(const broker::Uuid& u, Nanos now, const DeviceSample& s
   Device& d = device(u);
   const size_t stored = d.timeline.stored();
   const Bytes peak = d.peak;
+  const Bytes overhead = d.driver_overhead;
   const Counters live = d.live;
   if (!d.sampled) ++revision_;
   d.sampled = true;
@@ -151,9 +152,10 @@ void JobRecorder::sample(const broker::Uuid& u, Nanos now, const DeviceSample& s
   d.limit = s.limit;
   d.reservation = std::max(d.reservation, s.reservation);
   d.peak = std::max({d.peak, s.in_use, s.peak_hint});
+  d.driver_overhead = std::max(d.driver_overhead, s.driver_overhead);
   d.live = s.live;
   d.timeline.add(rel(now), s.in_use);
-  if (stored != d.timeline.stored() || peak != d.peak || !(live == d.live)) ++revision_;
+  if (stored != d.timeline.stored() || peak != d.peak || overhead != d.driver_overhead || !(live == d.live)) ++revision_;
 }
 
 void JobRecorder::fold(const broker::Uuid& u, const Counters& c, Bytes peak) {
@@ -355,6 +357,7 @@ json JobRecorder::to_json(Nanos now) const {
     dj["limit"] = bytes_or_null(d.sampled ? d.limit : job_limit_);  // before admission: the job's
     dj["reservation"] = d.reservation;
     dj["peak"] = d.peak;
+    dj["driver_overhead"] = d.driver_overhead;
     dj["admitted_s"] = d.admitted_at ? json(secs(rel(*d.admitted_at))) : json(nullptr);
     dj["allocations"] = c.allocs;
     dj["frees"] = c.frees;
@@ -486,6 +489,7 @@ json JobRecorder::state() const {
                     {"limit", d.limit},
                     {"reservation", d.reservation},
                     {"peak", d.peak},
+                    {"driver_overhead", d.driver_overhead},
                     {"sampled", d.sampled},
                     {"timeline", d.timeline.state()},
                     {"folded", counters_state(d.folded)},
@@ -546,6 +550,7 @@ Result<JobRecorder> JobRecorder::from_state(const json& state, broker::JobSerial
       d.limit = dr.u64("limit");
       d.reservation = dr.u64("reservation");
       d.peak = dr.u64("peak");
+      if (devs[i].contains("driver_overhead")) d.driver_overhead = dr.u64("driver_overhead");  // (older daemons: none)
       d.sampled = devs[i].contains("sampled") ? dr.boolean("sampled") : d.capacity > 0;  // (older daemons)
       std::string why;
       if (!d.timeline.restore(dr.at("timeline"), &why)) throw StateError{dr.where + "." + why};

@@ -47,6 +47,7 @@ struct DeviceSample {
   Bytes reservation = 0;
   Bytes in_use = 0;       ///< sum over the job's live processes
   Bytes peak_hint = 0;    ///< the largest per-process peak (a lower bound of the job's peak)
+  Bytes driver_overhead = 0;  ///< sum over the job's live processes (broker.h, "driver overhead")
   Counters live;          ///< sum over the job's live processes
 };
 
@@ -154,6 +155,7 @@ class JobRecorder {
     Bytes limit = broker::kNoLimit;
     Bytes reservation = 0;
     Bytes peak = 0;
+    Bytes driver_overhead = 0;  ///< the largest driver overhead sampled (bytes)
     bool sampled = false;  ///< admitted: capacity and limit come from samples
     Timeline timeline;
     Counters folded;  ///< processes that left

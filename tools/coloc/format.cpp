@@ -123,10 +123,11 @@ std::string status_table(const json& s) {
   if (s.at("devices").empty()) o << "\nNo devices yet (they appear when a job creates its first context).\n";
   for (const json& dev : s.at("devices")) {
     o << "\n" << str(dev, "uuid") << "\n";
-    Table t({"CAPACITY", "HEADROOM", "OUTSIDE COLOC", "GRANTED", "COMMITTED", "IN USE", "AVAILABLE"});
+    Table t({"CAPACITY", "HEADROOM", "OUTSIDE COLOC", "GRANTED", "COMMITTED", "IN USE", "DRIVER OVERHEAD",
+             "AVAILABLE"});
     t.add({bytes_text(dev["capacity"]), bytes_text(dev["headroom"]), bytes_text(dev["outside"]),
            bytes_text(dev["granted"]), bytes_text(dev["committed"]), bytes_text(dev["in_use"]),
-           bytes_text(dev["available"])});
+           bytes_text(dev.value("driver_overhead", json(0))), bytes_text(dev["available"])});
     o << t.render("  ");
     if (dev.value("driver_ooms", 0) > 0) o << "  driver OOMs inside grants: " << dev["driver_ooms"] << "\n";
     if (dev.value("over_committed", false))
@@ -136,10 +137,11 @@ std::string status_table(const json& s) {
       o << "  no jobs\n";
       continue;
     }
-    Table j({"JOB", "USER", "PRIORITY", "STATE", "LIMIT", "RESERVED", "IN USE", "PEAK", "GRANTED"});
+    Table j({"JOB", "USER", "PRIORITY", "STATE", "LIMIT", "RESERVED", "IN USE", "DRIVER OVERHEAD", "PEAK", "GRANTED"});
     for (const json& job : dev.at("jobs"))
       j.add({str(job, "job"), str(job, "user"), str(job, "priority"), str(job, "state"), bytes_text(job["limit"]),
-             bytes_text(job["reserved"]), bytes_text(job["in_use"]), bytes_text(job["peak"]), bytes_text(job["granted"])});
+             bytes_text(job["reserved"]), bytes_text(job["in_use"]), bytes_text(job.value("driver_overhead", json(0))),
+             bytes_text(job["peak"]), bytes_text(job["granted"])});
     o << "\n" << j.render("  ");
   }
   return o.str();
@@ -202,9 +204,11 @@ std::string report_table(const json& r) {
     o << " (coloc report NAME shows one)\n";
   }
   o << "\n";
-  Table t({"DEVICE", "LIMIT", "PEAK", "ALLOCS", "FREES", "FAILED", "LAUNCHES", "WAIT MEMORY", "WAIT ADMISSION", "OOM EVENTS"});
+  Table t({"DEVICE", "LIMIT", "PEAK", "DRIVER OVERHEAD", "ALLOCS", "FREES", "FAILED", "LAUNCHES", "WAIT MEMORY",
+           "WAIT ADMISSION", "OOM EVENTS"});
   for (const json& d : r.at("devices"))
-    t.add({str(d, "uuid"), bytes_text(d["limit"]), bytes_text(d["peak"]), str(d, "allocations"), str(d, "frees"),
+    t.add({str(d, "uuid"), bytes_text(d["limit"]), bytes_text(d["peak"]), bytes_text(d.value("driver_overhead", json(0))),
+           str(d, "allocations"), str(d, "frees"),
            str(d, "failures"), str(d, "kernel_launches"), duration_text(d.value("wait_memory_s", 0.0)),
            duration_text(d.value("wait_admission_s", 0.0)), std::to_string(d.at("oom_events").size())});
   o << t.render();

@@ -324,6 +324,25 @@ MemInfo SharedState::meminfo(int device) {
   return {d.capacity, d.used};
 }
 
+std::vector<ProcessUse> SharedState::processes(int device) {
+  std::vector<ProcessUse> out;
+  Lock l(*this);
+  uint64_t now = now_ns();
+  if (now - last_reclaim_ns_.load(std::memory_order_relaxed) >= kMeminfoReclaimNs) {
+    reclaim_dead_locked();
+    last_reclaim_ns_.store(now, std::memory_order_relaxed);
+  }
+  const shm::Device& d = layout_->devices[device];
+  std::vector<bool> has_context(shm::kMaxProcesses, false);
+  for (const shm::ContextEntry& e : d.contexts)
+    if (e.process >= 0 && e.process < shm::kMaxProcesses) has_context[size_t(e.process)] = true;
+  for (int i = 0; i < shm::kMaxProcesses; ++i) {
+    const shm::Process& p = layout_->processes[i];
+    if (p.pid != 0 && (has_context[size_t(i)] || p.bytes[device] > 0)) out.push_back({p.pid, p.bytes[device]});
+  }
+  return out;
+}
+
 uint64_t SharedState::charged_by_me(int device) {
   Lock l(*this);
   return slot_ < 0 ? 0 : layout_->processes[slot_].bytes[device];

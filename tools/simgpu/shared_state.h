@@ -88,6 +88,12 @@ struct MemInfo {
   uint64_t used = 0;
 };
 
+/// One process's use of a device, as NVML's nvmlDeviceGetComputeRunningProcesses reports it.
+struct ProcessUse {
+  int32_t pid = 0;
+  uint64_t bytes = 0;  ///< its contexts plus its allocations on the device
+};
+
 /// Why SharedState::open failed.
 enum class OpenFailure {
   system,    ///< a system call failed (directory, file, mapping)
@@ -119,6 +125,10 @@ class SharedState {
   MemInfo meminfo(int device);
   /// Bytes this process has charged on `device`.
   uint64_t charged_by_me(int device);
+  /// The live processes using `device` (a context entry there, or bytes charged there), in slot
+  /// order, each with the bytes it has charged there; dead processes are reclaimed first (at most
+  /// every 100 ms, as in meminfo()).
+  std::vector<ProcessUse> processes(int device);
 
   // ---- engine time-sharing ----
   /// Takes a context entry on `device` for one of this process's contexts; -1 when all taken.

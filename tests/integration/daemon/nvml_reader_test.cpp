@@ -5,7 +5,9 @@
 #include <stdlib.h>
 
 #include <map>
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "../../../tools/simgpu/config.h"
 #include "../../support/proc.h"
@@ -85,4 +87,52 @@ TEST_CASE("NVML reader: reads a simulated device's free memory by its CUDA UUID"
   CHECK_FALSE(nvml.memory(unknown).has_value());
   CHECK_FALSE(nvml.memory(unknown).has_value());  // retried, logged once
 }
+TEST_CASE("NVML reader: each process's memory through nvmlDeviceGetComputeRunningProcesses_v3, however many run") {
+  if (coloc::test::real_driver()) return;  // cuprobe runs on simgpu here
+  using namespace std::chrono_literals;
+  coloc::test::TempDir tmp("nvml-reader");
+  ScopedEnv env({{"SIMGPU_STATE_DIR", tmp / "simgpu"}, {"SIMGPU_DEVICES", "16GiB"}});
+  auto r = NvmlReader::open(sim_nvml());
+  REQUIRE_MESSAGE(r.ok(), r.error().message());
+  NvmlReader& nvml = *r.value();
+  char* real = realpath((tmp / "simgpu").c_str(), nullptr);
+  REQUIRE(real);
+  simgpu::Uuid su = simgpu::device_uuid(real, 0);
+  free(real);
+  Uuid u;
+  std::copy(su.begin(), su.end(), u.bytes.begin());
+  REQUIRE(nvml.processes(u).has_value());
+  CHECK(nvml.processes(u)->empty());
+
+  // More processes than the reader's first buffer holds (16): it asks again with NVML's count.
+  coloc::test::Env e;
+  e.simgpu(tmp, "16GiB");
+  e.set("SIMGPU_CONTEXT_BYTES", "64MiB");
+  std::vector<std::unique_ptr<coloc::test::Proc>> procs;
+  for (int i = 0; i < 20; ++i) {
+    std::string mark = tmp / ("ready" + std::to_string(i));
+    procs.push_back(std::make_unique<coloc::test::Proc>(
+        std::vector<std::string>{coloc::test::build_path("tests/bin/cuprobe"), "init", "ctx", "alloc",
+                                 std::to_string(i + 1) + "MiB", "a", "touch", mark, "hold-file", tmp / "done"},
+        e));
+  }
+  for (int i = 0; i < 20; ++i) {
+    std::string mark = tmp / ("ready" + std::to_string(i));
+    REQUIRE(coloc::test::wait_until([&] { return coloc::test::file_exists(mark) || !procs[size_t(i)]->running(); }, 60s));
+    REQUIRE(procs[size_t(i)]->running());
+  }
+  auto list = nvml.processes(u);
+  REQUIRE(list.has_value());
+  REQUIRE(list->size() == 20);
+  std::map<int32_t, uint64_t> used;
+  for (auto& p : *list) used[p.pid] = p.used;
+  for (int i = 0; i < 20; ++i) {
+    // Its context plus its allocation.
+    CHECK(used.at(procs[size_t(i)]->pid()) == (64ull << 20) + (uint64_t(i + 1) << 20));
+  }
+  coloc::test::write_file(tmp / "done", "");
+  for (auto& p : procs) CHECK(p->wait(30s).exit_code == 0);
+  CHECK(nvml.processes(u)->empty());
+}
+
 }  // TEST_SUITE

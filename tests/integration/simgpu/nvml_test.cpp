@@ -22,6 +22,13 @@ struct nvmlMemory_t {
   unsigned long long total, free, used;
 };
 using Device = void*;
+// nvml.h's nvmlProcessInfo_t, the struct of nvmlDeviceGetComputeRunningProcesses_v3.
+struct nvmlProcessInfo_t {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
 
 /// Sets environment variables for the life of the object (the simulated NVML reads them at
 /// nvmlInit_v2), restoring the previous values after.
@@ -62,6 +69,21 @@ struct Nvml {
   int by_uuid(const char* u, Device* d) { return fn<int (*)(const char*, Device*)>("nvmlDeviceGetHandleByUUID")(u, d); }
   int uuid(Device d, char* out, unsigned n) { return fn<int (*)(Device, char*, unsigned)>("nvmlDeviceGetUUID")(d, out, n); }
   int memory(Device d, nvmlMemory_t* m) { return fn<int (*)(Device, nvmlMemory_t*)>("nvmlDeviceGetMemoryInfo")(d, m); }
+  int processes(Device d, unsigned* n, nvmlProcessInfo_t* infos) {
+    return fn<int (*)(Device, unsigned*, nvmlProcessInfo_t*)>("nvmlDeviceGetComputeRunningProcesses_v3")(d, n, infos);
+  }
+  /// pid -> usedGpuMemory of every process nvmlDeviceGetComputeRunningProcesses_v3 lists.
+  std::map<unsigned, unsigned long long> process_map(Device d) {
+    unsigned n = 0;
+    int rc = processes(d, &n, nullptr);
+    REQUIRE((rc == 0 || rc == 7));
+    std::vector<nvmlProcessInfo_t> v(n + 4);
+    n = unsigned(v.size());
+    REQUIRE(processes(d, &n, v.data()) == 0);
+    std::map<unsigned, unsigned long long> m;
+    for (unsigned i = 0; i < n; ++i) m[v[i].pid] = v[i].usedGpuMemory;
+    return m;
+  }
   std::string error(int rc) { return fn<const char* (*)(int)>("nvmlErrorString")(rc); }
   ~Nvml() {
     if (h) dlclose(h);
@@ -146,6 +168,65 @@ TEST_CASE("NVML: the memory of a process killed with SIGKILL comes back") {
   holder.wait(30s);
   // Dead processes are reclaimed at most every 100 ms: await it.
   CHECK(wait_until([&] { return nvml.memory(d, &m) == 0 && m.free == 8 * GiB; }, 5s));
+  CHECK(nvml.shutdown() == 0);
+}
+TEST_CASE("NVML: nvmlDeviceGetComputeRunningProcesses_v3 lists each live process's contexts and allocations") {
+  if (coloc::test::real_driver()) return;
+  TempDir tmp("simgpu-nvml");
+  Env env = sim_env(tmp, "8GiB,4GiB", "2GiB");
+  ScopedEnv scoped({{"SIMGPU_STATE_DIR", *env.get("SIMGPU_STATE_DIR")}, {"SIMGPU_DEVICES", "8GiB,4GiB"}});
+  Nvml nvml;
+  Device d = nullptr, d1 = nullptr;
+  unsigned n = 5;
+  CHECK(nvml.processes(d, &n, nullptr) == 1);  // NVML_ERROR_UNINITIALIZED
+  REQUIRE(nvml.init() == 0);
+  REQUIRE(nvml.by_index(0, &d) == 0);
+  REQUIRE(nvml.by_index(1, &d1) == 0);
+  CHECK(nvml.processes(d, nullptr, nullptr) == 2);  // NVML_ERROR_INVALID_ARGUMENT
+  CHECK(nvml.processes(reinterpret_cast<Device>(&n), &n, nullptr) == 2);
+  // Nobody runs: success with 0 entries, infos may be NULL.
+  n = 0;
+  CHECK(nvml.processes(d, &n, nullptr) == 0);
+  CHECK(n == 0);
+
+  Proc a(probe_args({"init", "ctx", "alloc", "1GiB", "x", "touch", tmp / "a", "hold-file", tmp / "a-done"}), env);
+  REQUIRE(wait_until([&] { return file_exists(tmp / "a") || !a.running(); }, 30s));
+  Proc b(probe_args({"init", "ctx", "touch", tmp / "b", "hold-file", tmp / "b-done"}), env);
+  REQUIRE(wait_until([&] { return file_exists(tmp / "b") || !b.running(); }, 30s));
+  REQUIRE(a.running());
+  REQUIRE(b.running());
+
+  // Asking with too small a count: NVML_ERROR_INSUFFICIENT_SIZE and the count needed, nothing written.
+  n = 1;
+  nvmlProcessInfo_t one[1] = {{77, 77, 77, 77}};
+  CHECK(nvml.processes(d, &n, one) == 7);
+  CHECK(n == 2);
+  CHECK(one[0].pid == 77);
+  // Enough room: each process's context (2 GiB here) plus its allocations, MIG ids "not applicable".
+  nvmlProcessInfo_t infos[4] = {};
+  n = 4;
+  REQUIRE(nvml.processes(d, &n, infos) == 0);
+  REQUIRE(n == 2);
+  std::map<unsigned, unsigned long long> used;
+  for (unsigned i = 0; i < n; ++i) {
+    used[infos[i].pid] = infos[i].usedGpuMemory;
+    CHECK(infos[i].gpuInstanceId == 0xFFFFFFFFu);
+    CHECK(infos[i].computeInstanceId == 0xFFFFFFFFu);
+  }
+  CHECK(used.at(unsigned(a.pid())) == 2 * GiB + 1 * GiB);
+  CHECK(used.at(unsigned(b.pid())) == 2 * GiB);
+  // The other device has none of them.
+  CHECK(nvml.process_map(d1).empty());
+
+  // A process killed with SIGKILL drops out (dead processes are reclaimed at most every 100 ms).
+  a.kill(SIGKILL);
+  a.wait(30s);
+  CHECK(wait_until([&] { return nvml.process_map(d).size() == 1; }, 5s));
+  std::map<unsigned, unsigned long long> left = nvml.process_map(d);
+  CHECK(left.count(unsigned(b.pid())) == 1);
+  coloc::test::write_file(tmp / "b-done", "");
+  REQUIRE(b.wait(30s).exit_code == 0);
+  CHECK(nvml.process_map(d).empty());
   CHECK(nvml.shutdown() == 0);
 }
 }  // TEST_SUITE

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "broker/broker.h"
+#include "broker/overhead.h"
 #include "broker/priority_fifo_policy.h"
 #include "util/log.h"
 
@@ -1118,6 +1119,74 @@ TEST_CASE("broker: a refused growth records the in-use it was asked with, howeve
   REQUIRE(refused);
   CHECK(refused->bytes == 3 * GiB);
   CHECK(refused->in_use == 1 * GiB);  // so the report's request is the 2 GiB asked, not 0
+}
+
+TEST_CASE("overhead: the reconciliation arithmetic (driver's per-process figure minus the ledger, at least 0)") {
+  CHECK(reconcile_overhead(true, 2 * GiB, 512 * MiB) == 1536 * MiB);
+  CHECK(reconcile_overhead(true, 512 * MiB, 512 * MiB) == 0);
+  // The ledger ahead (an allocation charged before its driver call): no overhead, never negative.
+  CHECK(reconcile_overhead(true, 512 * MiB, 1 * GiB) == 0);
+  // Not named by the driver on the device: it holds nothing there.
+  CHECK(reconcile_overhead(false, 0, 1 * GiB) == 0);
+  // NVML_VALUE_NOT_AVAILABLE: unknown, keep what is booked.
+  CHECK_FALSE(reconcile_overhead(true, kUnknown, 1 * GiB).has_value());
+  // Booking: a higher reading at once; a lower one only as far as the reading before agrees (one
+  // reading can be low by an allocation in flight, never high).
+  CHECK(settle_overhead(1 * GiB, 1 * GiB, 2 * GiB) == 2 * GiB);
+  CHECK(settle_overhead(2 * GiB, 2 * GiB, 1 * GiB) == 2 * GiB);  // a dip: kept
+  CHECK(settle_overhead(2 * GiB, 1 * GiB, 1 * GiB) == 1 * GiB);  // the second low reading: lowered
+  CHECK(settle_overhead(2 * GiB, 1536 * MiB, 1 * GiB) == 1536 * MiB);
+  CHECK(settle_overhead(2 * GiB, 0, 0) == 0);
+}
+
+TEST_CASE("broker: driver overhead is charged to the job inside its limit, and is not memory outside coloc") {
+  Bench b;
+  ClientId a = b.add("a", 4 * GiB);
+  uint32_t s = b.attach(a, {{1, 16 * GiB, 512 * MiB}});
+  REQUIRE(b.granted(s));
+  b.use(a, 0, 512 * MiB);  // the context as COLOC_CONTEXT_BYTES guesses it
+  // It grows to 3.5 GiB before colocd learns the driver's figure.
+  uint32_t g = b.grow(a, 0, 3 * GiB + 512 * MiB);
+  REQUIRE(b.granted(g));
+  CHECK(b.grant(a, 0) == 3 * GiB + 512 * MiB);
+  b.use(a, 0, 1 * GiB);
+  // The driver holds 2 GiB for its context: 1.5 GiB beyond the ledger.
+  b.broker.set_overhead(a, 0, 1536 * MiB, b.now);
+  b.collect();
+  const Job& job = *b.broker.find_job({1000, "a"});
+  CHECK(job.devices.at(0).overhead == 1536 * MiB);
+  // Grant plus overhead would pass the limit: the grant is trimmed to the in-use, so the next
+  // allocation asks, and what passes limit - overhead is refused at once.
+  CHECK(b.grant(a, 0) == 1 * GiB);
+  CHECK(b.broker.overhead(0) == 1536 * MiB);
+  CHECK(job.devices.at(0).granted == 1 * GiB + 1536 * MiB);
+  g = b.grow(a, 0, 2 * GiB + 512 * MiB);
+  REQUIRE(b.granted(g));
+  CHECK(b.grant(a, 0) == 2 * GiB + 512 * MiB);
+  g = b.grow(a, 0, 2 * GiB + 512 * MiB + 1);
+  CHECK(b.refused(g, Reason::kOwnLimit));
+  // The device shows the driver's 2 GiB context and 1.5 GiB of allocations (ledger 2 GiB in use):
+  // nothing is outside coloc.
+  b.use(a, 0, 2 * GiB);
+  b.broker.refresh_outside(0, 16 * GiB - 2 * GiB - 1536 * MiB, b.now);
+  b.collect();
+  CHECK(b.broker.devices().at(0).outside == 0);
+  // The overhead falls (a context destroyed): one low reading keeps the books (it could be an
+  // allocation in flight), the second lowers them, and the job may grow into it again.
+  b.broker.set_overhead(a, 0, 0, b.now);
+  b.collect();
+  CHECK(b.broker.overhead(0) == 1536 * MiB);
+  g = b.grow(a, 0, 4 * GiB);
+  CHECK(b.refused(g, Reason::kOwnLimit));
+  b.broker.set_overhead(a, 0, 0, b.now);
+  b.collect();
+  CHECK(b.broker.overhead(0) == 0);
+  g = b.grow(a, 0, 4 * GiB);
+  CHECK(b.granted(g));
+  // Leaving takes the overhead with the client; the books audit clean (collect) and are empty.
+  b.broker.set_overhead(a, 0, 256 * MiB, b.now);
+  b.remove(a);
+  CHECK(b.broker.devices().at(0).committed == 0);
 }
 
 }  // TEST_SUITE

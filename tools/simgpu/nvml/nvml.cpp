@@ -59,6 +59,18 @@ struct nvmlMemory_t {
   unsigned long long used;
 };
 
+// nvml.h: typedef struct nvmlProcessInfo_st { unsigned int pid; unsigned long long usedGpuMemory;
+// unsigned int gpuInstanceId; unsigned int computeInstanceId; } nvmlProcessInfo_t; — the struct
+// of nvmlDeviceGetComputeRunningProcesses_v3 (the unversioned export takes the older two-field
+// nvmlProcessInfo_v1_t, which simgpu does not export).
+struct nvmlProcessInfo_t {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;  ///< bytes (simgpu always knows; NVML may say NVML_VALUE_NOT_AVAILABLE)
+  unsigned int gpuInstanceId;        ///< 0xFFFFFFFF when MIG is off
+  unsigned int computeInstanceId;    ///< 0xFFFFFFFF when MIG is off
+};
+static_assert(sizeof(nvmlProcessInfo_t) == 24);
+
 namespace {
 
 struct State {
@@ -232,5 +244,30 @@ SIMNVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMem
   memory->total = m.capacity;
   memory->used = m.used;
   memory->free = m.capacity - m.used;
+  return NVML_SUCCESS;
+}
+
+// nvml.h: nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+//     unsigned int* infoCount, nvmlProcessInfo_t* infos);
+// Every live simulated process with a context on the device (or memory charged there), with its
+// contexts' and allocations' bytes. As NVML documents: with *infoCount too small (0 with infos
+// NULL to ask), NVML_ERROR_INSUFFICIENT_SIZE and *infoCount = the count needed; else the entries
+// and *infoCount = how many were written.
+SIMNVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
+                                                                    nvmlProcessInfo_t* infos) {
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.refs == 0) return NVML_ERROR_UNINITIALIZED;
+  int i = index_of(s, device);
+  if (i < 0 || !infoCount) return NVML_ERROR_INVALID_ARGUMENT;
+  std::vector<simgpu::ProcessUse> procs = s.shared->processes(i);
+  if (procs.size() > *infoCount) {
+    *infoCount = unsigned(procs.size());
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  if (!procs.empty() && !infos) return NVML_ERROR_INVALID_ARGUMENT;
+  for (size_t k = 0; k < procs.size(); ++k)
+    infos[k] = {unsigned(procs[k].pid), procs[k].bytes, 0xFFFFFFFFu, 0xFFFFFFFFu};
+  *infoCount = unsigned(procs.size());
   return NVML_SUCCESS;
 }

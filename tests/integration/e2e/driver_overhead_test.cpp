@@ -1,0 +1,73 @@
+// End-to-end: driver overhead. A CUDA context costs what the driver decides (here simgpu's
+// SIMGPU_CONTEXT_BYTES=2GiB), while libcoloc.so books COLOC_CONTEXT_BYTES (512 MiB). colocd
+// reconciles the process's books with the driver's per-process figure (NVML's
+// nvmlDeviceGetComputeRunningProcesses_v3; simgpu's libnvidia-ml.so.1 answers it), charges the
+// difference to the job inside its limit, and shows it as "driver overhead", not "outside coloc".
+#include "e2e.h"
+
+using namespace coloc::test;
+using namespace coloc::test::e2e;
+
+TEST_SUITE("e2e") {
+
+TEST_CASE("e2e: a 2 GiB driver context under --mem 4GiB: the overhead is charged inside the limit and reported") {
+  if (simulated_only()) return;
+  Node n("16GiB");
+  REQUIRE_MESSAGE(n.log().find("NVML is not available") == std::string::npos, n.log());
+  // The job: a context, then (once told to) 512 MiB allocations until one is refused.
+  std::vector<std::string> cmd = {cuprobe(), "init", "ctx", "0", "touch", n.file("ctx"), "hold-file", n.file("go")};
+  for (int i = 0; i < 8; ++i) {
+    cmd.push_back("alloc");
+    cmd.push_back("512MiB");
+    cmd.push_back("a" + std::to_string(i));
+  }
+  for (const std::string& s : {std::string("touch"), n.file("full"), std::string("hold-file"), n.file("end")})
+    cmd.push_back(s);
+  auto job = n.run({"--job", "big", "--mem", "4GiB"}, cmd, {{"SIMGPU_CONTEXT_BYTES", "2GiB"}});
+  REQUIRE_MESSAGE(reached(*job, n.file("ctx")), job->err_so_far(), "\n", n.log());
+
+  // colocd's sampling timer finds the driver holding 1.5 GiB more than the ledger's 512 MiB context.
+  const uint64_t overhead = 2 * GiB - kContext;
+  bool seen = wait_until([&] {
+    json j = n.job("big");
+    return !j.is_null() && j.value("driver_overhead", uint64_t(0)) == overhead;
+  }, 20s, 10ms);
+  REQUIRE_MESSAGE(seen, n.status().dump(1), "\n", n.log());
+  json dev = n.status()["devices"][0];
+  CHECK(dev["driver_overhead"] == overhead);
+  CHECK(dev["outside"] == 0);  // no longer "outside coloc"
+  CHECK(dev["in_use"] == kContext);
+  CHECK(dev["jobs"][0]["driver_overhead"] == overhead);
+
+  // Its next allocations see it: 4 GiB - 2 GiB (the context as the driver counts it) leaves four
+  // 512 MiB allocations, and the fifth is refused at the job's own limit.
+  write_file(n.file("go"), "");
+  REQUIRE_MESSAGE(reached(*job, n.file("full")), job->err_so_far());
+  int granted = 0;
+  for (int i = 0; i < 8; ++i) granted += step(job->out_so_far(), "alloc", i)["rc_name"] == "CUDA_SUCCESS";
+  CHECK(granted == 4);
+  CHECK(step(job->out_so_far(), "alloc", 4)["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");
+
+  // The device itself (an observer without coloc, whose own context costs 512 MiB): the job holds
+  // no more than its limit.
+  ProcResult obs = run({cuprobe(), "init", "ctx", "0", "meminfo"}, n.base_env(), 30s);
+  REQUIRE_MESSAGE(obs.exit_code == 0, describe(obs));
+  json mi = step(obs.out, "meminfo");
+  const uint64_t used_by_job = mi["total"].get<uint64_t>() - mi["free"].get<uint64_t>() - kContext;
+  CHECK(used_by_job <= 4 * GiB);
+  CHECK(used_by_job == 2 * GiB + 4 * 512 * MiB);
+
+  write_file(n.file("end"), "");
+  finish(*job);
+  json rep = n.report("big");
+  json d = rep["devices"][0];
+  CHECK(d["driver_overhead"] == overhead);
+  REQUIRE(d["oom_events"].size() >= 1);
+  CHECK(d["oom_events"][0]["reason"] == "own-limit");
+  // The report's table says it too.
+  ProcResult text = n.cli({"report", rep["job"].get<std::string>()});
+  CHECK(text.out.find("DRIVER OVERHEAD") != std::string::npos);
+  CHECK(text.out.find("1.50 GiB") != std::string::npos);
+}
+
+}  // TEST_SUITE
