@@ -138,13 +138,17 @@ CUresult Driver::init_once() {
   return CUDA_SUCCESS;
 }
 
-bool Driver::device_range_live(uintptr_t p, uint64_t n) const {
+bool Driver::device_range_live(uintptr_t p, uint64_t n) const { return device_range(p, n, true); }
+
+bool Driver::device_range_addressable(uintptr_t p, uint64_t n) const { return device_range(p, n, false); }
+
+bool Driver::device_range(uintptr_t p, uint64_t n, bool need_live) const {
   if (n == 0 || n > UINTPTR_MAX - p) return false;
   for (const auto& dev : devices) {
     if (!dev->memory.contains(p)) continue;
     if (!dev->memory.live_range(p, n)) return false;
     auto hit = dev->memory.find(p);  // a graph allocation's address is live only while allocated
-    return hit && (hit->second.kind != AllocKind::graph || dev->graph_pool.live_range(p, n));
+    return hit && (hit->second.kind != AllocKind::graph || dev->graph_pool.range(p, n, need_live));
   }
   if (managed->contains(p)) return managed->live_range(p, n);
   if (vmm->contains(p)) return vmm->live_range(p, n);

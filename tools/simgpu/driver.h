@@ -100,6 +100,9 @@ class Driver {
   /// True when [p, p+n) (n > 0) is live device memory of this process: one allocation, a pool
   /// chunk, managed memory, or accessible VMM mappings.
   bool device_range_live(uintptr_t p, uint64_t n) const;
+  /// device_range_live, except that a graph allocation's reserved address counts even while it is
+  /// not allocated: what work checks when it is submitted (it runs once a launch allocated it).
+  bool device_range_addressable(uintptr_t p, uint64_t n) const;
   /// Frees what cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged or a pool allocation returned at
   /// exactly `p`: CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE.
   CUresult free_device_memory(uintptr_t p);
@@ -128,6 +131,7 @@ class Driver {
  private:
   Driver() = default;
   CUresult init_once();
+  bool device_range(uintptr_t p, uint64_t n, bool need_live) const;
 
   std::mutex init_mu_;
   CUresult init_result_ = CUDA_SUCCESS;

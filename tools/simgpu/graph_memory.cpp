@@ -152,12 +152,12 @@ CUresult GraphMemPool::free_outside(uintptr_t p) {
   return CUDA_SUCCESS;
 }
 
-bool GraphMemPool::live_range(uintptr_t p, uint64_t n) {
+bool GraphMemPool::range(uintptr_t p, uint64_t n, bool need_live) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = blocks_.upper_bound(p);
   if (it == blocks_.begin()) return false;
   --it;
-  return it->second.live > 0 && p - it->first <= it->second.bytes && n <= it->second.bytes - (p - it->first);
+  return (it->second.live > 0 || !need_live) && p - it->first <= it->second.bytes && n <= it->second.bytes - (p - it->first);
 }
 
 bool GraphMemPool::is_block(uintptr_t p) {

@@ -67,8 +67,9 @@ class GraphMemPool {
   /// cuMemFree / cuMemFreeAsync (when the stream reaches it) of `p`: CUDA_ERROR_INVALID_VALUE when
   /// `p` is not a live graph allocation or its own graph frees it.
   CUresult free_outside(uintptr_t p);
-  /// True when [p, p+n) lies in one live graph allocation.
-  bool live_range(uintptr_t p, uint64_t n);
+  /// True when [p, p+n) lies in one graph allocation that is live (`need_live`), or whose address
+  /// is reserved (work submitted now may run once a launch made it live).
+  bool range(uintptr_t p, uint64_t n, bool need_live);
   /// True when `p` is the address of an allocation node's block.
   bool is_block(uintptr_t p);
   /// The block's device (this pool's) and requested size, for node parameters; 0 if not a block.
