@@ -12,6 +12,7 @@
 #include "coloc/size.h"
 #include "devices.h"
 #include "driver.h"
+#include "graph_hooks.h"
 #include "log.h"
 #include "options.h"
 #include "runtime.h"
@@ -80,6 +81,7 @@ bool refresh_pools(int slot) {
     ledger().pool_set_reserved(idx[i], reserved);
     if (ledger().in_use(slot) != before) changed = true;
   }
+  if (refresh_graph_pool(slot)) changed = true;  // the graph memory pool too (graph_hooks.h)
   return changed;
 }
 

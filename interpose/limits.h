@@ -75,7 +75,8 @@ void charge_failed(int slot, uint64_t bytes, CUresult driver_result);
 /// After a free on `slot`: tells the broker when in-use fell below its surplus floor.
 void after_free(int slot);
 
-/// Re-reads the reserved memory of every tracked pool on `slot`. True when some reading changed.
+/// Re-reads the reserved memory of every tracked pool on `slot`, and of its graph memory pool. True
+/// when some reading changed.
 bool refresh_pools(int slot);
 
 }  // namespace coloc::interpose

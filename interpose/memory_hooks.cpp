@@ -22,6 +22,7 @@
 
 #include "devices.h"
 #include "driver.h"
+#include "graph_hooks.h"
 #include "handlers.h"
 #include "limits.h"
 #include "log.h"
@@ -258,6 +259,13 @@ class PoolCharge final : public ChargeAttempt {
 // cuMemAllocAsync*, cuMemAllocFromPoolAsync*: `pool` null = the current pool of the stream's device.
 template <Fn id, Fn free_id, class Call>
 CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream, Call&& driver_alloc) {
+  // Recorded by stream capture: graph memory (graph_hooks.cpp), charged when the graph runs.
+  constexpr bool per_thread = id == Fn::cuMemAllocAsync_ptsz || id == Fn::cuMemAllocFromPoolAsync_ptsz;
+  if (g_active_captures.load(std::memory_order_relaxed) > 0 && stream_capturing(stream, per_thread)) [[unlikely]] {
+    CUresult r = driver_alloc();
+    if (r == CUDA_SUCCESS) note_captured_alloc(stream, per_thread, bytes);
+    return r;
+  }
   Where w = devices().of_stream(stream);
   if (w.slot < 0) return driver_alloc();
   if (!pool && call<Fn::cuDeviceGetMemPool>(&pool, CUdevice(devices().info(w.slot).ordinal)) != CUDA_SUCCESS)
