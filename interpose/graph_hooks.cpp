@@ -23,10 +23,10 @@
 //     costs one relaxed load and a table lookup;
 //   - reconciliation (at growth, after cuDeviceGraphMemTrim, and wherever pools are refreshed:
 //     refresh_pools in limits.cpp) sets `reserved` to CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
-//     charging or crediting the difference. If `held` is above it, which execs still hold memory
-//     is unknown: every exec on the device is marked not holding and `held` becomes
-//     USED_MEM_CURRENT. `held` never falls below what the driver has bound, so the books never
-//     fall below the device (see interpose/README.md).
+//     charging or crediting the difference. If `held` is above USED_MEM_CURRENT (the memory bound
+//     to graphs now), which execs still hold memory is unknown: every exec on the device is marked
+//     not holding and `held` becomes USED_MEM_CURRENT. `held` never falls below what the driver
+//     has bound, so a launch is never charged less than the pool grows (interpose/README.md).
 // Limits: one device per graph (nodes on another device count on the first one's books); a graph
 // used as a child graph node is not followed; the per-thread default stream's captures are told
 // apart by thread.
@@ -180,7 +180,10 @@ bool reconcile_locked(int slot) {
     ledger().release_bytes(slot, Kind::graph, p.reserved - reserved);
   }
   p.reserved = reserved;
-  if (p.held > p.reserved) {
+  // The driver binds less than `held` says: which execs still hold memory is unknown, so none is
+  // taken to; what is bound now (USED_MEM_CURRENT) stands for them. Not while a call is in flight
+  // (what it bound is in `held`, maybe not yet in the driver's reading).
+  if (p.held > used && p.inflight == 0) {
     for (MemRec& x : g_execs.rows)
       if (x.key != kEmpty && x.key != kTomb && x.slot == slot) x.holding = false;
     p.held = used < reserved ? used : reserved;
@@ -206,7 +209,10 @@ CUresult bind_begin_locked(int slot, uint64_t bytes, uint64_t exec, const char* 
     return bytes > free ? bytes - free : 0;
   };
   uint64_t n = growth();
-  if (n > 0 && reconcile_locked(slot)) n = growth();  // ask the driver only when the pool must grow
+  if (n > 0) {  // ask the driver only when the pool must grow
+    reconcile_locked(slot);
+    n = growth();
+  }
   if (n > 0) {
     if (CUresult r = charge(slot, n, what); r != CUDA_SUCCESS) return r;
     p.reserved += n;
