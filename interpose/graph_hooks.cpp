@@ -38,6 +38,7 @@
 #include "devices.h"
 #include "driver.h"
 #include "gate.h"
+#include "glibc_compat.h"
 #include "handlers.h"
 #include "limits.h"
 #include "log.h"
