@@ -29,6 +29,7 @@
 #include "broker.h"
 #include "devices.h"
 #include "gate.h"
+#include "graph_hooks.h"
 #include "glibc_compat.h"
 #include "report.h"
 #include "runtime.h"
@@ -54,6 +55,7 @@ void child() {
   devices().reset_in_child();
   reset_calls_in_child();
   report_reset_in_child();
+  graph_reset_in_child();
 }
 
 }  // namespace

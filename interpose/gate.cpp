@@ -73,7 +73,7 @@ uint64_t total_calls(Fn id) {
 uint64_t total_launches() {
   uint64_t sum = 0;
   for (unsigned i = 0; i < kHookCount; ++i)
-    if (kPolicy[i] == Policy::launch) sum += total_calls(Fn(i));
+    if (kPolicy[i] == Policy::launch || kPolicy[i] == Policy::graph_launch) sum += total_calls(Fn(i));
   return sum;
 }
 

@@ -10,6 +10,7 @@
 // signature in hooks.def. Policies:
 //   launch   count on this thread (every 4096th also flushes launch counts to the stats page), pass
 //            the launch gate, call the driver (no other work);
+//   graph_launch  count as a launch, then coloc::interpose::graph_launch::<name> (charge, gate, call);
 //   others   HookScope (count, lazy init, nesting), then coloc::interpose::<policy>::<name> (handlers.h).
 #include "driver.h"
 #include "gate.h"
@@ -27,6 +28,14 @@ namespace ci = coloc::interpose;
     return ci::call<ci::Fn::name> args;                  \
   }
 
+// graph_launch: counted as a launch, then graph_launch::name charges graph memory, passes the
+// gate and calls the driver (graph_hooks.cpp).
+#define COLOC_DEFINE_graph_launch(name, params, args)   \
+  extern "C" COLOC_EXPORT CUresult CUDAAPI name params { \
+    ci::count_launch(ci::Fn::name);                      \
+    return ci::graph_launch::name args;                  \
+  }
+
 #define COLOC_DEFINE_HANDLED(policy, name, params, args)   \
   extern "C" COLOC_EXPORT CUresult CUDAAPI name params {    \
     ci::HookScope scope(ci::Fn::name);                      \
@@ -41,6 +50,7 @@ namespace ci = coloc::interpose;
 #define COLOC_DEFINE_query(name, params, args) COLOC_DEFINE_HANDLED(query, name, params, args)
 #define COLOC_DEFINE_resolve(name, params, args) COLOC_DEFINE_HANDLED(resolve, name, params, args)
 #define COLOC_DEFINE_init(name, params, args) COLOC_DEFINE_HANDLED(init, name, params, args)
+#define COLOC_DEFINE_graph(name, params, args) COLOC_DEFINE_HANDLED(graph, name, params, args)
 
 #define COLOC_HOOK(policy, name, params, args) COLOC_DEFINE_##policy(name, params, args)
 #include "hooks.def"

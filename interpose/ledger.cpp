@@ -17,6 +17,7 @@ const char* kind_name(Kind k) {
     case Kind::vmm: return "vmm";
     case Kind::array: return "array";
     case Kind::context: return "context";
+    case Kind::graph: return "graph";
   }
   return "?";
 }
@@ -94,6 +95,13 @@ void Ledger::count_untracked_free(int slot) {
 
 void Ledger::release_context_cost(int slot, uint64_t bytes) {
   books_[slot].kind_in_use[int(Kind::context)].fetch_sub(bytes, std::memory_order_relaxed);
+  shared(slot).in_use.fetch_sub(bytes, std::memory_order_seq_cst);
+}
+
+void Ledger::commit_bytes(int slot, Kind k, uint64_t bytes) { note_kind(slot, k, bytes); }
+
+void Ledger::release_bytes(int slot, Kind k, uint64_t bytes) {
+  books_[slot].kind_in_use[int(k)].fetch_sub(bytes, std::memory_order_relaxed);
   shared(slot).in_use.fetch_sub(bytes, std::memory_order_seq_cst);
 }
 

@@ -32,10 +32,11 @@
 
 namespace coloc::interpose {
 
-/// What the device memory is for. `context` is charged per live CUDA context (options.h).
-enum class Kind : uint8_t { allocation, pool, vmm, array, context };
-inline constexpr int kKinds = 5;
-/// "allocation", "pool", "vmm", "array", "context".
+/// What the device memory is for. `context` is charged per live CUDA context (options.h); `graph`
+/// is the device's graph memory pool (graph_hooks.cpp).
+enum class Kind : uint8_t { allocation, pool, vmm, array, context, graph };
+inline constexpr int kKinds = 6;
+/// "allocation", "pool", "vmm", "array", "context", "graph".
 const char* kind_name(Kind k);
 
 /// The number space a key lives in: device pointers, VMM handles, arrays and mipmapped arrays are
@@ -121,6 +122,11 @@ class Ledger {
   void count_untracked_free(int slot);
   /// Credits a context's memory (Kind::context, `bytes`) when the context goes away.
   void release_context_cost(int slot, uint64_t bytes);
+  /// Books `bytes` already charged on `slot` (try_charge/force_charge) as kind `k`, with no record
+  /// and no allocation count (graph memory pool growth). Updates the kind's total and the peaks.
+  void commit_bytes(int slot, Kind k, uint64_t bytes);
+  /// Credits `bytes` booked with commit_bytes: in-use and the kind's total.
+  void release_bytes(int slot, Kind k, uint64_t bytes);
   /// Removes every record that dies with context `ctx` and credits it (released_with_context).
   /// Returns the number of records removed. O(live records); for context destruction only.
   size_t release_records_of_context(uint64_t ctx);

@@ -80,10 +80,10 @@ CUresult charge_with(int slot, uint64_t request, const char* what, ChargeAttempt
       attempt.undo();
     }
     bool over_limit = wanted > limit || seen > limit - wanted;
-    // Pools first, when they are charged a reserve beyond their live blocks (pools.h). At the own
-    // limit: give their unused reserve back, which also leaves their books exact; beyond the grant
-    // only: read them (a grant round trip costs more than a few readings).
-    if (ledger().pools_hold_reserve()) {
+    // Pools first (pools.h; the graph memory pool too). At the own limit: give their unused
+    // reserve back, which also leaves their books exact; beyond the grant only: read them (a grant
+    // round trip costs more than a few readings).
+    {
       if (over_limit && !trimmed) {
         trimmed = refreshed = true;
         if (trim_pools(slot) || refresh_pools(slot)) continue;

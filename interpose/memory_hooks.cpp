@@ -23,6 +23,7 @@
 
 #include "devices.h"
 #include "driver.h"
+#include "graph_hooks.h"
 #include "handlers.h"
 #include "limits.h"
 #include "log.h"

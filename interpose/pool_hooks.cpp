@@ -15,6 +15,7 @@
 
 #include "devices.h"
 #include "driver.h"
+#include "graph_hooks.h"
 #include "handlers.h"
 #include "limits.h"
 #include "log.h"
@@ -72,6 +73,12 @@ class PoolCharge final : public ChargeAttempt {
 // `per_thread`: a _ptsz entry point.
 template <Fn id, Fn free_id, bool per_thread, class Call>
 CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream, Call&& driver_alloc) {
+  // Recorded by stream capture: graph memory (graph_hooks.cpp), charged when the graph runs.
+  if (g_active_captures.load(std::memory_order_relaxed) > 0 && stream_capturing(stream, per_thread)) [[unlikely]] {
+    CUresult r = driver_alloc();
+    if (r == CUDA_SUCCESS) note_captured_alloc(stream, per_thread, bytes);
+    return r;
+  }
   Where w = devices().of_stream(stream);
   if (w.slot < 0) return driver_alloc();
   if (!pool && call<Fn::cuDeviceGetMemPool>(&pool, CUdevice(devices().info(w.slot).ordinal)) != CUDA_SUCCESS)
@@ -157,6 +164,14 @@ bool refresh_pools(int slot, uint64_t* fell) {
     uint64_t after = ledger().in_use(s);
     if (after != before) changed = true;
     if (after < before && fell) *fell |= uint64_t(1) << s;
+  }
+  // The graph memory pool too (graph_hooks.h).
+  for (int s = 0; s < kMaxDevices; ++s) {
+    if (slot >= 0 && s != slot) continue;
+    if (slot < 0 && !control().slots[s].attached.load(std::memory_order_acquire)) continue;
+    uint64_t before = ledger().in_use(s);
+    if (refresh_graph_pool(s)) changed = true;
+    if (ledger().in_use(s) < before && fell) *fell |= uint64_t(1) << s;
   }
   return changed;
 }

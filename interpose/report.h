@@ -13,7 +13,7 @@
 // Layout (bytes are integers; a missing limit is null):
 //   {"version":1,"job":"...","pid":N,"context_bytes":N,
 //    "devices":[{"slot":0,"ordinal":0,"uuid":"GPU-...","total_bytes":N,"limit":N|null,
-//                "in_use":{"total":N,"allocation":N,"pool":N,"vmm":N,"array":N,"context":N},
+//                "in_use":{"total":N,"allocation":N,"pool":N,"vmm":N,"array":N,"context":N,"graph":N},
 //                "peak":{ same keys },
 //                "allocs":N,"frees":N,"failed":N,"refused":N,"untracked_frees":N,
 //                "released_with_context":N}, ...],

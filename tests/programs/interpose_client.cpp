@@ -68,6 +68,8 @@ struct State {
   std::map<std::string, CUmipmappedArray> mipmaps;
   std::vector<CUcontext> created;
   CUfunction spin = nullptr;
+  std::map<std::string, CUgraphExec> execs;
+  CUstream graph_stream = nullptr;
 };
 
 template <class M>
@@ -272,6 +274,48 @@ CUresult fork_exec_step(const Args& a, State&, json& out) {
   waitpid(pid, &status, 0);
   out["child_exit"] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   out["child_signal"] = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  return CUDA_SUCCESS;
+}
+
+// The stream graph steps use (created on first use, non-blocking).
+CUresult graph_stream(State& s, CUstream* out) {
+  if (!s.graph_stream)
+    if (CUresult r = cuStreamCreate(&s.graph_stream, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) return r;
+  *out = s.graph_stream;
+  return CUDA_SUCCESS;
+}
+
+// graph-node SIZE NAME: a graph of an allocation node of SIZE on device 0 and its free node,
+// instantiated as NAME. graph-capture SIZE NAME: the same from stream capture of
+// cuMemAllocAsync + cuMemFreeAsync.
+CUresult graph_mem_step(const Args& a, State& s, json& out, bool capture) {
+  CUstream st;
+  if (CUresult r = graph_stream(s, &st); r != CUDA_SUCCESS) return r;
+  CUgraph g;
+  CUdeviceptr p = 0;
+  if (capture) {
+    if (CUresult r = cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_GLOBAL); r != CUDA_SUCCESS) return r;
+    CUresult r = cuMemAllocAsync(&p, size_arg(a[0]), st);
+    if (r == CUDA_SUCCESS) r = cuMemFreeAsync(p, st);
+    CUresult e = cuStreamEndCapture(st, &g);
+    if (r != CUDA_SUCCESS) return r;
+    if (e != CUDA_SUCCESS) return e;
+  } else {
+    if (CUresult r = cuGraphCreate(&g, 0); r != CUDA_SUCCESS) return r;
+    CUDA_MEM_ALLOC_NODE_PARAMS prm{};
+    prm.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prm.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prm.poolProps.location.id = 0;
+    prm.bytesize = size_arg(a[0]);
+    CUgraphNode alloc, freed;
+    if (CUresult r = cuGraphAddMemAllocNode(&alloc, g, nullptr, 0, &prm); r != CUDA_SUCCESS) return r;
+    if (CUresult r = cuGraphAddMemFreeNode(&freed, g, &alloc, 1, prm.dptr); r != CUDA_SUCCESS) return r;
+    p = prm.dptr;
+  }
+  out["ptr"] = p;
+  CUgraphExec x;
+  if (CUresult r = cuGraphInstantiateWithFlags(&x, g, 0); r != CUDA_SUCCESS) return r;
+  s.execs[a[1]] = x;
   return CUDA_SUCCESS;
 }
 
@@ -506,6 +550,30 @@ const std::vector<Step>& steps() {
          cuGraphExecDestroy(ge);
          cuGraphDestroy(g);
          cuStreamDestroy_v2(st);
+         return r;
+       }},
+      {"graph-node", 2, [](const Args& a, State& s, json& o) { return graph_mem_step(a, s, o, false); }},
+      {"graph-capture", 2, [](const Args& a, State& s, json& o) { return graph_mem_step(a, s, o, true); }},
+      {"graph-run", 1,
+       [](const Args& a, State& s, json&) {
+         CUstream st;
+         if (CUresult r = graph_stream(s, &st); r != CUDA_SUCCESS) return r;
+         return cuGraphLaunch(named(s.execs, a[0]), st);
+       }},
+      {"graph-upload", 1,
+       [](const Args& a, State& s, json&) {
+         CUstream st;
+         if (CUresult r = graph_stream(s, &st); r != CUDA_SUCCESS) return r;
+         return cuGraphUpload(named(s.execs, a[0]), st);
+       }},
+      {"graph-trim", 0, [](const Args&, State&, json&) { return cuDeviceGraphMemTrim(0); }},
+      {"graph-mem", 0,
+       [](const Args&, State&, json& o) {
+         cuuint64_t reserved = 0, used = 0;
+         CUresult r = cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved);
+         if (r == CUDA_SUCCESS) r = cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used);
+         o["reserved"] = reserved;
+         o["used"] = used;
          return r;
        }},
       {"null-alloc", 0, [](const Args&, State&, json&) { return cuMemAlloc_v2(nullptr, 1 << 20); }},

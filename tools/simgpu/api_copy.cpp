@@ -22,8 +22,8 @@ struct Copy {
 CUresult check(const Copy& c) {
   Driver& drv = Driver::get();
   if (!c.dst || !c.src) return CUDA_ERROR_INVALID_VALUE;
-  if (c.dst_device && !drv.device_range_live(c.dst, c.bytes)) return CUDA_ERROR_INVALID_VALUE;
-  if (c.src_device && !drv.device_range_live(c.src, c.bytes)) return CUDA_ERROR_INVALID_VALUE;
+  if (c.dst_device && !drv.device_range_addressable(c.dst, c.bytes)) return CUDA_ERROR_INVALID_VALUE;
+  if (c.src_device && !drv.device_range_addressable(c.src, c.bytes)) return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
 
@@ -47,7 +47,7 @@ CUresult copy_async(const Copy& c, CUstream hStream, bool per_thread) {
 
 CUresult check_memset(uintptr_t dst, unsigned element, size_t count) {
   if (dst % element) return CUDA_ERROR_INVALID_VALUE;
-  if (count > SIZE_MAX / element || !Driver::get().device_range_live(dst, count * element)) return CUDA_ERROR_INVALID_VALUE;
+  if (count > SIZE_MAX / element || !Driver::get().device_range_addressable(dst, count * element)) return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
 

@@ -110,7 +110,7 @@ CUresult launch(const Launch& l, bool per_thread) {
   if (k.kind == KernelKind::fill) {
     k.duration_ns = drv.config.kernel_ns;
     if (k.fill_count > 0 && (k.fill_ptr % 4 || k.fill_count > UINT64_MAX / 4 ||
-                             !drv.device_range_live(k.fill_ptr, k.fill_count * 4)))
+                             !drv.device_range_addressable(k.fill_ptr, k.fill_count * 4)))
       return CUDA_ERROR_INVALID_VALUE;
   }
   return ctx->submit(*s, k);

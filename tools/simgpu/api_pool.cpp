@@ -6,13 +6,50 @@ using namespace simgpu;
 
 namespace {
 
+// An allocation on a capturing stream becomes an allocation node of the graph being captured: its
+// address is reserved now, its memory is bound when the graph is uploaded or launched
+// (graph_memory.h). *captured is false when the stream is not capturing.
+CUresult capture_alloc(Stream& s, DeviceState& dev, uint64_t bytes, uintptr_t* p, bool* captured) {
+  std::lock_guard<std::mutex> lk(s.ctx->mu);
+  Graph* g = s.capture.load(std::memory_order_relaxed);
+  *captured = g != nullptr;
+  if (!g) return CUDA_SUCCESS;
+  if (g->mem_device && g->mem_device != &dev) return CUDA_ERROR_NOT_SUPPORTED;  // one device per graph in simgpu
+  if (CUresult rc = dev.graph_pool.add_block(g->id, bytes, p); rc != CUDA_SUCCESS) return rc;
+  g->allocs.push_back(*p);
+  g->mem_device = &dev;
+  return CUDA_SUCCESS;
+}
+
+// A free on a capturing stream becomes a free node; the address must be a graph allocation.
+CUresult capture_free(Stream& s, uintptr_t p, bool* captured) {
+  std::unique_lock<std::mutex> lk(s.ctx->mu);
+  Graph* g = s.capture.load(std::memory_order_relaxed);
+  *captured = g != nullptr;
+  if (!g) return CUDA_SUCCESS;
+  for (const auto& dev : Driver::get().devices) {
+    if (!dev->memory.contains(p) || !dev->graph_pool.is_block(p)) continue;
+    if (CUresult rc = dev->graph_pool.add_free(g->id, p); rc != CUDA_SUCCESS) return rc;
+    g->nodes.push_back(GraphFreeWork{dev.get(), p});
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
 CUresult alloc_from(MemPool* pool, CUdeviceptr* dptr, size_t bytesize, CUstream hStream, bool per_thread) {
   if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s;
   if (CUresult rc = resolve_stream(hStream, per_thread, &s); rc != CUDA_SUCCESS) return rc;
-  if (s->capture.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!pool) pool = s->ctx->device.current_pool.load();
   uintptr_t p;
+  if (s->capture.load(std::memory_order_relaxed)) {
+    bool captured = false;
+    CUresult rc = capture_alloc(*s, pool->device, bytesize, &p, &captured);
+    if (captured) {
+      if (rc == CUDA_SUCCESS) *dptr = CUdeviceptr(p);
+      return rc;
+    }
+  }
   if (CUresult rc = pool->allocate(bytesize, &p, s); rc != CUDA_SUCCESS) return rc;
   *dptr = CUdeviceptr(p);
   return CUDA_SUCCESS;
@@ -36,10 +73,16 @@ CUresult free_async(CUdeviceptr dptr, CUstream hStream, bool per_thread) {
   Stream* s;
   if (CUresult rc = resolve_stream(hStream, per_thread, &s); rc != CUDA_SUCCESS) return rc;
   Driver& drv = Driver::get();
+  if (s->capture.load(std::memory_order_relaxed)) {
+    bool captured = false;
+    CUresult rc = capture_free(*s, uintptr_t(dptr), &captured);
+    if (captured) return rc;
+  }
   if (!drv.device_range_live(uintptr_t(dptr), 1)) return CUDA_ERROR_INVALID_VALUE;
   if (s->ctx->idle() && !s->capture.load(std::memory_order_relaxed)) return drv.free_device_memory(uintptr_t(dptr));
   FreeWork work{uintptr_t(dptr)};
-  if (MemPool* pool = drv.pool_of_block(uintptr_t(dptr))) {
+  MemPool* pool = s->capture.load(std::memory_order_relaxed) ? nullptr : drv.pool_of_block(uintptr_t(dptr));
+  if (pool) {  // reusable on its stream from now on (not while capturing: the free runs with the graph)
     if (!pool->begin_free(uintptr_t(dptr), s, &work.generation)) return CUDA_ERROR_INVALID_VALUE;
     work.pool = reinterpret_cast<CUmemoryPool>(pool);
   }

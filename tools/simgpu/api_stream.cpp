@@ -1,4 +1,4 @@
-// Driver API: streams, events, stream capture and graphs.
+// Driver API: streams, events and stream capture (graphs: api_graph.cpp).
 #include "driver.h"
 #include "entry.h"
 
@@ -55,8 +55,9 @@ CUresult begin_capture(CUstream h, unsigned mode, bool per_thread) {
   Stream* s;
   if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
   if (s == &s->ctx->null_stream) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream
-  Graph* g = g_graphs.create();
+  Graph* g = g_graphs.create(Driver::get().next_graph_id.fetch_add(1));
   if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+  g->from_capture = true;
   CUresult rc = s->ctx->begin_capture(*s, g);
   if (rc != CUDA_SUCCESS) g_graphs.destroy(g);
   return rc;
@@ -97,16 +98,6 @@ CUresult event_elapsed(float* ms, CUevent start, CUevent end) {
   return a->ctx->elapsed(*a, *b, ms);
 }
 
-CUresult graph_launch(CUgraphExec h, CUstream stream, bool per_thread) {
-  GraphExec* g = g_graph_execs.get(h);
-  if (!g) return CUDA_ERROR_INVALID_VALUE;
-  Stream* s;
-  if (CUresult rc = resolve_stream(stream, per_thread, &s); rc != CUDA_SUCCESS) return rc;
-  if (!g->has_effects && g_fast.load(std::memory_order_relaxed) && !s->capture.load(std::memory_order_relaxed))
-    return CUDA_SUCCESS;
-  return s->ctx->launch_graph(*s, *g);
-}
-
 }  // namespace
 
 extern "C" {
@@ -131,7 +122,7 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
     if (!s) return CUDA_ERROR_INVALID_HANDLE;
     // Queued work refers to the stream by number only and still runs, as on a GPU.
     Graph* g;
-    if (s->ctx->end_capture(*s, &g) == CUDA_SUCCESS) g_graphs.destroy(g);
+    if (s->ctx->end_capture(*s, &g) == CUDA_SUCCESS && g->from_capture) destroy_graph(g);
     g_streams.destroy(s);
     return CUDA_SUCCESS;
   });
@@ -288,57 +279,6 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
     e->ctx->synchronize(*e);  // a queued record still points at it
     g_events.destroy(e);
-    return CUDA_SUCCESS;
-  });
-}
-
-CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph, unsigned long long flags) {
-  static constinit CallCounter calls{__func__};
-  return enter(calls, [&] {
-    constexpr unsigned long long kFlags = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
-                                          CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD | CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH |
-                                          CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
-    if (!phGraphExec || (flags & ~kFlags)) return CUDA_ERROR_INVALID_VALUE;
-    Graph* g = g_graphs.get(hGraph);
-    if (!g) return CUDA_ERROR_INVALID_VALUE;
-    GraphExec* x = g_graph_execs.create();
-    if (!x) return CUDA_ERROR_OUT_OF_MEMORY;
-    x->nodes = g->nodes;
-    for (const Work& w : x->nodes) {
-      const auto* k = std::get_if<KernelWork>(&w);
-      if (!k || k->kind == KernelKind::fill) x->has_effects = true;
-    }
-    *phGraphExec = reinterpret_cast<CUgraphExec>(x);
-    return CUDA_SUCCESS;
-  });
-}
-
-CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
-  static constinit CallCounter calls{__func__};
-  return enter(calls, [&] { return graph_launch(hGraphExec, hStream, false); });
-}
-
-CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
-  static constinit CallCounter calls{__func__};
-  return enter(calls, [&] { return graph_launch(hGraphExec, hStream, true); });
-}
-
-CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
-  static constinit CallCounter calls{__func__};
-  return enter(calls, [&] {
-    GraphExec* x = g_graph_execs.get(hGraphExec);
-    if (!x) return CUDA_ERROR_INVALID_VALUE;
-    g_graph_execs.destroy(x);  // launches already queued hold copies of its nodes
-    return CUDA_SUCCESS;
-  });
-}
-
-CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
-  static constinit CallCounter calls{__func__};
-  return enter(calls, [&] {
-    Graph* g = g_graphs.get(hGraph);
-    if (!g) return CUDA_ERROR_INVALID_VALUE;
-    g_graphs.destroy(g);
     return CUDA_SUCCESS;
   });
 }

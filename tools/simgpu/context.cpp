@@ -37,7 +37,7 @@ CUresult Context::submit(Stream& s, Work w) {
   std::unique_lock<std::mutex> lk(mu);
   if (Graph* g = s.capture.load(std::memory_order_relaxed)) {
     if (!std::holds_alternative<KernelWork>(w) && !std::holds_alternative<CopyWork>(w) &&
-        !std::holds_alternative<MemsetWork>(w))
+        !std::holds_alternative<MemsetWork>(w) && !std::holds_alternative<GraphFreeWork>(w))
       return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     g->nodes.push_back(std::move(w));
     return CUDA_SUCCESS;
@@ -52,14 +52,21 @@ CUresult Context::submit(Stream& s, Work w) {
 CUresult Context::launch_graph(Stream& s, const GraphExec& g) {
   std::unique_lock<std::mutex> lk(mu);
   if (Graph* cap = s.capture.load(std::memory_order_relaxed)) {
+    if (g.mem_device) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     cap->nodes.insert(cap->nodes.end(), g.nodes.begin(), g.nodes.end());
     return CUDA_SUCCESS;
+  }
+  if (g.mem_device) {
+    std::vector<uintptr_t> auto_free;
+    if (CUresult rc = g.mem_device->graph_pool.launch(g.mem_exec, &auto_free); rc != CUDA_SUCCESS) return rc;
+    for (uintptr_t p : auto_free) enqueue_locked(s, GraphFreeWork{g.mem_device, p});
   }
   for (const Work& node : g.nodes) {
     Work w = node;
     if (auto* k = std::get_if<KernelWork>(&w)) k->launch_id = Driver::get().next_launch_id.fetch_add(1);
     enqueue_locked(s, std::move(w));
   }
+  if (g.mem_device) enqueue_locked(s, GraphEndWork{g.mem_device, g.mem_exec});
   lk.unlock();
   work_cv_.notify_one();
   return CUDA_SUCCESS;
@@ -204,6 +211,10 @@ void Context::execute(Op& op) {
   } else if (auto* f = std::get_if<FreeWork>(&op.work)) {
     if (!f->pool) drv.free_device_memory(f->ptr);
     else if (MemPool* pool = g_mem_pools.get(f->pool)) pool->finish_free(f->ptr, f->generation);
+  } else if (auto* gf = std::get_if<GraphFreeWork>(&op.work)) {
+    gf->device->graph_pool.free_in_graph(gf->ptr);
+  } else if (auto* ge = std::get_if<GraphEndWork>(&op.work)) {
+    ge->device->graph_pool.launch_done(ge->exec);
   }
   // Copies and memsets take the host time they took; an event record takes none.
   clock_ns_ = std::max(clock_ns_, now_ns() - kMaxLagNs);

@@ -62,7 +62,15 @@ struct FreeWork {
   CUmemoryPool pool = nullptr;  ///< a pool block's pool (MemPool::begin_free), else null
   uint64_t generation = 0;    ///< of the pool block
 };
-using Work = std::variant<KernelWork, CopyWork, MemsetWork, EventWork, FreeWork>;
+struct GraphFreeWork {
+  DeviceState* device = nullptr;  ///< whose graph memory pool (graph_memory.h) holds the block
+  uintptr_t ptr = 0;              ///< a mem-free node (or an automatic free on launch) of a graph allocation
+};
+struct GraphEndWork {
+  DeviceState* device = nullptr;
+  uint64_t exec = 0;  ///< GraphMemPool exec id: this launch of it finished
+};
+using Work = std::variant<KernelWork, CopyWork, MemsetWork, EventWork, FreeWork, GraphFreeWork, GraphEndWork>;
 
 class Context;
 
@@ -86,13 +94,33 @@ struct Event {
   uint64_t time_ns = 0;  ///< when that operation ran
 };
 
-/// A captured graph: the captured kernels, copies and memsets, in stream order.
+struct GraphNode;
+
+/// A graph: its kernels, copies, memsets and memory-free nodes in the order they were captured
+/// or added (a valid order of its dependencies), and its memory-allocation nodes.
 struct Graph {
+  explicit Graph(uint64_t graph_id) : id(graph_id) {}
+  const uint64_t id;  ///< unique for the process (graph memory pools name graphs by it)
   std::vector<Work> nodes;
+  std::vector<uintptr_t> allocs;      ///< addresses of its allocation nodes' blocks
+  DeviceState* mem_device = nullptr;  ///< the device of its memory nodes (one per graph in simgpu)
+  std::vector<GraphNode*> handles;    ///< nodes made by the node-creation API (destroyed with it)
+  uint32_t live_execs = 0;            ///< executable graphs made from it that are not destroyed
+  bool from_capture = false;          ///< made by cuStreamBeginCapture (not ...ToGraph)
+};
+/// A node made by cuGraphAddMemAllocNode / AddMemFreeNode / AddNode (captured nodes have none).
+struct GraphNode {
+  GraphNode(Graph* g, CUgraphNodeType t, uintptr_t p) : graph(g), type(t), ptr(p) {}
+  Graph* const graph;
+  const CUgraphNodeType type;
+  const uintptr_t ptr;  ///< the allocation it makes or frees
 };
 struct GraphExec {
   std::vector<Work> nodes;
-  bool has_effects = false;  ///< holds copies, memsets or fills (SIMGPU_FAST still runs those)
+  bool has_effects = false;  ///< holds copies, memsets, fills or memory nodes (SIMGPU_FAST still runs those)
+  uint64_t source = 0;       ///< Graph::id it was made from
+  DeviceState* mem_device = nullptr;  ///< device of its graph memory, or null when it has none
+  uint64_t mem_exec = 0;     ///< its id in that device's GraphMemPool
 };
 
 class Context {
@@ -112,9 +140,12 @@ class Context {
   Stream per_thread_stream{this, 1, 0};  ///< CU_STREAM_PER_THREAD, and NULL for _ptsz calls
 
   /// Enqueues `w` on `s`, or appends it to the graph `s` is capturing. Capture accepts kernels,
-  /// copies and memsets; other work gets CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
+  /// copies, memsets and graph memory frees; other work gets CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
   CUresult submit(Stream& s, Work w);
-  /// Enqueues every node of `g` on `s` in order (or appends them to `s`'s capture).
+  /// Enqueues every node of `g` on `s` in order (or appends them to `s`'s capture). An exec with
+  /// graph memory is bound first (GraphMemPool::launch: CUDA_ERROR_OUT_OF_MEMORY or
+  /// CUDA_ERROR_INVALID_VALUE enqueue nothing) and cannot be launched into a capture
+  /// (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).
   CUresult launch_graph(Stream& s, const GraphExec& g);
   /// True when nothing is queued or running.
   bool idle();

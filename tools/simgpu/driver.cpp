@@ -19,6 +19,7 @@ constinit HandlePool<Module, 4096> g_modules;
 constinit HandlePool<Function, 16384> g_functions;
 constinit HandlePool<Graph, 4096> g_graphs;
 constinit HandlePool<GraphExec, 4096> g_graph_execs;
+constinit HandlePool<GraphNode, 16384> g_graph_nodes;
 constinit HandlePool<MemPool, 1024> g_mem_pools;
 constinit HandlePool<PhysicalMemory, 65536> g_physical_memory;
 constinit HandlePool<ArrayObject, 65536> g_arrays;
@@ -137,10 +138,18 @@ CUresult Driver::init_once() {
   return CUDA_SUCCESS;
 }
 
-bool Driver::device_range_live(uintptr_t p, uint64_t n) const {
+bool Driver::device_range_live(uintptr_t p, uint64_t n) const { return device_range(p, n, true); }
+
+bool Driver::device_range_addressable(uintptr_t p, uint64_t n) const { return device_range(p, n, false); }
+
+bool Driver::device_range(uintptr_t p, uint64_t n, bool need_live) const {
   if (n == 0 || n > UINTPTR_MAX - p) return false;
-  for (const auto& dev : devices)
-    if (dev->memory.contains(p)) return dev->memory.live_range(p, n);
+  for (const auto& dev : devices) {
+    if (!dev->memory.contains(p)) continue;
+    if (!dev->memory.live_range(p, n)) return false;
+    auto hit = dev->memory.find(p);  // a graph allocation's address is live only while allocated
+    return hit && (hit->second.kind != AllocKind::graph || dev->graph_pool.range(p, n, need_live));
+  }
   if (managed->contains(p)) return managed->live_range(p, n);
   if (vmm->contains(p)) return vmm->live_range(p, n);
   return false;
@@ -163,6 +172,7 @@ CUresult Driver::free_device_memory(uintptr_t p) {
     if (!hit || hit->first != p) return CUDA_ERROR_INVALID_VALUE;
     if (hit->second.kind == AllocKind::pool_chunk)
       return hit->second.pool->free_block(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (hit->second.kind == AllocKind::graph) return dev->graph_pool.free_outside(p);
     auto a = dev->memory.release(p);
     if (!a) return CUDA_ERROR_INVALID_VALUE;  // freed by another thread meanwhile
     shared->uncharge(dev->physical, a->charged);

@@ -22,6 +22,7 @@
 #include "config.h"
 #include "context.h"
 #include "cuda_api.h"
+#include "graph_memory.h"
 #include "handles.h"
 #include "image.h"
 #include "memory.h"
@@ -33,12 +34,13 @@ namespace simgpu {
 /// One device as this process sees it.
 struct DeviceState {
   DeviceState(int ord, int phys, DeviceSpec s, Uuid u)
-      : ordinal(ord), physical(phys), spec(std::move(s)), uuid(u), memory(arena_span(spec.bytes)) {}
+      : ordinal(ord), physical(phys), spec(std::move(s)), uuid(u), memory(arena_span(spec.bytes)), graph_pool(*this) {}
   const int ordinal;   ///< CUdevice, after CUDA_VISIBLE_DEVICES
   const int physical;  ///< index in SIMGPU_DEVICES (shared state, trace)
   const DeviceSpec spec;
   const Uuid uuid;
   Arena memory;  ///< cuMemAlloc and pool chunks; twice the capacity, for alignment slack
+  GraphMemPool graph_pool;  ///< backs graph memory nodes (graph_memory.h)
   MemPool* default_pool = nullptr;        ///< set at cuInit
   std::atomic<MemPool*> current_pool{nullptr};
   // Guarded by Driver::mu:
@@ -74,6 +76,7 @@ extern constinit HandlePool<Module, 4096> g_modules;
 extern constinit HandlePool<Function, 16384> g_functions;
 extern constinit HandlePool<Graph, 4096> g_graphs;
 extern constinit HandlePool<GraphExec, 4096> g_graph_execs;
+extern constinit HandlePool<GraphNode, 16384> g_graph_nodes;
 extern constinit HandlePool<MemPool, 1024> g_mem_pools;
 extern constinit HandlePool<PhysicalMemory, 65536> g_physical_memory;
 extern constinit HandlePool<ArrayObject, 65536> g_arrays;
@@ -97,6 +100,9 @@ class Driver {
   /// True when [p, p+n) (n > 0) is live device memory of this process: one allocation, a pool
   /// chunk, managed memory, or accessible VMM mappings.
   bool device_range_live(uintptr_t p, uint64_t n) const;
+  /// device_range_live, except that a graph allocation's reserved address counts even while it is
+  /// not allocated: what work checks when it is submitted (it runs once a launch allocated it).
+  bool device_range_addressable(uintptr_t p, uint64_t n) const;
   /// Frees what cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged or a pool allocation returned at
   /// exactly `p`: CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE.
   CUresult free_device_memory(uintptr_t p);
@@ -122,10 +128,12 @@ class Driver {
   std::atomic<uint32_t> next_context_id{1};
   std::atomic<uint32_t> next_stream_id{2};
   std::atomic<uint64_t> next_launch_id{1};
+  std::atomic<uint64_t> next_graph_id{1};
 
  private:
   Driver() = default;
   CUresult init_once();
+  bool device_range(uintptr_t p, uint64_t n, bool need_live) const;
 
   std::mutex init_mu_;
   CUresult init_result_ = CUDA_SUCCESS;
@@ -148,6 +156,9 @@ void set_current_context(CUcontext ctx);
 /// Removes `ctx` from the top of this thread's stack if it is there (cuCtxDestroy).
 void forget_context(CUcontext ctx);
 inline constexpr int kMaxContextStack = 64;
+
+/// Destroys a graph: its node handles, and its claim on its graph memory blocks (api_graph.cpp).
+void destroy_graph(Graph* g);
 
 /// Resolves a stream argument. NULL means the legacy default stream, or the per-thread one for
 /// the _ptsz/_ptds entry points (`per_thread`); CU_STREAM_LEGACY and CU_STREAM_PER_THREAD name

@@ -58,7 +58,7 @@ inline uint64_t arena_span(uint64_t bytes) {
 /// Writes `count` elements of `element` bytes (1 or 4), each the low bytes of `value`, at `dst`.
 void fill_memory(uintptr_t dst, uint32_t value, unsigned element, size_t count);
 
-enum class AllocKind : uint8_t { plain, pool_chunk, managed };
+enum class AllocKind : uint8_t { plain, pool_chunk, managed, graph };
 
 struct Allocation {
   uint64_t size = 0;      ///< usable bytes (the request rounded up to 512)
@@ -66,6 +66,8 @@ struct Allocation {
   uint32_t context = 0;   ///< id of the context it belongs to (freed with it); 0 for pool chunks
   AllocKind kind = AllocKind::plain;
   MemPool* pool = nullptr;  ///< for pool chunks
+  // graph: the address of a graph allocation node (graph_memory.h); charged 0, live only while
+  // its graph memory pool says so
 };
 
 /// A span of address space reserved once and sub-allocated. Thread-safe.

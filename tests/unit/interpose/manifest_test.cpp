@@ -60,7 +60,7 @@ TEST_CASE("manifest: find_hook finds exactly the hooks") {
 
 TEST_CASE("manifest: launches are gated, allocations charged") {
   CHECK(kPolicy[index(Fn::cuLaunchKernel)] == Policy::launch);
-  CHECK(kPolicy[index(Fn::cuGraphLaunch_ptsz)] == Policy::launch);
+  CHECK(kPolicy[index(Fn::cuGraphLaunch_ptsz)] == Policy::graph_launch);  // charge first, then the gate
   CHECK(kPolicy[index(Fn::cuMemAlloc_v2)] == Policy::alloc);
   CHECK(kPolicy[index(Fn::cuMemFree_v2)] == Policy::release);
   CHECK(kPolicy[index(Fn::cuDevicePrimaryCtxRetain)] == Policy::context);
