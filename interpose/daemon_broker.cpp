@@ -440,6 +440,15 @@ int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
   return slot;
 }
 
+uint64_t DaemonBroker::job_others(int slot) {
+  Mode m = mode_.load(std::memory_order_acquire);
+  if (m == Mode::standalone) return local_.job_others(slot);
+  if (m != Mode::daemon) return 0;
+  return control().slots[slot].job_others.load(std::memory_order_relaxed);
+}
+
+void DaemonBroker::at_exit() { local_.at_exit(); }  // standalone: leave the job's shared limit
+
 uint64_t DaemonBroker::unattached_limit(int ordinal) {
   if (mode_.load(std::memory_order_acquire) == Mode::standalone) return local_.unattached_limit(ordinal);
   uint64_t env = own_cap(ordinal);
@@ -525,6 +534,7 @@ Refusal DaemonBroker::grow(int slot, uint64_t wanted) {
 }
 
 void DaemonBroker::surplus(int slot, uint64_t in_use) {
+  if (mode_.load(std::memory_order_acquire) == Mode::standalone) return local_.surplus(slot, in_use);
   if (mode_.load(std::memory_order_acquire) != Mode::daemon || !link_.connected()) return;
   uint64_t step = link_.grant_step();
   uint64_t grant = control().slots[slot].grant.load(std::memory_order_seq_cst);
@@ -586,6 +596,7 @@ bool DaemonBroker::driver_oom(int slot, uint64_t request, uint64_t charged, int 
 void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap) {
   if (cap == 0) return;
   out[0] = '\0';
+  if (mode_.load(std::memory_order_acquire) == Mode::standalone) return local_.describe_refusal(slot, why, out, cap);
   if (mode_.load(std::memory_order_acquire) != Mode::daemon) return;
   const RefusalDetail& t = t_refusal;
   const Figures fig(t.asked, t.capacity, t.in_use, t.physical_free, ", %s free on the device");
@@ -687,6 +698,7 @@ void DaemonBroker::after_fork_child() {
   launches_flushed_.store(0, std::memory_order_relaxed);
   oom_warned_.store(false, std::memory_order_relaxed);
   Mode m = mode_.load(std::memory_order_relaxed);
+  if (m == Mode::standalone) local_.after_fork_child();  // the parent's job shares are the parent's
   if (m != Mode::daemon && m != Mode::exiting) return;  // standalone, failed, inherited: as the parent
   bool any = false;
   for (const SlotRecord& r : slots_) any |= r.attached.load(std::memory_order_relaxed);

@@ -74,6 +74,10 @@ class DaemonBroker final : public Broker, private LinkOwner {
   bool on_init() override;
   int attach_device(const DeviceInfo& d, Refusal* why) override;
   uint64_t unattached_limit(int ordinal) override;
+  /// The daemon's figure (pages.h: ControlSlot::job_others; 0 from a daemon older than protocol
+  /// v4, or while standalone).
+  uint64_t job_others(int slot) override;
+  void at_exit() override;
   Refusal grow(int slot, uint64_t wanted) override;
   void surplus(int slot, uint64_t in_use) override;
   bool driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) override;

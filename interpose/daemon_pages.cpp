@@ -65,9 +65,9 @@ int adopt(int control_fd, int stats_fd) {
   if (rc == 0) {
     auto* c = static_cast<const pages::ControlPage*>(tmp_c);
     auto* s = static_cast<const pages::StatsPage*>(tmp_s);
-    if (c->magic != pages::kControlMagic || c->layout_version != pages::kLayoutVersion ||
-        c->slot_count != pages::kSlots || s->magic != pages::kStatsMagic ||
-        s->layout_version != pages::kLayoutVersion || s->slot_count != pages::kSlots)
+    if (c->magic != pages::kControlMagic || c->layout_version < pages::kMinLayoutVersion ||
+        c->layout_version > pages::kLayoutVersion || c->slot_count != pages::kSlots ||
+        s->magic != pages::kStatsMagic || s->layout_version != c->layout_version || s->slot_count != pages::kSlots)
       rc = -EPROTO;
   }
   if (rc != 0) {

@@ -1,5 +1,7 @@
 #include "broker/broker.h"
 
+#include <map>
+
 #include <algorithm>
 #include <cassert>
 #include <cstdio>
@@ -71,6 +73,21 @@ Bytes Broker::client_in_use(const Client& c, uint32_t slot) const {
   const ClientSlot& s = c.slots[slot];
   Bytes u = c.stats->slots[slot].in_use.load(std::memory_order_seq_cst);
   return std::min(u, devices_[s.device].capacity);
+}
+
+void Broker::publish_job_others() {
+  for (uint32_t dev = 0; dev < devices_.size(); ++dev) {
+    std::map<JobSerial, Bytes> held;  // per job: its clients' in-use and overheads on the device
+    for (auto [id, slot] : devices_[dev].attachments) {
+      const Client& c = clients_.at(id);
+      held[c.job] = sat_add(held[c.job], sat_add(client_in_use(c, slot), c.slots[slot].overhead));
+    }
+    for (auto [id, slot] : devices_[dev].attachments) {
+      const Client& c = clients_.at(id);
+      if (!c.control) continue;
+      c.control->slots[slot].job_others.store(sat_sub(held[c.job], client_in_use(c, slot)), std::memory_order_relaxed);
+    }
+  }
 }
 
 Bytes Broker::in_use(uint32_t device) const {

@@ -285,6 +285,10 @@ class Broker {
   /// device are trimmed to their in-use (so the next allocation asks, and is refused at its own
   /// limit); a lower overhead serves waiters. Unknown client or unattached slot: ignored.
   void set_overhead(ClientId id, uint32_t slot, Bytes overhead, Nanos now);
+  /// Writes into each attached client's control page what its job holds on the device beyond the
+  /// client's own in-use (pages.h: ControlSlot::job_others): the other clients' in-use and every
+  /// driver overhead of the job. O(attachments); on the engine's sampling timer.
+  void publish_job_others();
   /// Sum of the attached clients' driver overheads on `device` (bytes).
   Bytes overhead(uint32_t device) const;
 

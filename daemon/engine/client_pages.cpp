@@ -32,7 +32,7 @@ Result<void*> map_rw(int fd, const char* name) {
 
 }  // namespace
 
-Result<ClientPages> ClientPages::create(uint64_t epoch) {
+Result<ClientPages> ClientPages::create(uint64_t epoch, uint16_t layout) {
   ClientPages p;
   auto cfd = make_memfd("coloc-control");
   if (!cfd) return cfd.error();
@@ -48,13 +48,13 @@ Result<ClientPages> ClientPages::create(uint64_t epoch) {
   p.stats_ = new (smap.value()) pages::StatsPage{};
 
   p.control_->magic = pages::kControlMagic;
-  p.control_->layout_version = pages::kLayoutVersion;
+  p.control_->layout_version = layout;
   p.control_->slot_count = pages::kSlots;
   p.control_->epoch = epoch;
   p.control_->gate.store(uint32_t(pages::GateState::kRun), std::memory_order_relaxed);
   for (auto& s : p.control_->slots) s.limit.store(proto::kNoLimit, std::memory_order_relaxed);
   p.stats_->magic = pages::kStatsMagic;
-  p.stats_->layout_version = pages::kLayoutVersion;
+  p.stats_->layout_version = layout;
   p.stats_->slot_count = pages::kSlots;
 
   // Seal. Our own writable mappings stay usable; nobody can create a new writable one.

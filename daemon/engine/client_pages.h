@@ -19,7 +19,7 @@ class ClientPages {
   /// Errors: memfd_create/ftruncate/mmap/fcntl failures. On a kernel without
   /// F_SEAL_FUTURE_WRITE (before 5.1) the control page is created without it and
   /// `future_write_sealed()` is false.
-  static Result<ClientPages> create(uint64_t epoch);
+  static Result<ClientPages> create(uint64_t epoch, uint16_t layout = pages::kLayoutVersion);
 
   ClientPages() = default;
   ClientPages(ClientPages&& o) noexcept;

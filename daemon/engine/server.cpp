@@ -638,7 +638,7 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   auto out_of_fds = [](const Error& e) { return e.err == EMFILE || e.err == ENFILE; };
   if (!descriptors_for(c, 4))
     return drop(c, "no file descriptor left for its registration (closed unanswered: it tries again)", std::nullopt, true);
-  auto pages = ClientPages::create(info_.epoch);
+  auto pages = ClientPages::create(info_.epoch, pages::layout_for_protocol(m.h.version));
   if (!pages && out_of_fds(pages.error()))
     return drop(c, pages.error().message() + " (closed unanswered: it tries again)", std::nullopt, true);
   if (!pages) return refuse(c, proto::ErrorCode::kInternal, pages.error().message());
@@ -1007,6 +1007,7 @@ void Server::on_sample() {
     reconcile_overheads(dev, t);  // before the outside estimate, which the overheads are part of
     read_device_memory(dev, t);
   }
+  broker_.publish_job_others();  // each process's view of its job (pages.h: job_others)
   for (const auto& [serial, job] : broker_.jobs()) sample_job(job, t);
   if (auto r = resume_.save_if_dirty(); !r)
     log::limited(log::get("engine"), spdlog::level::warn, "save clients", "{} (tried again in {} ms)", r.error().message(),

@@ -50,9 +50,16 @@ inline constexpr size_t kPageSize = 4096;
 /// Device slots per page; a slot index comes from AttachReply / RegisterReply (resume).
 inline constexpr uint32_t kSlots = proto::kMaxDevices;
 /// Page magics and the layout version. Bump kLayoutVersion (and proto::kVersion) on any change.
+///   1  first release.
+///   2  ControlSlot::job_others (was reserved1, zero). Same size and offsets otherwise. colocd
+///      makes layout-1 pages for clients speaking protocol v3 or older, layout 2 for v4; a client
+///      accepts both (in a layout-1 page the field is the zero reserved word: "not known").
 inline constexpr uint32_t kControlMagic = 0x50434c43u;  // "CLCP"
 inline constexpr uint32_t kStatsMagic = 0x53434c43u;    // "CLCS"
-inline constexpr uint16_t kLayoutVersion = 1;
+inline constexpr uint16_t kLayoutVersion = 2;
+inline constexpr uint16_t kMinLayoutVersion = 1;
+/// The page layout colocd makes for a client speaking protocol `version`.
+inline constexpr uint16_t layout_for_protocol(uint16_t version) { return version >= 4 ? 2 : 1; }
 
 /// The launch gate. Only kRun exists in this release; the compute policies add the others.
 enum class GateState : uint32_t {
@@ -70,7 +77,10 @@ struct alignas(64) ControlSlot {
   std::atomic<uint64_t> limit;     ///< the job's limit on the device in bytes, proto::kNoLimit = none
   std::atomic<uint64_t> grant;     ///< bytes granted to this process on the device
   std::atomic<uint64_t> reservation;  ///< bytes the job holds by admission on the device (informational)
-  uint64_t reserved1;
+  /// (layout 2) Bytes the job holds on the device beyond this process's own in-use: its other
+  /// processes' in-use and every driver overhead of the job, this process's included (colocd
+  /// writes it on its sampling timer; 0 = none, or not known). The job's view in cuMemGetInfo.
+  std::atomic<uint64_t> job_others;
 };
 
 /// The control page (daemon writes, client reads).
@@ -118,6 +128,7 @@ static_assert(offsetof(ControlPage, slots) == 64);
 static_assert(offsetof(ControlSlot, uuid) == 8);
 static_assert(offsetof(ControlSlot, limit) == 24);
 static_assert(offsetof(ControlSlot, grant) == 32);
+static_assert(offsetof(ControlSlot, job_others) == 48);
 static_assert(offsetof(StatsPage, slots) == 64);
 static_assert(offsetof(StatsSlot, in_use) == 0);
 static_assert(offsetof(StatsSlot, launches) == 56);

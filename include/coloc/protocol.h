@@ -39,6 +39,10 @@
 //         steps). Every layout is identical in v2 and v3; a v2 Register with kRegAnchor set is
 //         malformed. A v2 daemon refuses a v3 client with kVersion: clients then speak v2 (and
 //         `coloc run` runs without an anchor).
+//     v4  The pages' layout 2 (pages.h: ControlSlot::job_others, the job's memory beyond the
+//         process's own, for its view in cuMemGetInfo). Every message is identical in v3 and v4;
+//         a v3 client gets layout-1 pages. A v3 daemon refuses a v4 client with kVersion:
+//         clients then speak v3 (and see layout-1 pages, where job_others stays 0).
 //
 // Validation
 //   decode() checks everything a peer could get wrong: the header, the exact size for the type and
@@ -59,7 +63,7 @@
 namespace coloc::proto {
 
 /// The version this header speaks, and the oldest one a daemon built from it still accepts.
-inline constexpr uint16_t kVersion = 3;
+inline constexpr uint16_t kVersion = 4;
 inline constexpr uint16_t kMinVersion = 1;
 
 /// First four bytes of every message: "COLC" in memory order on little-endian machines.

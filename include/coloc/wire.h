@@ -252,9 +252,10 @@ inline int map_pages(int control_fd, int stats_fd, Pages* out) noexcept {
   if (rc == 0) {
     auto* cp = static_cast<const pages::ControlPage*>(c);
     auto* sp = static_cast<pages::StatsPage*>(s);
-    if (cp->magic != pages::kControlMagic || cp->layout_version != pages::kLayoutVersion ||
+    if (cp->magic != pages::kControlMagic || cp->layout_version < pages::kMinLayoutVersion ||
+        cp->layout_version > pages::kLayoutVersion ||
         cp->slot_count != pages::kSlots || sp->magic != pages::kStatsMagic ||
-        sp->layout_version != pages::kLayoutVersion || sp->slot_count != pages::kSlots)
+        sp->layout_version != cp->layout_version || sp->slot_count != pages::kSlots)
       rc = -EPROTO;
   }
   if (rc != 0) {

@@ -200,7 +200,9 @@ int do_register(Client& c, bool resume) {
   c.job = m.body.register_reply.job;
   out("{\"event\":\"" + std::string(resume ? "reregistered" : "registered") + "\",\"job\":\"" + c.job +
       "\",\"pid\":" + std::to_string(getpid()) + ",\"limit\":" + std::to_string(m.body.register_reply.limit) +
-      ",\"daemon_version\":" + std::to_string(m.body.register_reply.daemon_version) + "}");
+      ",\"daemon_version\":" + std::to_string(m.body.register_reply.daemon_version) +
+      ",\"layout\":" + std::to_string(c.pages.control->layout_version) +
+      ",\"stats_layout\":" + std::to_string(c.pages.stats->layout_version) + "}");
   return 0;
 }
 

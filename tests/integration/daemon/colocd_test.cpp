@@ -199,12 +199,28 @@ TEST_CASE("colocd: the previous protocol version is accepted") {
   ProcResult r = c->wait(10s);
   REQUIRE_MESSAGE(r.exit_code == 3, describe(r));
   CHECK(event_of(*c, "registered")["daemon_version"] == coloc::proto::kVersion);
+  CHECK(event_of(*c, "registered")["layout"] == 1);  // the pages it knows (pages.h)
+  CHECK(event_of(*c, "registered")["stats_layout"] == 1);
   CHECK(event_of(*c, "alloc")["ok"] == true);
   REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/old-client.json"); }));
   json rep = report_file(d, "old-client");
   CHECK(rep["command"] == "(unknown: protocol v1 client)");
   CHECK(rep["exit_status"] == 3);
   CHECK(d.log().find("[protocol v1]") != std::string::npos);
+}
+
+TEST_CASE("colocd: each protocol version gets the page layout it knows (v3: layout 1, v4: layout 2)") {
+  Colocd d;
+  for (int v : {3, 4}) {
+    CAPTURE(v);
+    auto c = d.client({"--proto", std::to_string(v), "--job", "layout-" + std::to_string(v), "attach:1:10GiB:100MiB",
+                       "alloc:0:1GiB", "goodbye:0", "exit:0"});
+    ProcResult r = c->wait(10s);
+    REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
+    CHECK(event_of(*c, "registered")["layout"] == (v >= 4 ? 2 : 1));
+    CHECK(event_of(*c, "registered")["stats_layout"] == (v >= 4 ? 2 : 1));
+    CHECK(event_of(*c, "alloc")["ok"] == true);
+  }
 }
 
 TEST_CASE("colocd: malformed, truncated, oversized messages and unasked descriptors do not take it down") {
