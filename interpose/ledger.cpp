@@ -316,21 +316,21 @@ bool Ledger::pool_end(int pool, bool ok, const PoolShadow::Ticket& ticket, const
   return stored;
 }
 
-void Ledger::pool_release(const Record& rec, uint64_t stream) {
+void Ledger::pool_release(const Record& rec, uint64_t stream, uint64_t ctx) {
   {
     MutexLock g(pool_mutex_);
     Pool& p = pools_[rec.pool];
-    p.shadow.freed(rec.bytes, stream);
+    p.shadow.freed(rec.bytes, PoolShadow::FreeSite{stream, ctx, free_seq_.fetch_add(1, std::memory_order_acq_rel)});
     if (p.destroyed) p.shadow.destroyed();  // the driver gives a destroyed pool's blocks back
     settle_pool_locked(p);
   }
   shared(rec.slot).frees.fetch_add(1, std::memory_order_relaxed);
 }
 
-void Ledger::pool_synchronized(int slot, uint64_t stream) {
+void Ledger::pool_synchronized(uint64_t stream, uint64_t ctx, uint64_t seq) {
   MutexLock g(pool_mutex_);
   for (Pool& p : pools_)
-    if (p.used && !p.destroyed && (slot < 0 || p.slot == slot)) p.shadow.synchronized(stream);
+    if (p.used && !p.destroyed) p.shadow.synchronized(stream, ctx, seq);
 }
 
 uint64_t Ledger::pool_epoch(int pool) {
@@ -354,6 +354,13 @@ void Ledger::pool_destroyed(int pool) {
   p.destroyed = true;
   p.shadow.destroyed();
   settle_pool_locked(p);
+}
+
+int Ledger::pools_tracked() {
+  MutexLock g(pool_mutex_);
+  int n = 0;
+  for (const Pool& p : pools_) n += p.used;
+  return n;
 }
 
 PoolShadow Ledger::pool_shadow(int pool) {
@@ -412,6 +419,7 @@ void Ledger::reset_in_child() {
   pool_mutex_.reinit_in_child();
   for (Pool& p : pools_) p = Pool{};
   reserve_pools_.store(0, std::memory_order_relaxed);
+  free_seq_.store(0, std::memory_order_relaxed);
   for (int slot = 0; slot < kMaxDevices; ++slot) {
     Books& b = books_[slot];
     for (int k = 0; k < kKinds; ++k) {

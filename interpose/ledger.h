@@ -159,12 +159,14 @@ class Ledger {
   /// the allocation. Returns false only when the record could not be stored (out of host memory;
   /// see commit): then the charge is given back as for a failure.
   bool pool_end(int pool, bool ok, const PoolShadow::Ticket& ticket, const Key& key, const Record& rec);
-  /// Credits a freed stream-ordered allocation taken from the map; `stream` is the free's stream
-  /// key (memory_hooks.cpp: equal keys mean the same stream).
-  void pool_release(const Record& rec, uint64_t stream);
-  /// A synchronize returned: the frees queued on `stream` (PoolShadow::kAllStreams: on every stream
-  /// of the pools on `slot`; slot -1: of every pool) have run.
-  void pool_synchronized(int slot, uint64_t stream);
+  /// Credits a freed stream-ordered allocation taken from the map, freed on stream key `stream`
+  /// (pools.h: equal keys mean the same stream) of context `ctx`.
+  void pool_release(const Record& rec, uint64_t stream, uint64_t ctx);
+  /// The free sequence number now: read it before a synchronize calls the driver.
+  uint64_t pool_free_seq() const { return free_seq_.load(std::memory_order_acquire); }
+  /// A synchronize that began at free sequence `seq` returned: the frees queued before it on
+  /// `stream` (PoolShadow::kAllStreams: on every stream of context `ctx`) have run.
+  void pool_synchronized(uint64_t stream, uint64_t ctx, uint64_t seq);
   /// Allocations begun on `pool` so far: pass the value read before taking a reading to
   /// pool_reconcile.
   uint64_t pool_epoch(int pool);
@@ -175,6 +177,8 @@ class Ledger {
   uint64_t pool_reconcile(int pool, uint64_t reserved, uint64_t epoch);
   /// The pool was destroyed: it keeps costing what is still live in it, then is forgotten.
   void pool_destroyed(int pool);
+  /// Pools tracked now (destroyed ones still live included).
+  int pools_tracked();
   /// Up to `cap` (index, handle) pairs of the live pools on `slot` (-1: any slot); returns how many.
   int pools_of_slot(int slot, int* indices, uint64_t* handles, int cap);
   /// True when some tracked pool is charged for more than its live blocks (a reserve a trim could
@@ -254,6 +258,7 @@ class Ledger {
   Mutex pool_mutex_;
   Pool pools_[kMaxPools];
   std::atomic<int> reserve_pools_{0};
+  std::atomic<uint64_t> free_seq_{0};  // pool frees so far (pool_free_seq)
 };
 
 /// Raises `a` to at least `v` (relaxed).

@@ -101,9 +101,9 @@ CUresult pitch_alloc(Ptr* dptr, Size* pitch, Size width, Size height, unsigned i
 }
 
 // Any free: take the record, call the driver, credit or restore. `stream`: the stream key of a
-// stream-ordered free (stream_key()).
+// stream-ordered free (free_site(); pools.h).
 template <class Driver>
-CUresult release_record(const Key& key, Driver&& driver_free, uint64_t stream = PoolShadow::kAllStreams) {
+CUresult release_record(const Key& key, Driver&& driver_free, const PoolShadow::FreeSite& site = {}) {
   std::optional<Record> rec = ledger().take(key);
   CUresult r = driver_free();
   if (!rec) {
@@ -114,7 +114,7 @@ CUresult release_record(const Key& key, Driver&& driver_free, uint64_t stream = 
     ledger().restore(key, *rec);
     return r;
   }
-  if (rec->pool != kNoPool) ledger().pool_release(*rec, stream);
+  if (rec->pool != kNoPool) ledger().pool_release(*rec, site.stream, site.ctx);
   else ledger().release(*rec);
   if (rec->slot != kNoSlot) after_free(rec->slot);
   return r;
@@ -368,12 +368,12 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   return release_record(Key{dptr, Space::devptr}, [&] { return call<Fn::cuMemFreeAsync>(dptr, hStream); },
-                        stream_key(hStream, false));
+                        free_site(hStream, false));
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
   return release_record(Key{dptr, Space::devptr}, [&] { return call<Fn::cuMemFreeAsync_ptsz>(dptr, hStream); },
-                        stream_key(hStream, true));
+                        free_site(hStream, true));
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {

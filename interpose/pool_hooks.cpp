@@ -99,7 +99,7 @@ CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream
     charge_failed(w.slot, bytes, CUDA_SUCCESS);
   } else {
     int slot = ledger().pool_slot(idx);
-    PoolCharge attempt(idx, bytes, stream_key(stream, per_thread));
+    PoolCharge attempt(idx, bytes, stream_key(stream, per_thread, w.ctx));
     if (CUresult r = charge_with(slot, bytes, kFnName[index(id)], attempt); r != CUDA_SUCCESS) return r;
     CUresult r = call_charged(slot, bytes, attempt.ticket().growth, driver_alloc);
     bool ok = r == CUDA_SUCCESS;
@@ -107,6 +107,16 @@ CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream
     Record rec{bytes, 0, uint32_t(idx), uint16_t(slot), Kind::pool};
     if (ledger().pool_end(idx, ok, attempt.ticket(), Key{p, Space::devptr}, rec)) {
       if (r == CUDA_ERROR_OUT_OF_MEMORY) ledger().count_failed(slot, false);
+      // Charged a growth while the shadow held at least as much spare it could not use (frees on
+      // other streams not yet seen done): the pool probably reused one. Read it, so that books
+      // without a limit (nothing else reads them then) do not grow without bound.
+      const PoolShadow::Ticket& t = attempt.ticket();
+      if (ok && t.growth && t.spare_before >= t.need) {
+        uint64_t epoch = ledger().pool_epoch(idx);
+        uint64_t before = ledger().in_use(slot);
+        if (std::optional<uint64_t> reserved = read_reserved(pool)) ledger().pool_reconcile(idx, *reserved, epoch);
+        if (ledger().in_use(slot) < before) after_free(slot);
+      }
       return r;
     }
     call<free_id>(p, stream);  // the ledger could not store the record: undo
@@ -116,14 +126,14 @@ CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-// After a synchronize that returned CUDA_SUCCESS: the frees queued on `stream` (a stream key;
-// kAllStreams: every stream of the context on `slot`; 0: none known) have run, and the driver may
-// have trimmed the pools on `slot` (-1: unknown, every slot) to their release thresholds. A
-// context synchronize takes every free on its device as done: one context per device (the
-// primary one, as the runtime uses) is what jobs do.
-void synchronized(int slot, uint64_t stream) {
+// After a synchronize that began at free sequence `seq` returned CUDA_SUCCESS: the frees queued
+// before it on `stream` (a stream key; kAllStreams: every stream of context `ctx`; 0: none known)
+// have run, and the driver may have trimmed the pools on `slot` (-1: unknown, every slot) to their
+// release thresholds. Free when no pool holds a reserve.
+void synchronized(int slot, uint64_t stream, CUcontext ctx, uint64_t seq) {
   if (!ledger().pools_hold_reserve()) return;
-  if (stream != 0 && (slot >= 0 || stream != PoolShadow::kAllStreams)) ledger().pool_synchronized(slot, stream);
+  if (stream != 0 && (stream != PoolShadow::kAllStreams || ctx))
+    ledger().pool_synchronized(stream, reinterpret_cast<uintptr_t>(ctx), seq);
   uint64_t fell = 0;
   refresh_pools(slot, &fell);
   for (int s = 0; s < kMaxDevices; ++s)
@@ -132,12 +142,29 @@ void synchronized(int slot, uint64_t stream) {
 
 }  // namespace
 
-uint64_t stream_key(CUstream stream, bool per_thread) {
+static bool is_default_stream(CUstream stream) {
   auto v = reinterpret_cast<uintptr_t>(stream);
-  if (v == reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD) || (v == 0 && per_thread))
-    return reinterpret_cast<uintptr_t>(&tl_per_thread_stream);
-  if (v == 0 || v == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)) return kLegacyStream;
-  return v;
+  return v == 0 || v == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY) || v == reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD);
+}
+
+uint64_t stream_key(CUstream stream, bool per_thread, CUcontext ctx) {
+  auto v = reinterpret_cast<uintptr_t>(stream);
+  if (!is_default_stream(stream)) return v;
+  auto c = reinterpret_cast<uintptr_t>(ctx);
+  // Context handles are aligned: their low bits are free to say which default stream.
+  if (v == reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD) || per_thread)
+    return (c ^ (reinterpret_cast<uintptr_t>(&tl_per_thread_stream) << 4)) | 2;
+  return c | kLegacyStream;
+}
+
+PoolShadow::FreeSite free_site(CUstream stream, bool per_thread) {
+  PoolShadow::FreeSite site;
+  CUcontext ctx = nullptr;
+  if (is_default_stream(stream)) ctx = devices().current().ctx;
+  else if (call<Fn::cuStreamGetCtx>(stream, &ctx) != CUDA_SUCCESS) ctx = nullptr;
+  site.stream = stream_key(stream, per_thread, ctx);
+  site.ctx = reinterpret_cast<uintptr_t>(ctx);
+  return site;
 }
 
 std::optional<uint64_t> read_reserved(CUmemoryPool pool) {
@@ -148,9 +175,9 @@ std::optional<uint64_t> read_reserved(CUmemoryPool pool) {
 }
 
 bool refresh_pools(int slot, uint64_t* fell) {
-  int idx[16];
-  uint64_t handles[16];
-  int n = ledger().pools_of_slot(slot, idx, handles, 16);
+  int idx[Ledger::kMaxPools];
+  uint64_t handles[Ledger::kMaxPools];
+  int n = ledger().pools_of_slot(slot, idx, handles, Ledger::kMaxPools);
   bool changed = false;
   for (int i = 0; i < n; ++i) {
     int s = ledger().pool_slot(idx[i]);
@@ -177,9 +204,9 @@ bool refresh_pools(int slot, uint64_t* fell) {
 }
 
 bool trim_pools(int slot) {
-  int idx[16];
-  uint64_t handles[16];
-  int n = ledger().pools_of_slot(slot, idx, handles, 16);
+  int idx[Ledger::kMaxPools];
+  uint64_t handles[Ledger::kMaxPools];
+  int n = ledger().pools_of_slot(slot, idx, handles, Ledger::kMaxPools);
   bool trimmed = false;
   for (int i = 0; i < n; ++i) {
     if (ledger().pool_shadow(idx[i]).spare() == 0) continue;
@@ -230,9 +257,15 @@ CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
   if (r != CUDA_SUCCESS || !poolProps || poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return r;
   Refusal why = Refusal::none;
   int slot = devices().attach(poolProps->location.id, &why);  // a pool is about to take memory there
-  if (slot >= 0 && track_pool(*pool, slot) < 0)
-    logf(LogLevel::warn, "more than %d memory pools: allocations from the others count their bytes only",
-         Ledger::kMaxPools);
+  // A pool the ledger cannot follow would be a way around the limit: refuse it, keeping room in
+  // the table for the devices' default pools.
+  if (slot >= 0 && (ledger().pools_tracked() >= Ledger::kMaxPools - kMaxDevices || track_pool(*pool, slot) < 0)) {
+    call<Fn::cuMemPoolDestroy>(*pool);
+    *pool = nullptr;
+    logf(LogLevel::warn, "cuMemPoolCreate: more than %d memory pools in this process: refused with "
+         "CUDA_ERROR_OUT_OF_MEMORY (coloc follows each pool's reserved memory)", Ledger::kMaxPools - kMaxDevices);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   return r;
 }
 
@@ -261,39 +294,52 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
 
 namespace sync {
 
+// Each hook reads the free sequence before calling the driver: only frees queued before the
+// synchronize began are taken as done by it.
+
 CUresult cuStreamSynchronize(CUstream hStream) {
+  uint64_t seq = ledger().pool_free_seq();
   CUresult r = call<Fn::cuStreamSynchronize>(hStream);
-  if (r == CUDA_SUCCESS && ledger().pools_hold_reserve())
-    synchronized(devices().of_stream(hStream).slot, stream_key(hStream, false));
+  if (r == CUDA_SUCCESS && ledger().pools_hold_reserve()) {
+    Where w = devices().of_stream(hStream);
+    synchronized(w.slot, stream_key(hStream, false, w.ctx), w.ctx, seq);
+  }
   return r;
 }
 
 CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+  uint64_t seq = ledger().pool_free_seq();
   CUresult r = call<Fn::cuStreamSynchronize_ptsz>(hStream);
-  if (r == CUDA_SUCCESS && ledger().pools_hold_reserve())
-    synchronized(devices().of_stream(hStream).slot, stream_key(hStream, true));
+  if (r == CUDA_SUCCESS && ledger().pools_hold_reserve()) {
+    Where w = devices().of_stream(hStream);
+    synchronized(w.slot, stream_key(hStream, true, w.ctx), w.ctx, seq);
+  }
   return r;
 }
 
 // An event's stream is not known here: no free is taken as done, but trims are followed.
 CUresult cuEventSynchronize(CUevent hEvent) {
   CUresult r = call<Fn::cuEventSynchronize>(hEvent);
-  if (r == CUDA_SUCCESS && ledger().pools_hold_reserve()) synchronized(-1, 0);
+  if (r == CUDA_SUCCESS && ledger().pools_hold_reserve()) synchronized(-1, 0, nullptr, 0);
   return r;
 }
 
 CUresult cuCtxSynchronize() {
+  uint64_t seq = ledger().pool_free_seq();
   CUresult r = call<Fn::cuCtxSynchronize>();
-  if (r == CUDA_SUCCESS && ledger().pools_hold_reserve())
-    synchronized(devices().current().slot, PoolShadow::kAllStreams);
+  if (r == CUDA_SUCCESS && ledger().pools_hold_reserve()) {
+    Where w = devices().current();
+    synchronized(w.slot, PoolShadow::kAllStreams, w.ctx, seq);
+  }
   return r;
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  uint64_t seq = ledger().pool_free_seq();
   CUresult r = call<Fn::cuCtxSynchronize_v2>(ctx);
   if (r == CUDA_SUCCESS && ledger().pools_hold_reserve()) {
-    int slot = ctx ? devices().slot_of_context(ctx) : devices().current().slot;
-    synchronized(slot, PoolShadow::kAllStreams);
+    Where w = ctx ? Where{devices().slot_of_context(ctx), ctx} : devices().current();
+    synchronized(w.slot, PoolShadow::kAllStreams, w.ctx, seq);
   }
   return r;
 }

@@ -26,6 +26,7 @@ uint64_t PoolShadow::need(uint64_t bytes) const {
 PoolShadow::Ticket PoolShadow::begin(uint64_t bytes, uint64_t stream) {
   Ticket t;
   t.need = need(bytes);
+  t.spare_before = spare();
   int best = -1;
   for (int i = 0; i < n_; ++i)
     if ((pieces_[i].stream == kAllStreams || pieces_[i].stream == stream) && pieces_[i].bytes >= t.need &&
@@ -34,6 +35,8 @@ PoolShadow::Ticket PoolShadow::begin(uint64_t bytes, uint64_t stream) {
   if (best >= 0) {
     t.piece = pieces_[best].bytes;
     t.piece_stream = pieces_[best].stream;
+    t.piece_ctx = pieces_[best].ctx;
+    t.piece_seq = pieces_[best].seq;
     drop_piece(best);
     slack_ += t.piece - t.need;  // the piece's excess stays reserved, shape unknown
   } else {
@@ -47,20 +50,23 @@ void PoolShadow::abort(const Ticket& t) {
   held_ = sub_floor(held_, t.need);
   if (t.piece) {
     slack_ = sub_floor(slack_, t.piece - t.need);
-    add_piece(t.piece, t.piece_stream);
+    add_piece(t.piece, t.piece_stream, t.piece_ctx, t.piece_seq);
   }
 }
 
-void PoolShadow::freed(uint64_t bytes, uint64_t stream) {
+void PoolShadow::freed(uint64_t bytes, const FreeSite& site) {
   uint64_t n = need(bytes);
   if (n > held_) n = held_;
   held_ -= n;
-  add_piece(n, stream == kAllStreams ? kAllStreams - 1 : stream);
+  add_piece(n, site.stream == kAllStreams ? kAllStreams - 1 : site.stream, site.ctx, site.seq);
 }
 
-void PoolShadow::synchronized(uint64_t stream) {
-  for (int i = 0; i < n_; ++i)
-    if (stream == kAllStreams || pieces_[i].stream == stream) pieces_[i].stream = kAllStreams;
+void PoolShadow::synchronized(uint64_t stream, uint64_t ctx, uint64_t seq) {
+  for (int i = 0; i < n_; ++i) {
+    Piece& p = pieces_[i];
+    if (p.stream == kAllStreams || p.seq >= seq) continue;  // ready already, or freed after it began
+    if (stream == kAllStreams ? p.ctx == ctx : p.stream == stream) p.stream = kAllStreams;
+  }
 }
 
 uint64_t PoolShadow::reconcile(uint64_t reserved, bool may_lower) {
@@ -95,7 +101,7 @@ uint64_t PoolShadow::ready_bytes() const {
   return sum;
 }
 
-void PoolShadow::add_piece(uint64_t bytes, uint64_t stream) {
+void PoolShadow::add_piece(uint64_t bytes, uint64_t stream, uint64_t ctx, uint64_t seq) {
   if (bytes == 0) return;
   if (n_ == kMaxPieces) {
     // Keep the larger pieces (the ones worth reusing): fold the smallest into slack.
@@ -109,7 +115,7 @@ void PoolShadow::add_piece(uint64_t bytes, uint64_t stream) {
     slack_ += pieces_[smallest].bytes;
     drop_piece(smallest);
   }
-  pieces_[n_++] = Piece{bytes, stream};
+  pieces_[n_++] = Piece{bytes, stream, ctx, seq};
   pieces_bytes_ += bytes;
 }
 

@@ -51,6 +51,17 @@ class PoolShadow {
     uint64_t growth = 0;  ///< how much the charge rose (0: a ready piece was taken)
     uint64_t piece = 0;   ///< size of the piece taken (0: none)
     uint64_t piece_stream = 0;  ///< its stream key (kAllStreams: it was ready)
+    uint64_t piece_ctx = 0, piece_seq = 0;
+    uint64_t spare_before = 0;  ///< spare() when it began (growth with much spare: worth a reading)
+  };
+
+  /// Where and when a block was freed: the stream key of its cuMemFreeAsync, the context that
+  /// stream belongs to, and the ledger's free sequence number (so that a synchronize only takes
+  /// as done the frees queued before it began).
+  struct FreeSite {
+    uint64_t stream = 0;
+    uint64_t ctx = 0;
+    uint64_t seq = 0;
   };
 
   /// Sets the pool's chunk (bytes, a power of two; other values keep the current chunk).
@@ -66,10 +77,11 @@ class PoolShadow {
   Ticket begin(uint64_t bytes, uint64_t stream = kAllStreams);
   /// Undoes begin() (the limit or the driver refused).
   void abort(const Ticket& t);
-  /// A live block of `bytes` was freed with cuMemFreeAsync on stream key `stream`.
-  void freed(uint64_t bytes, uint64_t stream);
-  /// `stream` (or kAllStreams) was synchronized: the frees queued on it have run.
-  void synchronized(uint64_t stream);
+  /// A live block of `bytes` was freed with cuMemFreeAsync at `site`.
+  void freed(uint64_t bytes, const FreeSite& site);
+  /// A synchronize that began when the free sequence was `seq` returned: the frees queued before
+  /// it on stream key `stream` (kAllStreams: on every stream of context `ctx`) have run.
+  void synchronized(uint64_t stream, uint64_t ctx, uint64_t seq);
   /// A reading of the pool's reserved memory. `may_lower`: no allocation was in flight since the
   /// reading began (else only a higher reading is taken). Returns the bytes the reading showed
   /// beyond the model (0 when the model held).
@@ -89,8 +101,9 @@ class PoolShadow {
   struct Piece {
     uint64_t bytes;
     uint64_t stream;  // stream key of the free; kAllStreams once ready
+    uint64_t ctx, seq;
   };
-  void add_piece(uint64_t bytes, uint64_t stream);
+  void add_piece(uint64_t bytes, uint64_t stream, uint64_t ctx, uint64_t seq);
   void drop_piece(int i);
 
   uint64_t chunk_ = kDefaultChunk;

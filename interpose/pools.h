@@ -10,14 +10,20 @@
 #include <optional>
 
 #include "cuda_api.h"
+#include "pool_shadow.h"
 
 namespace coloc::interpose {
 
-/// The key under which a pool free on `stream` waits for a synchronize (PoolShadow): the handle
-/// itself for a created stream; one key for the legacy default stream (NULL or CU_STREAM_LEGACY
-/// from a legacy entry point); a per-thread key for this thread's per-thread default stream (NULL
-/// from a _ptsz entry point, or CU_STREAM_PER_THREAD). `per_thread`: called from a _ptsz entry point.
-uint64_t stream_key(CUstream stream, bool per_thread);
+/// The key under which a pool free on `stream` of context `ctx` waits for a synchronize
+/// (PoolShadow): the handle itself for a created stream; for the default streams, which every
+/// context has its own of, a key of `ctx` — one for the legacy default stream (NULL or
+/// CU_STREAM_LEGACY from a legacy entry point), one per thread for the per-thread default stream
+/// (NULL from a _ptsz entry point, or CU_STREAM_PER_THREAD). `per_thread`: a _ptsz entry point.
+uint64_t stream_key(CUstream stream, bool per_thread, CUcontext ctx);
+
+/// Where a cuMemFreeAsync on `stream` is queued: its stream key and context (the current one for
+/// a default stream, cuStreamGetCtx for a created one). Its `seq` is the ledger's to fill.
+PoolShadow::FreeSite free_site(CUstream stream, bool per_thread);
 
 /// CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT of `pool` (bytes), or nullopt when the driver does not answer.
 std::optional<uint64_t> read_reserved(CUmemoryPool pool);

@@ -171,7 +171,7 @@ TEST_CASE_FIXTURE(Fixture, "a pool is charged its growth before the driver call,
   // A free keeps its block reserved (pending until a synchronize): charged, not reusable yet.
   auto r = l.take(Key{0x10, Space::devptr});
   REQUIRE(r);
-  l.pool_release(*r, 7);
+  l.pool_release(*r, 7, 1);
   CHECK(l.in_use(0) == 48);
   CHECK(l.pools_hold_reserve());
   REQUIRE(l.pool_try_begin(p, 10, 9, 100, &seen, &growth, &t));
@@ -182,11 +182,11 @@ TEST_CASE_FIXTURE(Fixture, "a pool is charged its growth before the driver call,
   CHECK(growth == 0);
   l.pool_end(p, false, t, Key{}, Record{});
   // Synchronizing another stream changes nothing; its own stream makes the block reusable by all.
-  l.pool_synchronized(0, 8);
+  l.pool_synchronized(8, 1, l.pool_free_seq());
   REQUIRE(l.pool_try_begin(p, 10, 9, 100, &seen, &growth, &t));
   CHECK(growth == 16);
   l.pool_end(p, false, t, Key{}, Record{});
-  l.pool_synchronized(0, 7);
+  l.pool_synchronized(7, 1, l.pool_free_seq());
   REQUIRE(l.pool_try_begin(p, 10, 9, 100, &seen, &growth, &t));
   CHECK(growth == 0);
   l.pool_end(p, false, t, Key{}, Record{});
@@ -210,7 +210,7 @@ TEST_CASE_FIXTURE(Fixture, "a pool is charged its growth before the driver call,
   CHECK(l.in_use(0) == 32);
   r = l.take(Key{0x20, Space::devptr});
   REQUIRE(r);
-  l.pool_release(*r, 7);
+  l.pool_release(*r, 7, 1);
   CHECK(l.in_use(0) == 0);
   CHECK_FALSE(l.pools_hold_reserve());
   CHECK(l.counts(0).allocs == 2);

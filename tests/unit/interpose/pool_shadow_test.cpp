@@ -33,11 +33,11 @@ TEST_CASE("pool shadow: a ready piece is reused best-fit; its excess stays charg
   auto b = s.begin(10);  // 16
   CHECK(a.growth == 48);
   CHECK(b.growth == 16);
-  s.freed(40, 1);
-  s.freed(10, 1);
+  s.freed(40, PoolShadow::FreeSite{1, 1, 0});
+  s.freed(10, PoolShadow::FreeSite{1, 1, 0});
   CHECK(s.charge() == 64);
   CHECK(s.ready_bytes() == 0);
-  s.synchronized(PoolShadow::kAllStreams);
+  s.synchronized(PoolShadow::kAllStreams, 1, 1);
   CHECK(s.ready_bytes() == 64);
   auto c = s.begin(5);  // 16: the 16-byte piece, not the 48
   CHECK(c.growth == 0);
@@ -62,9 +62,9 @@ TEST_CASE("pool shadow: a lower reading forgets every piece and never uncharges 
   s.begin(32);
   s.begin(64);
   s.begin(16);
-  s.freed(32, 1);  // will be ready
-  s.freed(64, 2);  // stays pending
-  s.synchronized(1);
+  s.freed(32, PoolShadow::FreeSite{1, 1, 0});  // will be ready
+  s.freed(64, PoolShadow::FreeSite{2, 1, 0});  // stays pending
+  s.synchronized(1, 1, 1);
   CHECK(s.charge() == 128);
   CHECK(s.reconcile(200, false) == 72);  // higher: taken at once, even with allocations in flight
   CHECK(s.charge() == 200);
@@ -83,6 +83,25 @@ TEST_CASE("pool shadow: a lower reading forgets every piece and never uncharges 
   CHECK(s.spare() == 0);
 }
 
+TEST_CASE("pool shadow: a synchronize makes ready only its own context's or stream's frees, queued before it began") {
+  PoolShadow s;
+  s.set_chunk(16);
+  s.begin(16);
+  s.begin(16);
+  s.begin(16);
+  s.freed(16, PoolShadow::FreeSite{100, 1, 0});  // context 1, stream 100
+  s.freed(16, PoolShadow::FreeSite{200, 2, 1});  // context 2, stream 200
+  s.freed(16, PoolShadow::FreeSite{100, 1, 5});  // context 1, stream 100, after the sync below began
+  s.synchronized(PoolShadow::kAllStreams, 1, 5);  // context 1's synchronize, begun at sequence 5
+  CHECK(s.ready_bytes() == 16);                   // only the first: not context 2's, not the late one
+  s.synchronized(200, 2, 2);
+  CHECK(s.ready_bytes() == 32);
+  CHECK(s.begin(1, 300).growth == 0);  // ready: any stream
+  CHECK(s.begin(1, 300).growth == 0);
+  CHECK(s.begin(1, 300).growth == 16);  // the late one: only its own stream may take it
+  CHECK(s.begin(1, 100).growth == 0);
+}
+
 TEST_CASE("pool shadow: more pieces than the table holds fold into slack, nothing is lost") {
   PoolShadow s;
   s.set_chunk(16);
@@ -91,11 +110,11 @@ TEST_CASE("pool shadow: more pieces than the table holds fold into slack, nothin
     s.begin(16 * i);
     total += 16 * i;
   }
-  for (int i = 1; i <= PoolShadow::kMaxPieces + 8; ++i) s.freed(16 * i, 1);
+  for (int i = 1; i <= PoolShadow::kMaxPieces + 8; ++i) s.freed(16 * i, PoolShadow::FreeSite{1, 1, 0});
   CHECK(s.pieces() == PoolShadow::kMaxPieces);
   CHECK(s.charge() == total);
   CHECK(s.held() == 0);
-  s.synchronized(1);
+  s.synchronized(1, 1, 1);
   auto t = s.begin(16 * (PoolShadow::kMaxPieces + 8));  // the largest piece was kept
   CHECK(t.growth == 0);
 }
@@ -114,7 +133,7 @@ TEST_CASE("pool shadow: the charge bounds a chunked pool's reserve under random 
   std::vector<uint64_t> free_chunks;  // the model pool's reusable chunks
   std::vector<uint64_t> freeing;      // freed, not yet run
   std::vector<Block> live;
-  uint64_t reserved = 0;
+  uint64_t reserved = 0, seq = 0;
   for (int step = 0; step < 20000; ++step) {
     int op = int(rng() % 10);
     if (op < 5) {
@@ -135,13 +154,13 @@ TEST_CASE("pool shadow: the charge bounds a chunked pool's reserve under random 
       (void)t;
     } else if (op < 8 && !live.empty()) {
       size_t i = rng() % live.size();
-      s.freed(live[i].bytes, 1);
+      s.freed(live[i].bytes, PoolShadow::FreeSite{1, 1, seq++});
       freeing.push_back(live[i].size);
       live.erase(live.begin() + long(i));
     } else if (op == 8) {
       for (uint64_t c : freeing) free_chunks.push_back(c);
       freeing.clear();
-      s.synchronized(1);
+      s.synchronized(1, 1, seq);
       if (rng() % 2) {  // a trim to a threshold, largest first
         uint64_t keep = rng() % 400;
         std::sort(free_chunks.begin(), free_chunks.end());
