@@ -77,8 +77,16 @@ void LocalBroker::join_locked(int slot) {
   Shared& sh = shared_[slot];
   pages::ControlSlot& c = control().slots[slot];
   const char* why = "";
-  if (sh.share.join(options().job, c.uuid, c.limit.load(std::memory_order_relaxed), &why)) {
+  const uint64_t limit = c.limit.load(std::memory_order_relaxed);
+  if (sh.share.join(options().job, c.uuid, limit, &why)) {
     set_share_locked(slot, 0);  // nothing held yet: the first charge asks for a share
+    if (uint64_t first = sh.share.job_limit(); first != limit) {
+      char a[32], b[32];
+      format_size(first, a, sizeof a);
+      format_size(limit, b, sizeof b);
+      logf(LogLevel::warn, "job %s: its first process's limit on device slot %d is %s, this process's is %s: each "
+           "process holds the job's total to its own limit", options().job, slot, a, b);
+    }
     return;
   }
   sh.failed = true;
@@ -153,13 +161,7 @@ void LocalBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap)
 
 void LocalBroker::gate_wait(uint32_t) {}
 
-uint64_t LocalBroker::job_others(int slot) {
-  Shared& sh = shared_[slot];
-  if (!sh.mu.try_lock()) return 0;
-  uint64_t o = sh.share.joined() ? sh.share.others() : 0;
-  sh.mu.unlock();
-  return o;
-}
+uint64_t LocalBroker::job_others(int slot) { return shared_[slot].share.others(); }  // lock-free
 
 void LocalBroker::at_exit() {
   for (Shared& sh : shared_) {

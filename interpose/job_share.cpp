@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -69,6 +70,19 @@ uint64_t process_start_ticks(int pid) {
   return std::strtoull(p, nullptr, 10);
 }
 
+bool process_gone(int pid, uint64_t start) {
+  if (pid <= 0) return true;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  uint64_t now = process_start_ticks(pid);
+  if (now == 0) {
+    // It exists (or may): gone only if /proc says it does not.
+    char path[32];
+    std::snprintf(path, sizeof path, "/proc/%d", pid);
+    return ::access(path, F_OK) != 0 && errno == ENOENT && ::access("/proc/self", F_OK) == 0;
+  }
+  return start != 0 && now != start;  // its pid now belongs to another process
+}
+
 uint64_t JobShare::headroom(uint64_t limit) {
   uint64_t h = limit / 64;
   if (h < 2 * kMiB) h = 2 * kMiB;
@@ -79,9 +93,16 @@ uint64_t JobShare::headroom(uint64_t limit) {
 bool JobShare::join(const char* job, const unsigned char uuid[16], uint64_t limit, const char** why) {
   char hex[33];
   for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", uuid[i]);
-  std::snprintf(path_, sizeof path_, "/dev/shm/coloc-job.%u.%016llx.%s", unsigned(getuid()),
+  // The pid namespace, as the inode of /proc/self/ns/pid ("pid:[4026531836]"); 0 when unknown.
+  char ns[64] = {};
+  unsigned long long ns_id = 0;
+  ssize_t nl = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  if (nl > 0) std::sscanf(ns, "pid:[%llu]", &ns_id);
+  std::snprintf(path_, sizeof path_, "/dev/shm/coloc-job.%u.%llu.%016llx.%s", unsigned(getuid()), ns_id,
                 (unsigned long long)XXH64(job, std::strlen(job), 0), hex);
   const uint64_t start = process_start_ticks(int(getpid()));
+  start_ = start;
+  limit_ = limit;
   for (int attempt = 0; attempt < 100; ++attempt) {
     bool created = true;
     int fd = ::open(path_, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -132,6 +153,7 @@ bool JobShare::join(const char* job, const unsigned char uuid[16], uint64_t limi
     auto* s = static_cast<JobSegment*>(m);
     if (created) {
       s->version = JobSegment::kVersion;
+      s->limit = limit;
       s->magic.store(JobSegment::kMagic, std::memory_order_release);
     } else if (!wait_initialised(s) || s->version != JobSegment::kVersion) {
       ::munmap(m, sizeof(JobSegment));
@@ -152,32 +174,10 @@ bool JobShare::join(const char* job, const unsigned char uuid[16], uint64_t limi
       sched_yield();
       continue;
     }
-    for (int i = 0; i < JobSegment::kEntries; ++i) {
-      uint32_t expected = 0;
-      if (s->entries[i].pid.compare_exchange_strong(expected, uint32_t(getpid()), std::memory_order_acq_rel)) {
-        s->entries[i].start.store(start, std::memory_order_relaxed);
-        s->entries[i].share.store(0, std::memory_order_relaxed);
-        seg_ = s;
-        entry_ = i;
-        share_ = 0;
-        limit_ = limit;
-        return true;
-      }
-    }
-    seg_ = s;  // full: reclaim the dead and try once more
-    entry_ = -1;
-    if (reclaim_dead() > 0) {
-      for (int i = 0; i < JobSegment::kEntries; ++i) {
-        uint32_t expected = 0;
-        if (s->entries[i].pid.compare_exchange_strong(expected, uint32_t(getpid()), std::memory_order_acq_rel)) {
-          s->entries[i].start.store(start, std::memory_order_relaxed);
-          entry_ = i;
-          limit_ = limit;
-          return true;
-        }
-      }
-    }
-    seg_ = nullptr;
+    seg_.store(s, std::memory_order_release);
+    share_.store(0, std::memory_order_relaxed);
+    if (claim_entry()) return true;
+    seg_.store(nullptr, std::memory_order_release);
     s->users.fetch_sub(1, std::memory_order_acq_rel);
     ::munmap(m, sizeof(JobSegment));
     *why = "more processes in the job than the segment holds (256)";
@@ -187,18 +187,83 @@ bool JobShare::join(const char* job, const unsigned char uuid[16], uint64_t limi
   return false;
 }
 
+bool JobShare::claim_entry() {
+  JobSegment* s = seg_.load(std::memory_order_relaxed);
+  const uint32_t me = uint32_t(getpid());
+  // An entry of this very process (same pid, same start time) is its image before an exec: the
+  // driver gave that image's memory back, so its share goes back to the job.
+  for (int i = 0; i < JobSegment::kEntries; ++i) {
+    JobSegment::Entry& e = s->entries[i];
+    uint32_t pid = me;
+    if (e.start.load(std::memory_order_relaxed) != start_ || e.pid.load(std::memory_order_acquire) != me) continue;
+    if (!e.pid.compare_exchange_strong(pid, JobSegment::kBusy, std::memory_order_acq_rel)) continue;
+    uint64_t was = e.share.exchange(0, std::memory_order_acq_rel);
+    entry_ = i;
+    sub_total(was);
+    e.pid.store(me, std::memory_order_release);
+    s->users.fetch_sub(1, std::memory_order_acq_rel);  // it was counted in once already
+    return true;
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < JobSegment::kEntries; ++i) {
+      uint32_t expected = 0;
+      if (s->entries[i].pid.compare_exchange_strong(expected, JobSegment::kBusy, std::memory_order_acq_rel)) {
+        s->entries[i].share.store(0, std::memory_order_relaxed);
+        s->entries[i].start.store(start_, std::memory_order_relaxed);
+        s->entries[i].pid.store(me, std::memory_order_release);
+        entry_ = i;
+        return true;
+      }
+    }
+    if (round == 0 && reclaim_dead() == 0) break;  // full: make room from the dead, once
+  }
+  return false;
+}
+
+bool JobShare::still_member() {
+  JobSegment* s = seg_.load(std::memory_order_relaxed);
+  return s && entry_ >= 0 && s->entries[entry_].pid.load(std::memory_order_acquire) == uint32_t(getpid()) &&
+         s->entries[entry_].start.load(std::memory_order_relaxed) == start_;
+}
+
+void JobShare::sub_total(uint64_t bytes) {
+  JobSegment* s = seg_.load(std::memory_order_relaxed);
+  uint64_t t = s->total.load(std::memory_order_acquire);
+  while (!s->total.compare_exchange_weak(t, t > bytes ? t - bytes : 0, std::memory_order_acq_rel)) {
+  }
+}
+
+uint64_t JobShare::job_limit() const {
+  JobSegment* s = seg_.load(std::memory_order_acquire);
+  return s ? s->limit : 0;
+}
+
 uint64_t JobShare::others() const {
-  if (!seg_) return 0;
-  uint64_t t = seg_->total.load(std::memory_order_acquire);
-  return t > share_ ? t - share_ : 0;
+  JobSegment* s = seg_.load(std::memory_order_acquire);
+  if (!s) return 0;
+  uint64_t t = s->total.load(std::memory_order_acquire);
+  uint64_t mine = share_.load(std::memory_order_relaxed);
+  return t > mine ? t - mine : 0;
 }
 
 uint64_t JobShare::grow(uint64_t wanted, uint64_t* others_out) {
+  JobSegment* seg = seg_.load(std::memory_order_relaxed);
   const uint64_t h = headroom(limit_);
+  if (!still_member()) {
+    // Another process took us for dead and gave our share back: join again, holding nothing.
+    share_.store(0, std::memory_order_relaxed);
+    seg->users.fetch_add(1, std::memory_order_acq_rel);
+    if (!claim_entry()) {
+      seg->users.fetch_sub(1, std::memory_order_acq_rel);
+      return 0;
+    }
+    logf(LogLevel::warn, "job share: this process's entry was reclaimed by another process; joined again");
+  }
   bool reclaimed = false;
   for (;;) {
-    uint64_t t = seg_->total.load(std::memory_order_acquire);
-    uint64_t others = t > share_ ? t - share_ : 0;
+    const uint64_t mine = share_.load(std::memory_order_relaxed);
+    uint64_t t = seg->total.load(std::memory_order_acquire);
+    uint64_t others = t > mine ? t - mine : 0;
     *others_out = others;
     if (others > limit_ || wanted > limit_ - others) {
       if (!reclaimed) {
@@ -209,39 +274,41 @@ uint64_t JobShare::grow(uint64_t wanted, uint64_t* others_out) {
     }
     uint64_t target = wanted > limit_ - h ? limit_ : wanted + h;
     if (target > limit_ - others) target = limit_ - others;
-    if (target <= share_) return share_;
-    if (!seg_->total.compare_exchange_weak(t, others + target, std::memory_order_acq_rel)) continue;
-    share_ = target;
-    seg_->entries[entry_].share.store(target, std::memory_order_release);
+    if (target <= mine) return mine;
+    if (!seg->total.compare_exchange_weak(t, others + target, std::memory_order_acq_rel)) continue;
+    share_.store(target, std::memory_order_relaxed);
+    seg->entries[entry_].share.store(target, std::memory_order_release);
     logf(LogLevel::debug, "job share: grew to %llu (wanted %llu, others %llu, total was %llu)",
          (unsigned long long)target, (unsigned long long)wanted, (unsigned long long)others, (unsigned long long)t);
-    return share_;
+    return target;
   }
 }
 
 void JobShare::shrink(uint64_t keep) {
-  if (!seg_ || keep >= share_) return;
-  uint64_t give = share_ - keep;
-  share_ = keep;
-  seg_->entries[entry_].share.store(keep, std::memory_order_release);
-  seg_->total.fetch_sub(give, std::memory_order_acq_rel);
+  JobSegment* seg = seg_.load(std::memory_order_relaxed);
+  const uint64_t mine = share_.load(std::memory_order_relaxed);
+  if (!seg || keep >= mine) return;
+  share_.store(keep, std::memory_order_relaxed);
+  if (!still_member()) return;  // reclaimed meanwhile: the job has our share back already
+  seg->entries[entry_].share.store(keep, std::memory_order_release);
+  sub_total(mine - keep);
 }
 
 int JobShare::reclaim_dead() {
+  JobSegment* seg = seg_.load(std::memory_order_relaxed);
   int n = 0;
   for (int i = 0; i < JobSegment::kEntries; ++i) {
-    JobSegment::Entry& e = seg_->entries[i];
+    JobSegment::Entry& e = seg->entries[i];
     uint32_t pid = e.pid.load(std::memory_order_acquire);
     if (pid == 0 || pid == JobSegment::kBusy || i == entry_) continue;
     uint64_t start = e.start.load(std::memory_order_relaxed);
-    uint64_t now = process_start_ticks(int(pid));
-    if (now != 0 && (start == 0 || now == start)) continue;  // it runs (a start of 0: not yet written)
+    if (!process_gone(int(pid), start)) continue;
     if (!e.pid.compare_exchange_strong(pid, JobSegment::kBusy, std::memory_order_acq_rel)) continue;
     uint64_t s = e.share.exchange(0, std::memory_order_acq_rel);
-    seg_->total.fetch_sub(s, std::memory_order_acq_rel);
+    sub_total(s);
     e.start.store(0, std::memory_order_relaxed);
     e.pid.store(0, std::memory_order_release);
-    seg_->users.fetch_sub(1, std::memory_order_acq_rel);
+    seg->users.fetch_sub(1, std::memory_order_acq_rel);
     logf(LogLevel::debug, "job share: process %u left without leaving: %llu bytes of its share go back to the job",
          pid, (unsigned long long)s);
     ++n;
@@ -250,29 +317,31 @@ int JobShare::reclaim_dead() {
 }
 
 void JobShare::leave() {
-  if (!seg_) return;
+  JobSegment* seg = seg_.load(std::memory_order_relaxed);
+  if (!seg) return;
   shrink(0);
-  if (entry_ >= 0) {
-    seg_->entries[entry_].start.store(0, std::memory_order_relaxed);
-    seg_->entries[entry_].pid.store(0, std::memory_order_release);
+  reclaim_dead();  // so that the last one out is the last one left, and removes the file
+  if (still_member()) {
+    seg->entries[entry_].start.store(0, std::memory_order_relaxed);
+    seg->entries[entry_].pid.store(0, std::memory_order_release);
+    // The last one out closes the segment (no one can join it any more) and removes it.
+    uint32_t u = seg->users.load(std::memory_order_acquire);
+    for (;;) {
+      uint32_t next = u <= 1 ? JobSegment::kClosed : u - 1;
+      if (seg->users.compare_exchange_weak(u, next, std::memory_order_acq_rel)) break;
+    }
+    if (u <= 1) ::unlink(path_);
   }
-  // The last one out closes the segment (no one can join it any more) and removes it.
-  uint32_t u = seg_->users.load(std::memory_order_acquire);
-  for (;;) {
-    uint32_t next = u == 1 ? JobSegment::kClosed : u - 1;
-    if (seg_->users.compare_exchange_weak(u, next, std::memory_order_acq_rel)) break;
-  }
-  if (u == 1) ::unlink(path_);
-  ::munmap(seg_, sizeof(JobSegment));
-  seg_ = nullptr;
+  seg_.store(nullptr, std::memory_order_release);
+  ::munmap(seg, sizeof(JobSegment));
   entry_ = -1;
 }
 
 void JobShare::forget() {
   // The parent's mapping is shared: leave it mapped (a few KiB) rather than risk anything.
-  seg_ = nullptr;
+  seg_.store(nullptr, std::memory_order_relaxed);
   entry_ = -1;
-  share_ = 0;
+  share_.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace coloc::interpose

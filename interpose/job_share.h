@@ -15,7 +15,9 @@
 // found when an allocation would not fit: its entry's pid no longer runs with the start time it
 // joined with, and its share goes back to the job.
 //
-// The segment: /dev/shm/coloc-job.<uid>.<XXH64 of the job name>.<device UUID>, created with
+// The segment: /dev/shm/coloc-job.<uid>.<pid namespace>.<XXH64 of the job name>.<device UUID>
+// (pids mean something only within one pid namespace, and container default job names such as
+// python-1 repeat), created with
 // O_CREAT | O_EXCL | O_NOFOLLOW and mode 0600; a segment that exists is used only if it is a
 // regular file owned by this uid with mode 0600 and the right size and magic. Otherwise (or
 // without /dev/shm) the limit stays per process, with a warning. The last process to leave
@@ -47,7 +49,8 @@ struct JobSegment {
   std::atomic<uint32_t> users;        ///< entries in use; kClosed once the last one left
   uint32_t pad;
   std::atomic<uint64_t> total;        ///< sum of the entries' shares (bytes)
-  char pad2[40];
+  uint64_t limit;                     ///< the creator's limit (bytes), to warn about different ones
+  char pad2[32];
   Entry entries[kEntries];
 };
 
@@ -62,7 +65,9 @@ class JobShare {
   /// this process's limit `limit` (bytes). False, with *why set (a static string), when the job
   /// cannot be shared: the caller keeps a per-process limit.
   bool join(const char* job, const unsigned char uuid[16], uint64_t limit, const char** why);
-  bool joined() const { return seg_ != nullptr; }
+  bool joined() const { return seg_.load(std::memory_order_acquire) != nullptr; }
+  /// The limit the job's first process joined with (bytes; 0 when not joined).
+  uint64_t job_limit() const;
   /// Raises this process's share so that `wanted` bytes fit (plus headroom where the limit allows).
   /// Returns the new share, or 0 when the job's other processes hold too much (after reclaiming
   /// the shares of dead ones). *others = what they hold.
@@ -70,7 +75,8 @@ class JobShare {
   /// Lowers this process's share to `keep` bytes (never below what is asked; no-op if higher).
   void shrink(uint64_t keep);
   /// This process's share, and what the job's other processes hold now (bytes).
-  uint64_t share() const { return share_; }
+  uint64_t share() const { return share_.load(std::memory_order_relaxed); }
+  /// Lock-free (any thread, any time).
   uint64_t others() const;
   /// Gives the share back and leaves; the last process removes the segment.
   void leave();
@@ -78,16 +84,24 @@ class JobShare {
   void forget();
 
  private:
-  int reclaim_dead();  // returns how many entries were reclaimed
+  int reclaim_dead();       // returns how many entries were reclaimed
+  bool claim_entry();       // a free entry for this process (reclaiming its own pre-exec one)
+  bool still_member();      // our entry is still ours (not reclaimed by a process that thought us dead)
+  void sub_total(uint64_t bytes);
 
-  JobSegment* seg_ = nullptr;
+  std::atomic<JobSegment*> seg_{nullptr};
   int entry_ = -1;
-  uint64_t share_ = 0, limit_ = 0;
-  char path_[128] = {};
+  uint64_t limit_ = 0, start_ = 0;
+  std::atomic<uint64_t> share_{0};
+  char path_[160] = {};
 };
 
 /// The start time of process `pid` in clock ticks since boot (field 22 of /proc/PID/stat), or 0
-/// when it does not exist.
+/// when it cannot be read.
 uint64_t process_start_ticks(int pid);
+/// Whether the process `pid` that joined with start time `start` is gone: it does not exist
+/// (kill(pid, 0) says ESRCH), or a process with another start time has its pid. A process that
+/// cannot be examined (no descriptor left, /proc hidden) counts as alive.
+bool process_gone(int pid, uint64_t start);
 
 }  // namespace coloc::interpose

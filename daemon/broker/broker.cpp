@@ -622,6 +622,7 @@ void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<std::pair<u
     cs.attached.store(1, std::memory_order_release);
     r.slots.push_back({slot, grants[i]});
   }
+  publish_job_others();  // its first cuMemGetInfo already sees the job's other processes
   replies_.push_back(std::move(r));
 }
 

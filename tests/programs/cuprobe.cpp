@@ -233,22 +233,6 @@ CUresult step_meminfo(Probe&, const Args&, json& out) {
   return rc;
 }
 
-// cuMemGetInfo until free <= SIZE (every 5 ms, at most 20 s): a view that others' use changes.
-CUresult step_meminfo_below(Probe&, const Args& a, json& out) {
-  const uint64_t want = *coloc::parse_size(a[0]).bytes;
-  size_t free = 0, total = 0;
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (;;) {
-    if (CUresult rc = cuMemGetInfo(&free, &total); rc != CUDA_SUCCESS) return rc;
-    if (free <= want || std::chrono::steady_clock::now() > until) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  out["free"] = free;
-  out["total"] = total;
-  out["reached"] = free <= want;
-  return CUDA_SUCCESS;
-}
-
 CUresult step_total_mem(Probe&, const Args& a, json& out) {
   size_t bytes = 0;
   CUresult rc = cuDeviceTotalMem(&bytes, device_arg(a, 0));
@@ -496,7 +480,6 @@ const StepDef kSteps[] = {
     {"alloc", {Arg::size}, {Arg::name}, step_alloc, "cuMemAlloc SIZE bytes as NAME (default \"buf\")"},
     {"free", {Arg::name}, {}, step_free, "cuMemFree NAME"},
     {"meminfo", {}, {}, step_meminfo, "cuMemGetInfo: free, total"},
-    {"meminfo-below", {Arg::size}, {}, step_meminfo_below, "cuMemGetInfo until free <= SIZE (20 s at most): free, total, reached"},
     {"total-mem", {}, {Arg::dev}, step_total_mem, "cuDeviceTotalMem of DEV"},
     {"uuid", {}, {Arg::dev}, step_uuid, "cuDeviceGetUuid of DEV, as GPU-..."},
     {"name", {}, {Arg::dev}, step_name, "cuDeviceGetName of DEV"},

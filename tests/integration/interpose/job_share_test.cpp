@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <random>
+#include <algorithm>
 #include <set>
 
 #include "interpose.h"
@@ -88,6 +89,7 @@ TEST_CASE("without a daemon, two processes of one job allocating at the same ins
 }
 
 TEST_CASE("without a daemon, a SIGKILLed process's share goes back to its job") {
+  const auto start_time = std::filesystem::file_time_type::clock::now();
   Job job;
   job.limit("4GiB");
   job.env.set("COLOC_JOB", fresh_job("killed"));
@@ -99,6 +101,12 @@ TEST_CASE("without a daemon, a SIGKILLed process's share goes back to its job") 
   auto ls = lines(job.run({client(), "init", "ctx", "0", "alloc", "3GiB", "b", "meminfo"}));
   CHECK(step(ls, "alloc")["rc_name"] == "CUDA_SUCCESS");
   CHECK(step(ls, "meminfo")["free"] == 4 * GiB - 256 * MiB - 3 * GiB);  // nothing left of the dead one's share
+  // The last process out removed the segment, the dead one's entry with it.
+  bool left = false;
+  for (auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    left |= e.path().filename().string().find("coloc-job." + std::to_string(getuid()) + ".") == 0 &&
+            std::filesystem::last_write_time(e.path()) >= start_time;
+  CHECK_FALSE(left);
 }
 
 TEST_CASE("without a daemon and without COLOC_JOB, a process names the job and its children share its limit") {
@@ -120,6 +128,33 @@ TEST_CASE("without a daemon and without COLOC_JOB, a process names the job and i
     }
   CHECK(ok == 1);  // the 3 GiB one
   CHECK(oom == 1);  // the 2 GiB one: past the job's 4 GiB
+}
+
+TEST_CASE("without a daemon, the last process out removes the segment even when another was SIGKILLed") {
+  Job job;
+  job.limit("4GiB");
+  job.env.set("COLOC_JOB", fresh_job("lastout"));
+  const std::string ready = job.dir / "ready", go = job.dir / "go";
+  std::string prefix = "coloc-job." + std::to_string(getuid()) + ".";
+  auto ours = [&] {
+    std::vector<std::string> v;
+    for (auto& e : std::filesystem::directory_iterator("/dev/shm"))
+      if (e.path().filename().string().rfind(prefix, 0) == 0) v.push_back(e.path().string());
+    return v;
+  };
+  auto before = ours();
+  Proc a({client(), "init", "ctx", "0", "alloc", "512MiB", "a", "touch", ready, "hold-file", job.dir / "never"}, job.env);
+  REQUIRE_MESSAGE(reached(a, ready), a.err_so_far());
+  std::string path;
+  for (const std::string& p : ours())
+    if (std::find(before.begin(), before.end(), p) == before.end()) path = p;
+  REQUIRE_FALSE(path.empty());
+  a.kill(SIGKILL);
+  a.wait();
+  // B fits beside A's share: it never has to reclaim it, but leaving it removes the file.
+  auto ls = lines(job.run({client(), "init", "ctx", "0", "alloc", "512MiB", "b"}));
+  CHECK(step(ls, "alloc")["rc_name"] == "CUDA_SUCCESS");
+  CHECK_FALSE(std::filesystem::exists(path));
 }
 
 TEST_CASE("a job's segment is private to its user and removed when its last process leaves") {
