@@ -255,10 +255,30 @@ void Ledger::settle_pool_locked(Pool& p) {
   }
 }
 
-int Ledger::pool_find(uint64_t handle) {
+namespace {
+// The last pool this thread found (pool_find), valid while the ledger's pool generation is `gen`.
+struct PoolCache {
+  const void* ledger;
+  uint64_t handle, gen;
+  int idx, slot;
+};
+__thread PoolCache tl_pool_cache __attribute__((tls_model("initial-exec")));
+}  // namespace
+
+int Ledger::pool_find(uint64_t handle, int* slot) {
+  PoolCache& c = tl_pool_cache;
+  const uint64_t gen = pools_gen_.load(std::memory_order_acquire);
+  if (c.ledger == this && c.handle == handle && c.gen == gen) {
+    if (slot) *slot = c.slot;
+    return c.idx;
+  }
   MutexLock g(pool_mutex_);
   for (int i = 0; i < kMaxPools; ++i)
-    if (pools_[i].used && !pools_[i].destroyed && pools_[i].handle == handle) return i;
+    if (pools_[i].used && !pools_[i].destroyed && pools_[i].handle == handle) {
+      c = PoolCache{this, handle, pools_gen_.load(std::memory_order_relaxed), i, pools_[i].slot};
+      if (slot) *slot = pools_[i].slot;
+      return i;
+    }
   return -1;
 }
 
@@ -277,6 +297,7 @@ int Ledger::pool_track(uint64_t handle, int slot, uint64_t reserved, uint64_t ch
   if (free_index < 0) return -1;
   Pool& p = pools_[free_index];
   p = Pool{};
+  pools_gen_.fetch_add(1, std::memory_order_acq_rel);
   p.handle = handle;
   p.slot = uint16_t(slot);
   p.used = true;
@@ -352,6 +373,7 @@ void Ledger::pool_destroyed(int pool) {
   Pool& p = pools_[pool];
   if (!p.used) return;
   p.destroyed = true;
+  pools_gen_.fetch_add(1, std::memory_order_acq_rel);
   p.shadow.destroyed();
   settle_pool_locked(p);
 }
@@ -420,6 +442,7 @@ void Ledger::reset_in_child() {
   for (Pool& p : pools_) p = Pool{};
   reserve_pools_.store(0, std::memory_order_relaxed);
   free_seq_.store(0, std::memory_order_relaxed);
+  pools_gen_.fetch_add(1, std::memory_order_relaxed);
   for (int slot = 0; slot < kMaxDevices; ++slot) {
     Books& b = books_[slot];
     for (int k = 0; k < kKinds; ++k) {

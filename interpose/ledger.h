@@ -144,8 +144,9 @@ class Ledger {
   /// reserved-memory reading `reserved` and the pool's chunk `chunk`, bytes, see PoolShadow). -1
   /// when kMaxPools are tracked.
   int pool_track(uint64_t handle, int slot, uint64_t reserved, uint64_t chunk);
-  /// The index of the tracked, not destroyed pool `handle`, or -1.
-  int pool_find(uint64_t handle);
+  /// The index of the tracked, not destroyed pool `handle`, or -1; *slot (when given) its device
+  /// slot. A one-entry cache per thread answers repeated lookups of one pool without the lock.
+  int pool_find(uint64_t handle, int* slot = nullptr);
   /// The device slot of tracked pool `pool`.
   int pool_slot(int pool);
   /// Charges what allocating `bytes` from pool `pool` on stream key `stream` may add to the
@@ -259,6 +260,7 @@ class Ledger {
   Pool pools_[kMaxPools];
   std::atomic<int> reserve_pools_{0};
   std::atomic<uint64_t> free_seq_{0};  // pool frees so far (pool_free_seq)
+  std::atomic<uint64_t> pools_gen_{1};  // bumped whenever a pool index starts or stops naming a pool
 };
 
 /// Raises `a` to at least `v` (relaxed).

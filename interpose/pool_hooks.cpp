@@ -45,12 +45,15 @@ uint64_t pool_chunk(int ordinal) {
   return g;
 }
 
-// The ledger's index for `pool` on `slot`, tracking it on first sight (-1: cannot track).
-int track_pool(CUmemoryPool pool, int slot) {
-  int idx = ledger().pool_find(pool_key(pool));
+// The ledger's index for `pool` on `slot`, tracking it on first sight (-1: cannot track); *at
+// (when given) the slot it is tracked on.
+int track_pool(CUmemoryPool pool, int slot, int* at = nullptr) {
+  int idx = ledger().pool_find(pool_key(pool), at);
   if (idx >= 0) return idx;
-  return ledger().pool_track(pool_key(pool), slot, read_reserved(pool).value_or(0),
-                             pool_chunk(devices().info(slot).ordinal));
+  idx = ledger().pool_track(pool_key(pool), slot, read_reserved(pool).value_or(0),
+                            pool_chunk(devices().info(slot).ordinal));
+  if (at) *at = slot;
+  return idx;
 }
 
 class PoolCharge final : public ChargeAttempt {
@@ -83,7 +86,8 @@ CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream
   if (w.slot < 0) return driver_alloc();
   if (!pool && call<Fn::cuDeviceGetMemPool>(&pool, CUdevice(devices().info(w.slot).ordinal)) != CUDA_SUCCESS)
     pool = nullptr;
-  int idx = pool ? track_pool(pool, w.slot) : -1;
+  int slot = w.slot;
+  int idx = pool ? track_pool(pool, w.slot, &slot) : -1;
   if (idx < 0) {
     // Untrackable pool (none, or kMaxPools in use): charge the bytes themselves, as Kind::pool.
     if (CUresult r = charge(w.slot, bytes, kFnName[index(id)]); r != CUDA_SUCCESS) return r;
@@ -98,7 +102,6 @@ CUresult pool_alloc(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream
     call<free_id>(p, stream);
     charge_failed(w.slot, bytes, CUDA_SUCCESS);
   } else {
-    int slot = ledger().pool_slot(idx);
     PoolCharge attempt(idx, bytes, stream_key(stream, per_thread, w.ctx));
     if (CUresult r = charge_with(slot, bytes, kFnName[index(id)], attempt); r != CUDA_SUCCESS) return r;
     CUresult r = call_charged(slot, bytes, attempt.ticket().growth, driver_alloc);
