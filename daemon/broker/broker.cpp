@@ -294,7 +294,12 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
     // grace may find its memory given to a newcomer meanwhile. What it really has in use cannot
     // be taken away; its surplus grant and its reservation are cut to what is left.
     const Bytes cur = jd.admitted ? std::max(jd.reserved, jd.granted) : 0;
-    const Bytes fits = sat_add(cur, available(dev));  // the most the job may commit on the device
+    // The most the job may commit on the device. During the restart hold nobody new is admitted,
+    // and the outside estimate still counts the memory of processes (of this job and of others)
+    // that have not re-registered yet, which this job's reservation may already cover: only the
+    // device's capacity bounds it then (end_hold warns if the books do not fit once all are back).
+    const Bytes room = holding() ? sat_sub(sat_sub(d.capacity, d.headroom), d.committed) : available(dev);
+    const Bytes fits = sat_add(cur, room);
     const Bytes asked = std::min(std::max(e.grant, round_up(in_use, config_.grant_step)), d.capacity);
     Bytes grant = std::min(asked, sat_sub(fits, jd.granted));
     if (grant < in_use) grant = in_use;
@@ -328,7 +333,8 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
     cs.reservation.store(jd.reserved, std::memory_order_relaxed);
     write_grant(c, slot, grant);
     cs.attached.store(1, std::memory_order_release);
-    if (d.committed > usable(dev))
+    // During the hold the books are incomplete (see `room` above): not an over-commit yet.
+    if (!holding() && d.committed > usable(dev))
       log::limited(log::get("broker"), spdlog::level::warn, "resume uid " + std::to_string(c.uid),
           "device {}: over-committed by memory really in use ({} committed, {} usable): job {} holds {} in use; "
           "nothing more is granted on the device until it fits again",
@@ -995,6 +1001,12 @@ void Broker::end_hold(Nanos now) {
   if (hold_until_ == 0) return;
   hold_until_ = 0;
   log::get("broker")->info("restart hold ended: serving new requests");
+  for (uint32_t dev = 0; dev < devices_.size(); ++dev)
+    if (devices_[dev].committed > usable(dev))
+      log::get("broker")->warn(
+          "device {}: over-committed after the restart by memory really in use ({} committed, {} usable); nothing "
+          "more is granted on the device until it fits again",
+          devices_[dev].uuid.str(), mib(devices_[dev].committed), mib(usable(dev)));
   pump(now);
   for (uint32_t dev = 0; dev < devices_.size(); ++dev) break_deadlock(dev, now);
 }

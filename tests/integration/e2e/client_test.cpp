@@ -1,5 +1,7 @@
 // End-to-end: the client side of the daemon contract inside real jobs — the daemon's restart,
 // fork, Ctrl-C during a wait, and life without a daemon (fail-open, COLOC_REQUIRE_DAEMON).
+#include <signal.h>
+
 #include "e2e.h"
 
 using namespace coloc::test;
@@ -262,6 +264,78 @@ TEST_CASE("e2e: COLOC_REQUIRE_DAEMON waits for the daemon, then fails cuInit wit
     d.kill(SIGTERM);
     d.wait(10s);
   }
+}
+
+}  // TEST_SUITE
+
+TEST_SUITE("e2e") {
+
+TEST_CASE("e2e: after a colocd restart, a two-process job keeps its reservation and nothing is called over-committed") {
+  if (simulated_only()) return;
+  Node n("16GiB", {"--resume-grace", "60s"});  // the processes below take their time to come back
+  // Job "pair": two processes (5 GiB and 3 GiB with their contexts) under a 10 GiB reservation;
+  // job "solo": 4 GiB under 5 GiB. 15 GiB of reservations on a 16 GiB device (2% headroom).
+  const std::string go = n.file("go");
+  std::string a = cuprobe() + " init ctx 0 alloc 4608MiB a touch " + n.file("a-ready") + " hold-file " + go;
+  std::string b = cuprobe() + " init ctx 0 alloc 2560MiB b touch " + n.file("b-ready") + " hold-file " + go;
+  auto pair = n.run({"--mem", "10GiB", "--job", "pair"}, {"/bin/sh", "-c", a + " & " + b + " & wait"});
+  auto solo = n.run({"--mem", "5GiB", "--job", "solo"},
+                    {cuprobe(), "init", "ctx", "0", "alloc", "3584MiB", "s", "touch", n.file("s-ready"), "hold-file", go});
+  for (const char* f : {"a-ready", "b-ready"}) REQUIRE_MESSAGE(reached(*pair, n.file(f)), pair->out_so_far(), n.log());
+  REQUIRE(reached(*solo, n.file("s-ready")));
+  const uint64_t expected = 12 * GiB;
+  REQUIRE(n.status()["devices"][0]["in_use"] == expected);
+  REQUIRE(n.job("pair")["reserved"] == 10 * GiB);
+
+  // Both of the pair's processes are stopped across the restart and come back one at a time,
+  // after colocd has read the device: the first one back finds the other's memory counted as
+  // used outside coloc, and the pair's reservation covering it as well.
+  const int p1 = step(pair->out_so_far(), "init", 0)["pid"], p2 = step(pair->out_so_far(), "init", 1)["pid"];
+  REQUIRE(p1 > 0);
+  REQUIRE(p2 > 0);
+  // colocd has saved them as running (its restart then holds new requests until they are back).
+  REQUIRE(wait_until([&] {
+    std::string saved = read_file(n.state() + "/clients");
+    return saved.find(std::to_string(p1) + " ") != std::string::npos &&
+           saved.find(std::to_string(p2) + " ") != std::string::npos;
+  }, 20s, 10ms));
+  REQUIRE(::kill(p1, SIGSTOP) == 0);
+  REQUIRE(::kill(p2, SIGSTOP) == 0);
+  n.kill_daemon();
+  n.start_daemon();
+  auto outside_at_least = [&](uint64_t bytes) {
+    return wait_until([&] {
+      json s = n.status();
+      return s["devices"].size() == 1 && s["devices"][0].value("outside", uint64_t(0)) >= bytes &&
+             s["devices"][0].value("outside", uint64_t(0)) < bytes + GiB;
+    }, 20s, 20ms);
+  };
+  bool solo_back = outside_at_least(8 * GiB);  // solo re-registered; both pair processes look outside
+  ::kill(p1, SIGCONT);
+  bool first_back = solo_back && wait_until([&] {
+    json s = n.status();
+    return s["devices"].size() == 1 && s["devices"][0]["in_use"].get<uint64_t>() > 4 * GiB;
+  }, 20s, 20ms) && outside_at_least(3 * GiB);
+  ::kill(p2, SIGCONT);
+  REQUIRE_MESSAGE(solo_back, n.status().dump(1), "\n", n.log());
+  REQUIRE_MESSAGE(first_back, n.status().dump(1), "\n", n.log());
+  bool rebuilt = wait_until([&] {
+    json s = n.status();
+    return s["jobs"].size() == 2 && s["devices"].size() == 1 && s["devices"][0]["in_use"] == expected &&
+           !s["daemon"]["holding_for_restart"].get<bool>();
+  }, 20s, 20ms);
+  REQUIRE_MESSAGE(rebuilt, n.status().dump(1), "\n", n.log());
+  // While the pair's second process had not re-registered, its memory looked used outside coloc
+  // and inside the pair's reservation at once: that is not an over-commit, nor a reason to cut it.
+  INFO(n.log());
+  CHECK(n.job("pair")["reserved"] == 10 * GiB);
+  CHECK(n.job("solo")["reserved"] == 5 * GiB);
+  CHECK(n.status()["devices"][0]["committed"] == 15 * GiB);
+  CHECK(n.log().find("over-committed") == std::string::npos);
+  CHECK(n.log().find("reservation cut") == std::string::npos);
+  write_file(go, "");
+  finish(*pair);
+  finish(*solo);
 }
 
 }  // TEST_SUITE
