@@ -313,13 +313,17 @@ void SharedState::uncharge(int device, uint64_t bytes) {
   layout_->devices[device].used -= std::min(b, layout_->devices[device].used);
 }
 
-MemInfo SharedState::meminfo(int device) {
-  Lock l(*this);
+void SharedState::reclaim_dead_if_due_locked() {
   uint64_t now = now_ns();
   if (now - last_reclaim_ns_.load(std::memory_order_relaxed) >= kMeminfoReclaimNs) {
     reclaim_dead_locked();
     last_reclaim_ns_.store(now, std::memory_order_relaxed);
   }
+}
+
+MemInfo SharedState::meminfo(int device) {
+  Lock l(*this);
+  reclaim_dead_if_due_locked();
   const shm::Device& d = layout_->devices[device];
   return {d.capacity, d.used};
 }
@@ -327,11 +331,7 @@ MemInfo SharedState::meminfo(int device) {
 std::vector<ProcessUse> SharedState::processes(int device) {
   std::vector<ProcessUse> out;
   Lock l(*this);
-  uint64_t now = now_ns();
-  if (now - last_reclaim_ns_.load(std::memory_order_relaxed) >= kMeminfoReclaimNs) {
-    reclaim_dead_locked();
-    last_reclaim_ns_.store(now, std::memory_order_relaxed);
-  }
+  reclaim_dead_if_due_locked();
   const shm::Device& d = layout_->devices[device];
   std::vector<bool> has_context(shm::kMaxProcesses, false);
   for (const shm::ContextEntry& e : d.contexts)

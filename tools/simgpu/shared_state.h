@@ -160,6 +160,8 @@ class SharedState {
   bool claim_slot(std::string* error);  // false: every slot taken
   void repair_locked();
   bool reclaim_dead_locked();
+  // reclaim_dead_locked(), at most every kMeminfoReclaimNs (meminfo and processes read often).
+  void reclaim_dead_if_due_locked();
   void reclaim_process_locked(int slot);
   int next_runnable_locked(shm::Device& d, int after);
   void wake(shm::Device& d);
