@@ -173,6 +173,19 @@ class Broker {
     return 0;
   }
 
+  /// The driver has just created a context on `slot`'s device. True, once per attached slot, when
+  /// the broker wants the device's free memory right after it (context_footprint). Never blocks.
+  virtual bool wants_footprint(int slot) {
+    (void)slot;
+    return false;
+  }
+  /// The device's free memory in bytes right after the process's first context on `slot` was
+  /// created (cuMemGetInfo in it), after wants_footprint(slot) said true. Never blocks.
+  virtual void context_footprint(int slot, uint64_t physical_free) {
+    (void)slot;
+    (void)physical_free;
+  }
+
   /// The process is exiting (atexit, or libcoloc's destructor; may be called twice).
   virtual void at_exit() {}
 

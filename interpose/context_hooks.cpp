@@ -71,6 +71,22 @@ int admitted_slot(CUdevice dev, CUresult* refused) {
   return slot;
 }
 
+// The driver has just created `ctx` on `slot`'s device: when the broker asks (the first context
+// there, under colocd), it gets the device's free memory read in that context, from which colocd
+// estimates what the driver took beyond the ledger's charge. The context is made current for the
+// read and the caller's current context restored.
+void report_footprint(int slot, CUcontext ctx) {
+  if (!ctx || !broker().wants_footprint(slot)) return;
+  size_t free = 0, total = 0;
+  const bool pushed = call<Fn::cuCtxPushCurrent_v2>(ctx) == CUDA_SUCCESS;
+  const CUresult r = pushed ? call<Fn::cuMemGetInfo_v2>(&free, &total) : CUDA_ERROR_INVALID_CONTEXT;
+  if (pushed) {
+    CUcontext popped = nullptr;
+    (void)call<Fn::cuCtxPopCurrent_v2>(&popped);
+  }
+  if (r == CUDA_SUCCESS) broker().context_footprint(slot, uint64_t(free));
+}
+
 // The charge of one context.
 CUresult charge_context(int slot) {
   if (CUresult r = charge(slot, context_cost(), kContextCreation); r != CUDA_SUCCESS) return r;
@@ -111,6 +127,7 @@ CUresult create(CUcontext* pctx, CUdevice dev, Create&& driver_create) {
     ++devices().context_books(slot).created;
   }
   devices().remember_context(*pctx, slot);
+  report_footprint(slot, *pctx);
   return r;
 }
 
@@ -228,7 +245,10 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
     if (ctx) b.primary = ctx;
     reconcile_primary_locked(slot, b);
   }
-  if (ctx) devices().remember_context(ctx, slot);
+  if (ctx) {
+    devices().remember_context(ctx, slot);
+    report_footprint(slot, ctx);
+  }
   return r;
 }
 

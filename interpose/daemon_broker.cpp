@@ -185,7 +185,7 @@ void DaemonBroker::fill_register(bool resume, proto::RegisterMsg* m) {
         const pages::ControlSlot& c = control().slots[s];
         if (c.attached.load(std::memory_order_acquire) && std::memcmp(c.uuid, attach_uuid_, 16) == 0 &&
             recorded_slot(attach_uuid_) < 0) {
-          record_slot(s, attach_uuid_, attach_capacity_);
+          record_slot(s, attach_uuid_, attach_capacity_, attach_cap_);
           break;
         }
       }
@@ -193,11 +193,14 @@ void DaemonBroker::fill_register(bool resume, proto::RegisterMsg* m) {
   }
   m->flags = proto::kRegResume;
   // The job's limit as the daemon last set it (a live `coloc set` raised or lowered it), not the
-  // registration's request: after registration the daemon's limit is the job's.
+  // registration's request: after registration the daemon's limit is the job's. A slot's limit
+  // at its own cap may be only the cap (the job's limit on that device alone).
   uint64_t last = job_limit_.load(std::memory_order_relaxed);
   for (int s = 0; s < kMaxDevices; ++s)
     if (slots_[s].attached.load(std::memory_order_acquire)) {
-      last = control().slots[s].limit.load(std::memory_order_relaxed);
+      uint64_t shown = control().slots[s].limit.load(std::memory_order_relaxed);
+      if (slots_[s].cap != 0 && shown >= slots_[s].cap) continue;
+      last = shown;
       break;
     }
   m->limit = last == 0 ? 1 : last;
@@ -220,6 +223,7 @@ void DaemonBroker::fill_register(bool resume, proto::RegisterMsg* m) {
     e.peak = peak > e.in_use ? peak : e.in_use;
     e.limit = control().slots[i].limit.load(std::memory_order_relaxed);
     if (e.limit == 0) e.limit = 1;
+    e.cap = slots_[i].cap;
   }
 }
 
@@ -319,11 +323,32 @@ uint64_t DaemonBroker::wait_deadline() const {
 
 // ---- slots --------------------------------------------------------------------------------------
 
-void DaemonBroker::record_slot(int slot, const unsigned char uuid[16], uint64_t capacity) {
+void DaemonBroker::record_slot(int slot, const unsigned char uuid[16], uint64_t capacity, uint64_t cap) {
   SlotRecord& r = slots_[slot];
   std::memcpy(r.uuid, uuid, 16);
   r.capacity = capacity;
+  r.cap = cap;
+  r.footprint_claimed.store(false, std::memory_order_relaxed);
   r.attached.store(true, std::memory_order_release);
+}
+
+bool DaemonBroker::wants_footprint(int slot) {
+  if (slot < 0 || slot >= kMaxDevices || mode_.load(std::memory_order_acquire) != Mode::daemon) return false;
+  if (link_.version() < 5 || !link_.connected()) return false;  // an older daemon has no use for it
+  SlotRecord& r = slots_[slot];
+  if (!r.attached.load(std::memory_order_acquire)) return false;
+  return !r.footprint_claimed.exchange(true, std::memory_order_acq_rel);
+}
+
+void DaemonBroker::context_footprint(int slot, uint64_t physical_free) {
+  if (slot < 0 || slot >= kMaxDevices || physical_free > slots_[slot].capacity) return;
+  proto::ContextFootprintMsg f;
+  std::memset(&f, 0, sizeof f);
+  f.slot = uint32_t(slot);
+  f.physical_free = physical_free;
+  f.in_use = stats().slots[slot].in_use.load(std::memory_order_seq_cst);
+  if (f.in_use == proto::kUnknown) return;
+  (void)link_.post(f);  // dropped when the daemon is away: the books then lack this overhead
 }
 
 bool DaemonBroker::holds_grants() const {
@@ -369,14 +394,20 @@ int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
   a.devices[0].device.physical_free = proto::kUnknown;  // no context there yet to ask
   uint64_t request = options().context_bytes;
   a.devices[0].request = request < d.total_bytes ? request : d.total_bytes;
+  // COLOC_MEM_LIMIT_<n>: the job's limit (and reservation) on this device is the smaller, when
+  // this process is the one that admits the job there.
+  const uint64_t dev_cap = device_cap_for_ordinal(options(), d.ordinal);
+  a.devices[0].cap = dev_cap == kNoLimit ? 0 : dev_cap;
   {
     MutexLock g(attach_mutex_);
     attach_pending_ = true;
     std::memcpy(attach_uuid_, d.uuid, 16);
     attach_capacity_ = d.total_bytes;
+    attach_cap_ = a.devices[0].cap;
   }
 
-  const uint64_t footprint = job_limit_.load(std::memory_order_relaxed);
+  uint64_t footprint = job_limit_.load(std::memory_order_relaxed);
+  if (dev_cap < footprint) footprint = dev_cap;  // what the job reserves here
   const bool declared = footprint != kNoLimit && footprint > a.devices[0].request;
   t_refusal = RefusalDetail{true, d.ordinal, declared ? footprint : a.devices[0].request, 0, d.total_bytes,
                             proto::kUnknown, 0};
@@ -411,7 +442,7 @@ int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
         r.attach.devices[0].slot < uint32_t(kMaxDevices)) {
       slot = int(r.attach.devices[0].slot);
       MutexLock g(attach_mutex_);  // a re-registration may be adopting the same slot
-      if (recorded_slot(d.uuid) < 0) record_slot(slot, d.uuid, d.total_bytes);
+      if (recorded_slot(d.uuid) < 0) record_slot(slot, d.uuid, d.total_bytes, a.devices[0].cap);
     } else {
       *why = refusal_of(r.attach.reason);
     }

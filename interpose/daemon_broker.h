@@ -85,6 +85,9 @@ class DaemonBroker final : public Broker, private LinkOwner {
   void describe_refusal(int slot, Refusal why, char* out, size_t cap) override;
   void flush_launches() override;
   void after_fork_child() override;
+  /// Under colocd (v5): the first context on each slot sends a ContextFootprint.
+  bool wants_footprint(int slot) override;
+  void context_footprint(int slot, uint64_t physical_free) override;
 
   /// At exit (on_exit): flushes the launch counts and says Goodbye with `status`.
   void goodbye(int status);
@@ -102,6 +105,8 @@ class DaemonBroker final : public Broker, private LinkOwner {
     std::atomic<bool> attached{false};
     unsigned char uuid[16] = {};
     uint64_t capacity = 0;
+    uint64_t cap = 0;  // the cap sent in its Attach (COLOC_MEM_LIMIT_<n>, bytes; 0 = none)
+    std::atomic<bool> footprint_claimed{false};  // its ContextFootprint was sent (or is being)
   };
 
   void fill_register(bool resume, proto::RegisterMsg* m) override;
@@ -110,7 +115,7 @@ class DaemonBroker final : public Broker, private LinkOwner {
   void register_now();
   Mode registered_mode();
   void set_floor(int slot);
-  void record_slot(int slot, const unsigned char uuid[16], uint64_t capacity);
+  void record_slot(int slot, const unsigned char uuid[16], uint64_t capacity, uint64_t cap);
   int recorded_slot(const unsigned char uuid[16]) const;
   uint64_t physical_free(int slot);
   uint64_t wait_deadline() const;
@@ -139,6 +144,7 @@ class DaemonBroker final : public Broker, private LinkOwner {
   bool attach_pending_ = false;
   unsigned char attach_uuid_[16] = {};
   uint64_t attach_capacity_ = 0;
+  uint64_t attach_cap_ = 0;
 };
 
 /// The process's DaemonBroker (installed by runtime init when a daemon is configured).

@@ -459,6 +459,7 @@ bool DaemonLink::post_impl(const T& m) {
 bool DaemonLink::post(const proto::ShrinkMsg& m) { return post_impl(m); }
 bool DaemonLink::post(const proto::DriverOomMsg& m) { return post_impl(m); }
 bool DaemonLink::post(const proto::GoodbyeMsg& m) { return post_impl(m); }
+bool DaemonLink::post(const proto::ContextFootprintMsg& m) { return post_impl(m); }
 
 void DaemonLink::close_for_exit() {
   state_.store(kClosed, std::memory_order_release);

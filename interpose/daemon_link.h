@@ -94,6 +94,8 @@ class DaemonLink {
   bool connected() const { return state_.load(std::memory_order_acquire) == kConnected; }
   /// True when a reconnect may still come (the daemon went away; the link thread is trying).
   bool reconnecting() const { return state_.load(std::memory_order_acquire) == kLost; }
+  /// The protocol version this link speaks (an older daemon's, after it refused ours).
+  uint16_t version() const { return version_.load(std::memory_order_relaxed); }
   /// The daemon's grant step in bytes (from the latest RegisterReply).
   uint64_t grant_step() const { return grant_step_.load(std::memory_order_relaxed); }
 
@@ -105,11 +107,13 @@ class DaemonLink {
   /// Waits until the link is connected again. replied = connected; stopped, timed_out, closed.
   Outcome wait_connected(SignalWindow& w, uint64_t deadline_ns);
 
-  /// One-way messages (Shrink, DriverOom, Goodbye): sent at once when connected, else dropped.
-  /// Never blocks (MSG_DONTWAIT; a full socket buffer drops the message). True when sent.
+  /// One-way messages (Shrink, DriverOom, Goodbye, ContextFootprint): sent at once when
+  /// connected, else dropped. Never blocks (MSG_DONTWAIT; a full socket buffer drops the message).
+  /// True when sent (a ContextFootprint to a daemon older than v5 is never sent).
   bool post(const proto::ShrinkMsg& m);
   bool post(const proto::DriverOomMsg& m);
   bool post(const proto::GoodbyeMsg& m);
+  bool post(const proto::ContextFootprintMsg& m);
 
   /// At exit, after the Goodbye: nothing more is sent; requests end as `closed`.
   void close_for_exit();

@@ -108,8 +108,50 @@ void Broker::set_overhead(ClientId id, uint32_t slot, Bytes overhead, Nanos now)
   Client& c = it->second;
   ClientSlot& s = c.slots[slot];
   const Bytes reading = std::min(overhead, devices_[s.device].capacity);
+  if (s.overhead_estimated) {  // the driver's own figure replaces the footprint's estimate
+    s.overhead_estimated = false;
+    s.overhead_reading = reading;
+    book_overhead(c, slot, reading, "the driver's figure beyond the ledger", now);
+    return;
+  }
   overhead = settle_overhead(s.overhead, s.overhead_reading, reading);
   s.overhead_reading = reading;
+  book_overhead(c, slot, overhead, "the driver's figure beyond the ledger", now);
+}
+
+void Broker::context_footprint(ClientId id, uint32_t slot, Bytes physical_free, Bytes in_use, bool measured,
+                               Nanos now) {
+  auto it = clients_.find(id);
+  if (it == clients_.end() || slot >= pages::kSlots || !it->second.slots[slot].attached) return;
+  Client& c = it->second;
+  ClientSlot& s = c.slots[slot];
+  const uint32_t dev = s.device;
+  const Device& d = devices_[dev];
+  if (physical_free != kUnknown && physical_free > d.capacity) physical_free = kUnknown;
+  const bool first = s.footprint_due;
+  s.footprint_due = false;
+  if (first && s.baseline_known && physical_free != kUnknown && s.overhead == 0) {
+    const Bytes used = d.capacity - physical_free;
+    Bytes estimate = sat_sub(used, sat_add(coloc_in_use(d, &c, slot, in_use), s.outside_before));
+    // The process's in-use is its own word: no more than the job could have been granted.
+    Job& job = job_of(c);
+    const JobDevice& jd = job.devices[dev];
+    const Bytes limit = limit_on(job, dev);
+    if (limit != kNoLimit) estimate = std::min(estimate, sat_sub(limit, jd.granted));
+    estimate = std::min(estimate, sat_add(available(dev), sat_sub(jd.reserved, jd.granted)));
+    if (estimate > 0) {
+      s.overhead_reading = estimate;
+      book_overhead(c, slot, estimate, "estimated from the device's free memory around its first context", now);
+      s.overhead_estimated = true;
+    }
+  }
+  if (physical_free == kUnknown) return;
+  if (measured) refresh_outside(dev, physical_free, now);
+  else report_outside(dev, physical_free, now, c, slot, in_use, 0);
+}
+
+void Broker::book_overhead(Client& c, uint32_t slot, Bytes overhead, const char* source, Nanos now) {
+  ClientSlot& s = c.slots[slot];
   const Bytes old = s.overhead;
   if (overhead == old) return;
   Job& job = job_of(c);
@@ -119,10 +161,9 @@ void Broker::set_overhead(ClientId id, uint32_t slot, Bytes overhead, Nanos now)
   s.overhead = overhead;
   if (overhead > old) {
     log::limited(log::get("broker"), spdlog::level::info, "overhead uid " + std::to_string(c.uid),
-                 "job {} (pid {}): driver overhead on device {} is {} (the driver's figure beyond the ledger); "
-                 "charged to the job",
-                 job.key.str(), c.pid, devices_[s.device].uuid.str(), mib(overhead));
-    if (job.limit != kNoLimit && jd.granted > job.limit) trim_job(job, s.device);
+                 "job {} (pid {}): driver overhead on device {} is {} ({}); charged to the job", job.key.str(),
+                 c.pid, devices_[s.device].uuid.str(), mib(overhead), source);
+    if (jd.granted > limit_on(job, s.device)) trim_job(job, s.device);
   } else {
     pump(now);  // room freed
   }
@@ -140,9 +181,14 @@ bool Broker::parked_on(JobSerial job, uint32_t device) const {
 }
 
 
-Bytes Broker::reservation_for(const Job& job, const Device& dev) const {
-  if (job.limit == kNoLimit) return 0;
-  return std::min(job.limit, sat_sub(dev.capacity, dev.headroom));
+Bytes Broker::reservation_for(Bytes limit, const Device& dev) const {
+  if (limit == kNoLimit) return 0;
+  return std::min(limit, sat_sub(dev.capacity, dev.headroom));
+}
+
+Bytes Broker::limit_on(const Job& job, uint32_t device) const {
+  auto it = job.devices.find(device);
+  return it == job.devices.end() ? job.limit : std::min(job.limit, it->second.cap);
 }
 
 void Broker::set_job_device(Job& job, uint32_t device, Bytes reserved, Bytes granted) {
@@ -200,14 +246,16 @@ void Broker::trim_job(Job& job, uint32_t device) {
 
 bool Broker::waits_on(const Waiter& w, uint32_t device) const {
   if (!w.admission) return clients_.at(w.client).slots[w.slot].device == device;
-  for (auto& [dev, req] : w.devices)
-    if (dev == device) return true;
+  for (const AttachNeed& n : w.devices)
+    if (n.device == device) return true;
   return false;
 }
 
 WaiterView Broker::view_of(const Waiter& w) const {
   const Job& j = jobs_.at(w.job);
-  return WaiterView{j.priority, w.order, w.admission, w.admission && j.limit != kNoLimit};
+  bool reserves = j.limit != kNoLimit;  // an admission that declares a footprint
+  for (const AttachNeed& n : w.devices) reserves |= n.cap != kNoLimit;
+  return WaiterView{j.priority, w.order, w.admission, w.admission && reserves};
 }
 
 bool Broker::waits_ahead(uint32_t device, const WaiterView& me, ClientId except_client, uint32_t except_seq) const {
@@ -272,8 +320,9 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
   Client& c = clients_.at(id);
   Job& job = job_of(c);
   assert(ledger.size() <= pages::kSlots);
+  // A live lowering survives the restart (a limit the client saw that was only its own cap is not one).
   for (const ResumeEntry& e : ledger)
-    if (e.limit != 0 && e.limit < job.limit) job.limit = e.limit;  // a live lowering survives the restart
+    if (e.limit != 0 && e.limit < job.limit && e.limit < e.cap) job.limit = e.limit;
   for (uint32_t slot = 0; slot < ledger.size(); ++slot) {
     const ResumeEntry& e = ledger[slot];
     uint32_t dev = device_for(e.uuid, e.capacity, e.measured, c, now);
@@ -290,6 +339,7 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
     // made meanwhile counted it as used outside coloc. It is coloc's again.
     if (d.outside_known) d.outside = sat_sub(d.outside, in_use);
     JobDevice& jd = job.devices[dev];
+    jd.cap = std::min(jd.cap, e.cap);
     // A resumed job gets back what it had only as far as it fits: a job that missed the resume
     // grace may find its memory given to a newcomer meanwhile. What it really has in use cannot
     // be taken away; its surplus grant and its reservation are cut to what is left.
@@ -306,7 +356,7 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
     if (!jd.admitted) {
       jd.admitted = true;
       jd.admitted_at = now;
-      const Bytes wanted = reservation_for(job, d);
+      const Bytes wanted = reservation_for(limit_on(job, dev), d);
       const Bytes reserved = std::min(wanted, std::max(fits, sat_add(jd.granted, grant)));
       set_job_device(job, dev, reserved, jd.granted);
       event(Event::Kind::kAdmitted, job, now, dev);
@@ -329,7 +379,7 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
     d.attachments.emplace_back(id, slot);
     auto& cs = c.control->slots[slot];
     std::copy(d.uuid.bytes.begin(), d.uuid.bytes.end(), cs.uuid);
-    cs.limit.store(job.limit, std::memory_order_relaxed);
+    cs.limit.store(limit_on(job, dev), std::memory_order_relaxed);
     cs.reservation.store(jd.reserved, std::memory_order_relaxed);
     write_grant(c, slot, grant);
     cs.attached.store(1, std::memory_order_release);
@@ -344,7 +394,8 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
   for (ClientId other : job.clients) {
     Client& oc = clients_.at(other);
     for (uint32_t s = 0; s < pages::kSlots; ++s)
-      if (oc.slots[s].attached) oc.control->slots[s].limit.store(job.limit, std::memory_order_relaxed);
+      if (oc.slots[s].attached)
+        oc.control->slots[s].limit.store(limit_on(job, oc.slots[s].device), std::memory_order_relaxed);
   }
 }
 
@@ -359,7 +410,7 @@ void Broker::remove_client(ClientId id, Nanos now) {
     const Waiter& w = waiters_[i];
     std::optional<uint32_t> dev;
     if (!w.admission) dev = c.slots[w.slot].device;
-    else if (!w.devices.empty()) dev = w.devices.front().first;
+    else if (!w.devices.empty()) dev = w.devices.front().device;
     event(Event::Kind::kWaitEnd, job, now, dev, w.admission, Reason::kCancelled, w.need);
     waiters_.erase(waiters_.begin() + ptrdiff_t(i));
   }
@@ -434,10 +485,11 @@ Broker::Decision Broker::decide_grow(Client& c, uint32_t slot, Bytes need, Nanos
   ClientSlot& s = c.slots[slot];
   Job& job = job_of(c);
   const uint32_t dev = s.device;
-  if (need > job.limit) {
+  const Bytes limit = limit_on(job, dev);
+  if (need > limit) {
     // Grants above a lowered limit were kept only for memory in use then; what is no longer in
     // use goes back now (a client that never shrinks would otherwise keep it).
-    if (job.devices[dev].granted > job.limit) trim_job(job, dev);
+    if (job.devices[dev].granted > limit) trim_job(job, dev);
     d.kind = Decision::Kind::kRefuse;
     d.reason = Reason::kOwnLimit;
     return d;
@@ -449,7 +501,7 @@ Broker::Decision Broker::decide_grow(Client& c, uint32_t slot, Bytes need, Nanos
   }
   JobDevice* jd = &job.devices[dev];
   Bytes others = jd->granted - s.grant;
-  if (others > job.limit - need) {
+  if (others > limit - need) {
     // Other processes of the job hold grants they may not use: take those back first.
     trim_job(job, dev);
     jd = &job.devices[dev];
@@ -459,13 +511,13 @@ Broker::Decision Broker::decide_grow(Client& c, uint32_t slot, Bytes need, Nanos
       d.grant = s.grant;
       return d;
     }
-    if (others > job.limit - need) {
+    if (others > limit - need) {
       d.kind = Decision::Kind::kRefuse;
       d.reason = Reason::kOwnLimit;
       return d;
     }
   }
-  const Bytes target = std::min(round_up(need, config_.grant_step), job.limit - others);
+  const Bytes target = std::min(round_up(need, config_.grant_step), limit - others);
   const Bytes cur = std::max(jd->reserved, jd->granted);
   const Bytes extra_need = sat_sub(std::max(jd->reserved, others + need), cur);
 
@@ -493,39 +545,44 @@ Broker::Decision Broker::decide_grow(Client& c, uint32_t slot, Bytes need, Nanos
   return d;
 }
 
-Broker::Decision Broker::decide_attach(Client& c, const std::vector<std::pair<uint32_t, Bytes>>& devs, Nanos now,
-                                       bool queued) {
+Broker::Decision Broker::decide_attach(Client& c, const std::vector<AttachNeed>& devs, Nanos now, bool queued) {
   (void)now;
   Decision d;
   Job& job = job_of(c);
-  WaiterView me{job.priority, next_order_, true, job.limit != kNoLimit};
+  bool reserves = job.limit != kNoLimit;
+  for (const AttachNeed& n : devs) reserves |= n.cap != kNoLimit;
+  WaiterView me{job.priority, next_order_, true, reserves};
   Bytes user_extra_need = 0, user_extra_target = 0;
   std::vector<Bytes> targets, exact;
   bool all_room_target = true, all_room_exact = true;
   d.full.on_full = job.on_full;
-  for (auto [dev, req] : devs) {
+  for (const AttachNeed& n : devs) {
+    const uint32_t dev = n.device;
+    const Bytes req = n.request;
     const Device& device = devices_[dev];
-    if (req > job.limit) {
+    auto it = job.devices.find(dev);
+    bool admitted = it != job.devices.end() && it->second.admitted;
+    // Its limit there: the job's, capped by this process's cap when it is the one admitting the job.
+    const Bytes limit = admitted ? limit_on(job, dev) : std::min(job.limit, n.cap);
+    if (req > limit) {
       d.kind = Decision::Kind::kRefuse;
       d.reason = Reason::kOwnLimit;
       return d;
     }
-    auto it = job.devices.find(dev);
-    bool admitted = it != job.devices.end() && it->second.admitted;
     Bytes granted = it != job.devices.end() ? it->second.granted : 0;
-    if (granted > job.limit - req) {
+    if (granted > limit - req) {
       trim_job(job, dev);
       it = job.devices.find(dev);
       granted = it != job.devices.end() ? it->second.granted : 0;
-      if (granted > job.limit - req) {
+      if (granted > limit - req) {
         d.kind = Decision::Kind::kRefuse;
         d.reason = Reason::kOwnLimit;
         return d;
       }
     }
-    const Bytes reserved = admitted ? it->second.reserved : reservation_for(job, device);
+    const Bytes reserved = admitted ? it->second.reserved : reservation_for(limit, device);
     const Bytes cur = admitted ? std::max(it->second.reserved, granted) : 0;
-    const Bytes target = std::min(round_up(req, config_.grant_step), job.limit - granted);
+    const Bytes target = std::min(round_up(req, config_.grant_step), limit - granted);
     const Bytes extra_target = sat_sub(std::max(reserved, granted + target), cur);
     const Bytes extra_exact = sat_sub(std::max(reserved, granted + req), cur);
     Bytes room = available(dev);
@@ -587,7 +644,7 @@ void Broker::refuse(Client& c, uint32_t seq, Reply::Kind kind, uint32_t slot, Re
                  kind == Reply::Kind::kAttach ? "admission" : "growth", mib(bytes), proto::reason_name(reason));
 }
 
-void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<std::pair<uint32_t, Bytes>>& devs,
+void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<AttachNeed>& devs,
                           const std::vector<Bytes>& grants, Nanos waited, Nanos now) {
   Job& job = job_of(c);
   Reply r;
@@ -599,13 +656,14 @@ void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<std::pair<u
   r.limit = job.limit;
   uint32_t next_free = 0;
   for (size_t i = 0; i < devs.size(); ++i) {
-    const uint32_t dev = devs[i].first;
+    const uint32_t dev = devs[i].device;
     Device& d = devices_[dev];
     JobDevice& jd = job.devices[dev];
     if (!jd.admitted) {
       jd.admitted = true;
       jd.admitted_at = now;
-      set_job_device(job, dev, reservation_for(job, d), jd.granted);
+      jd.cap = devs[i].cap;
+      set_job_device(job, dev, reservation_for(limit_on(job, dev), d), jd.granted);
       event(Event::Kind::kAdmitted, job, now, dev);
       log::limited(log::get("broker"), spdlog::level::info, "admitted uid " + std::to_string(c.uid),
                    "job {} admitted on {} (reservation {}, waited {:.3f} s)", job.key.str(), d.uuid.str(),
@@ -618,11 +676,14 @@ void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<std::pair<u
     s.attached = true;
     s.device = dev;
     s.grant = 0;
+    s.footprint_due = true;
+    s.baseline_known = d.outside_known;
+    s.outside_before = d.outside;
     ++job.devices[dev].clients;
     d.attachments.emplace_back(c.id, slot);
     auto& cs = c.control->slots[slot];
     std::copy(d.uuid.bytes.begin(), d.uuid.bytes.end(), cs.uuid);
-    cs.limit.store(job.limit, std::memory_order_relaxed);
+    cs.limit.store(limit_on(job, dev), std::memory_order_relaxed);
     cs.reservation.store(job.devices[dev].reserved, std::memory_order_relaxed);
     write_grant(c, slot, grants[i]);
     cs.attached.store(1, std::memory_order_release);
@@ -644,7 +705,7 @@ bool Broker::park(Client& c, Waiter w, Nanos now) {
   w.deadline = sat_add(now, job.wait_timeout);
   std::optional<uint32_t> dev;
   if (!w.admission) dev = c.slots[w.slot].device;
-  else dev = w.devices.front().first;
+  else dev = w.devices.front().device;
   event(Event::Kind::kWaitBegin, job, now, dev, w.admission, Reason::kNone, w.need);
   log::limited(log::get("broker"), spdlog::level::info, "waits uid " + std::to_string(c.uid),
                "job {} (pid {}) waits for {} on {}", job.key.str(), c.pid, w.admission ? "admission" : "memory",
@@ -660,7 +721,7 @@ void Broker::clear_floors(Client& c) {
 void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> reqs, Nanos now) {
   Client& c = clients_.at(id);
   clear_floors(c);
-  std::vector<std::pair<uint32_t, Bytes>> devs;
+  std::vector<AttachNeed> devs;
   bool bad = reqs.empty() || reqs.size() > pages::kSlots;
   uint32_t free_slots = 0;
   for (const ClientSlot& s : c.slots) free_slots += !s.attached;
@@ -671,17 +732,17 @@ void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> re
     for (const ClientSlot& s : c.slots) bad |= s.attached && s.device == dev;
     for (const Waiter& w : waiters_)
       if (w.client == id && w.admission)
-        for (auto& [d2, req2] : w.devices) bad |= d2 == dev;
-    for (auto& [d2, req2] : devs) bad |= d2 == dev;
-    devs.emplace_back(dev, std::min(r.request, devices_[dev].capacity));
+        for (const AttachNeed& n : w.devices) bad |= n.device == dev;
+    for (const AttachNeed& n : devs) bad |= n.device == dev;
+    devs.push_back({dev, std::min(r.request, devices_[dev].capacity), r.cap});
   }
   if (bad) {
     refuse(c, seq, Reply::Kind::kAttach, 0, Reason::kBadRequest, 0, std::nullopt, 0, now);
     return;
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
-    if (reqs[i].measured) refresh_outside(devs[i].first, reqs[i].physical_free, now);
-    else report_outside(devs[i].first, reqs[i].physical_free, now, c, 0, 0, 0);
+    if (reqs[i].measured) refresh_outside(devs[i].device, reqs[i].physical_free, now);
+    else report_outside(devs[i].device, reqs[i].physical_free, now, c, 0, 0, 0);
   }
   Decision d = decide_attach(c, devs, now, false);
   if (d.kind == Decision::Kind::kGrant) {
@@ -689,17 +750,17 @@ void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> re
     return;
   }
   Bytes total = 0;
-  for (auto& [dev, req] : devs) total = sat_add(total, req);
+  for (const AttachNeed& n : devs) total = sat_add(total, n.request);
   if (d.kind == Decision::Kind::kRefuse) {
-    refuse(c, seq, Reply::Kind::kAttach, 0, d.reason, total, devs.front().first, 0, now);
+    refuse(c, seq, Reply::Kind::kAttach, 0, d.reason, total, devs.front().device, 0, now);
     return;
   }
   if (d.device_short)
-    for (auto& [dev, req] : devs) note_short(dev);
+    for (const AttachNeed& n : devs) note_short(n.device);
   FullAction a = policy_.on_full(d.full);
   if (!a.park && holding() && d.full.can_ever_fit) a = {true, Reason::kNone};
   if (!a.park) {
-    refuse(c, seq, Reply::Kind::kAttach, 0, a.reason, total, devs.front().first, 0, now);
+    refuse(c, seq, Reply::Kind::kAttach, 0, a.reason, total, devs.front().device, 0, now);
     return;
   }
   Waiter w;
@@ -821,7 +882,7 @@ void Broker::answer_waiter(size_t index, bool granted, Reason reason, Nanos now)
   const Nanos waited = now - w.since;
   std::optional<uint32_t> dev;
   if (!w.admission) dev = c.slots[w.slot].device;
-  else dev = w.devices.front().first;
+  else dev = w.devices.front().device;
   event(Event::Kind::kWaitEnd, job, now, dev, w.admission, granted ? Reason::kNone : reason, w.need);
   assert(!granted);  // grants from the queue go through pump()
   refuse(c, w.seq, w.admission ? Reply::Kind::kAttach : Reply::Kind::kGrow, w.slot, reason, w.need, dev, waited, now,
@@ -841,7 +902,7 @@ void Broker::pump(Nanos now) {
     Client& c = clients_.at(w.client);
     std::vector<uint32_t> devs;
     if (w.admission)
-      for (auto& [dev, req] : w.devices) devs.push_back(dev);
+      for (const AttachNeed& n : w.devices) devs.push_back(n.device);
     else
       devs.push_back(c.slots[w.slot].device);
     bool is_blocked = false;
@@ -910,10 +971,10 @@ Bytes Broker::extra_need(const Waiter& w, uint32_t device) const {
     const Bytes others = granted - c.slots[w.slot].grant;
     return sat_sub(std::max(reserved, sat_add(others, w.need)), cur);
   }
-  for (auto& [dev, req] : w.devices)
-    if (dev == device) {
-      const Bytes r = admitted ? reserved : reservation_for(job, devices_[device]);
-      return sat_sub(std::max(r, sat_add(granted, req)), cur);
+  for (const AttachNeed& n : w.devices)
+    if (n.device == device) {
+      const Bytes r = admitted ? reserved : reservation_for(std::min(job.limit, n.cap), devices_[device]);
+      return sat_sub(std::max(r, sat_add(granted, n.request)), cur);
     }
   return 0;
 }
@@ -975,7 +1036,7 @@ void Broker::tick(Nanos now) {
   for (size_t i = waiters_.size(); i-- > 0;) {
     if (waiters_[i].deadline <= now) {
       const Waiter& w = waiters_[i];
-      const uint32_t dev = w.admission ? w.devices.front().first : clients_.at(w.client).slots[w.slot].device;
+      const uint32_t dev = w.admission ? w.devices.front().device : clients_.at(w.client).slots[w.slot].device;
       if (waits_for_outside(w, dev))
         log::limited(log::get("broker"), spdlog::level::warn, "timeout uid " + std::to_string(jobs_.at(w.job).key.uid),
             "job {}: timeout waiting for memory used outside coloc on {} ({} used outside coloc, {} available, {} "
@@ -1024,7 +1085,7 @@ bool Broker::set_limit(JobSerial serial, Bytes limit, Nanos now, std::vector<Res
     ReservationChange ch;
     ch.device = dev;
     ch.before = jd.reserved;
-    ch.wanted = reservation_for(job, d);
+    ch.wanted = reservation_for(limit_on(job, dev), d);
     if (!raised || ch.wanted <= jd.reserved) {
       ch.wanted = std::min(ch.wanted, jd.reserved);
       set_job_device(job, dev, ch.wanted, jd.granted);
@@ -1039,7 +1100,7 @@ bool Broker::set_limit(JobSerial serial, Bytes limit, Nanos now, std::vector<Res
       for (const Waiter& w : waiters_) {
         if (w.job == serial || !w.device_short) continue;
         if (w.admission) {
-          for (auto& [wd, req] : w.devices) others_wait |= wd == dev;
+          for (const AttachNeed& n : w.devices) others_wait |= n.device == dev;
         } else {
           others_wait |= clients_.at(w.client).slots[w.slot].device == dev;
         }
@@ -1064,13 +1125,13 @@ bool Broker::set_limit(JobSerial serial, Bytes limit, Nanos now, std::vector<Res
       lg->info("job {}: reservation on {} {} from {} to {}", job.key.str(), d.uuid.str(),
                ch.after > ch.before ? "raised" : "lowered", mib(ch.before), mib(ch.after));
     if (changes) changes->push_back(ch);
-    if (job.devices[dev].granted > limit) trim_job(job, dev);
+    if (job.devices[dev].granted > limit_on(job, dev)) trim_job(job, dev);
   }
   for (ClientId id : job.clients) {
     Client& c = clients_.at(id);
     for (uint32_t s = 0; s < pages::kSlots; ++s) {
       if (!c.slots[s].attached) continue;
-      c.control->slots[s].limit.store(limit, std::memory_order_relaxed);
+      c.control->slots[s].limit.store(limit_on(job, c.slots[s].device), std::memory_order_relaxed);
       c.control->slots[s].reservation.store(job.devices[c.slots[s].device].reserved, std::memory_order_relaxed);
     }
   }
@@ -1116,7 +1177,7 @@ std::string Broker::audit() const {
       if (granted != jd.granted) o << "job " << job.key.str() << " device " << dev << ": granted " << jd.granted << " != sum " << granted << "\n";
       if (clients != jd.clients) o << "job " << job.key.str() << " device " << dev << ": clients " << jd.clients << " != " << clients << "\n";
       if (!jd.admitted && (jd.reserved || jd.granted)) o << "job " << job.key.str() << ": commitment without admission\n";
-      if (job.limit != kNoLimit && jd.reserved > job.limit) o << "job " << job.key.str() << ": reservation over limit\n";
+      if (jd.reserved > std::min(job.limit, jd.cap)) o << "job " << job.key.str() << ": reservation over limit\n";
       committed[dev] += std::max(jd.reserved, jd.granted);
       users[job.key.uid] += std::max(jd.reserved, jd.granted);
     }

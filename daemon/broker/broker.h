@@ -119,6 +119,10 @@ struct Device {
 /// A job's standing on one device.
 struct JobDevice {
   bool admitted = false;
+  /// The cap on the job's limit here (bytes, kNoLimit = none): the AttachRequest::cap of the
+  /// process whose admission admitted the job on the device (after a restart, the lowest cap of its
+  /// re-registered processes). Its limit here is min(Job::limit, cap) (Broker::limit_on).
+  Bytes cap = kNoLimit;
   Bytes reserved = 0;
   Bytes granted = 0;   ///< sum of its clients' grants and driver overheads on the device
   Bytes overhead = 0;  ///< sum of its clients' driver overheads on the device (part of granted)
@@ -154,6 +158,15 @@ struct ClientSlot {
   /// reconciliation (bytes, >= 0; set_overhead). Counted in its job's granted.
   Bytes overhead = 0;
   Bytes overhead_reading = 0;  ///< the last reading (set_overhead)
+  /// `overhead` came from the process's context footprint (context_footprint), not from a
+  /// per-process figure of the driver: a reading that does not name the process keeps it.
+  bool overhead_estimated = false;
+  /// Admitted by this connection's own Attach: its first ContextFootprint is still to come.
+  bool footprint_due = false;
+  /// At that admission colocd knew the device's use: `outside_before` was its estimate of memory
+  /// used outside coloc then (bytes), the baseline of the footprint.
+  bool baseline_known = false;
+  Bytes outside_before = 0;
 };
 
 struct Client {
@@ -186,6 +199,13 @@ struct ReservationChange {
   Bytes available = 0;  ///< the device's available memory when a raise was considered (bytes)
 };
 
+/// One device of a parked admission: its index, the bytes needed at once, the process's cap there.
+struct AttachNeed {
+  uint32_t device = 0;
+  Bytes request = 0;
+  Bytes cap = kNoLimit;
+};
+
 struct Waiter {
   uint64_t order = 0;
   ClientId client = 0;
@@ -200,8 +220,8 @@ struct Waiter {
   uint32_t slot = 0;
   Bytes need = 0;
   Bytes in_use = kUnknown;  ///< growth: the client's in-use when it asked (Broker::grow)
-  // admission: device index and initial request, in request order
-  std::vector<std::pair<uint32_t, Bytes>> devices;
+  // admission: its devices, in request order
+  std::vector<AttachNeed> devices;
 };
 
 class Broker {
@@ -285,6 +305,20 @@ class Broker {
   /// device are trimmed to their in-use (so the next allocation asks, and is refused at its own
   /// limit); a lower overhead serves waiters. Unknown client or unattached slot: ignored.
   void set_overhead(ClientId id, uint32_t slot, Bytes overhead, Nanos now);
+  /// The process's first context on `slot`'s device exists (ContextFootprint): `physical_free` is
+  /// the device's free memory right after its creation (bytes; colocd's own reading when
+  /// `measured`, else the client's word; kUnknown = none), `in_use` what its ledger held then
+  /// (its context's charge included). When colocd knew the device's use at the admission (the
+  /// baseline: its estimate of memory used outside coloc then), the driver overhead is
+  ///     (capacity - physical_free) - outside then - coloc's in-use now (overheads included)
+  /// i.e. the device's use now minus its use then, minus what coloc's books gained meanwhile:
+  /// approximate (anything allocated outside coloc in that window counts too). It is booked like
+  /// a set_overhead reading, but never above what the job could have been granted (its limit on
+  /// the device minus its grants there, and the device's available memory plus its unused
+  /// reservation), since the process's in-use is its own word. A later per-process figure of the
+  /// driver replaces it. Only the first footprint after an Attach counts; the figure then
+  /// refreshes the device's outside estimate like any other. Unknown client or slot: ignored.
+  void context_footprint(ClientId id, uint32_t slot, Bytes physical_free, Bytes in_use, bool measured, Nanos now);
   /// Writes into each attached client's control page what its job holds on the device beyond the
   /// client's own in-use (pages.h: ControlSlot::job_others): the other clients' in-use and every
   /// driver overhead of the job. O(attachments); on the engine's sampling timer.
@@ -328,6 +362,9 @@ class Broker {
   const Client* find_client(ClientId id) const;
   std::optional<uint32_t> find_device(const Uuid& uuid) const;
 
+  /// The job's limit on `device` (bytes, kNoLimit = none): min(Job::limit, JobDevice::cap).
+  Bytes limit_on(const Job& job, uint32_t device) const;
+
   /// capacity - headroom - outside (saturating at 0).
   Bytes usable(uint32_t device) const;
   /// usable - committed (saturating at 0).
@@ -364,7 +401,11 @@ class Broker {
   /// Sets the estimate; a lower one serves waiters (and may break a deadlock hidden behind it).
   void set_outside(uint32_t device, Bytes outside, Nanos now);
   void note_short(uint32_t device);
-  Bytes reservation_for(const Job& job, const Device& dev) const;
+  /// Books `overhead` (bytes) as client `c`'s driver overhead on `slot` (see set_overhead).
+  void book_overhead(Client& c, uint32_t slot, Bytes overhead, const char* source, Nanos now);
+  /// The footprint a job reserves on a device where its limit is `limit`: min(limit,
+  /// capacity - headroom), 0 without a limit.
+  Bytes reservation_for(Bytes limit, const Device& dev) const;
   void set_job_device(Job& job, uint32_t device, Bytes reserved, Bytes granted);
   void write_grant(Client& c, uint32_t slot, Bytes grant);
   Bytes lower_grant(Client& c, uint32_t slot, Bytes target);
@@ -376,8 +417,8 @@ class Broker {
   WaiterView view_of(const Waiter& w) const;
   bool waits_ahead(uint32_t device, const WaiterView& me, ClientId except_client, uint32_t except_seq) const;
   Decision decide_grow(Client& c, uint32_t slot, Bytes need, Nanos now, bool queued);
-  Decision decide_attach(Client& c, const std::vector<std::pair<uint32_t, Bytes>>& devs, Nanos now, bool queued);
-  void grant_attach(Client& c, uint32_t seq, const std::vector<std::pair<uint32_t, Bytes>>& devs,
+  Decision decide_attach(Client& c, const std::vector<AttachNeed>& devs, Nanos now, bool queued);
+  void grant_attach(Client& c, uint32_t seq, const std::vector<AttachNeed>& devs,
                     const std::vector<Bytes>& grants, Nanos waited, Nanos now);
   /// Parks `w`; false (nothing parked) when the client already has kMaxParkedPerClient waiting.
   bool park(Client& c, Waiter w, Nanos now);

@@ -73,6 +73,9 @@ struct AttachRequest {
   Bytes physical_free = kUnknown;
   Bytes request = 0;  ///< bytes needed at once
   bool measured = false;  ///< capacity and physical_free are colocd's own reading (NVML), not the client's
+  /// The process's own cap on the device (COLOC_MEM_LIMIT_<n>), kNoLimit = none: at the job's first
+  /// admission there its limit on the device becomes min(job limit, cap) (Broker::limit_on).
+  Bytes cap = kNoLimit;
 };
 
 /// One device of a resumed ledger (Register with kRegResume); its index is its slot.
@@ -82,8 +85,9 @@ struct ResumeEntry {
   Bytes physical_free = kUnknown;
   Bytes in_use = 0;
   Bytes grant = 0;
-  Bytes limit = kNoLimit;
+  Bytes limit = kNoLimit;  ///< the job's limit on the device as the client last saw it
   bool measured = false;  ///< capacity and physical_free are colocd's own reading (NVML), not the client's
+  Bytes cap = kNoLimit;   ///< the process's own cap on the device (as AttachRequest::cap)
 };
 
 /// A reply the engine must send for a request that has one (Attach or Grow).

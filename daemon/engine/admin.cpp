@@ -61,8 +61,8 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
   for (const broker::Waiter& w : broker_.waiters()) {
     if (w.job != job.serial) continue;
     if (w.admission) {
-      for (auto& [dev, req] : w.devices)
-        if (!states.count(dev) || !job.devices.at(dev).admitted) states[dev] = "admission-pending";
+      for (const broker::AttachNeed& n : w.devices)
+        if (!states.count(n.device) || !job.devices.at(n.device).admitted) states[n.device] = "admission-pending";
     } else {
       states[broker_.find_client(w.client)->slots[w.slot].device] = "waiting";
     }
@@ -83,7 +83,7 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
     broker::Bytes p = std::max(rec ? rec->peak(d.uuid) : 0, dev_in_use);
     devs.push_back({{"uuid", d.uuid.str()},
                     {"state", state},
-                    {"limit", bytes_or_null(job.limit)},
+                    {"limit", bytes_or_null(broker_.limit_on(job, dev))},
                     {"reserved", r},
                     {"granted", g},
                     {"in_use", dev_in_use},
@@ -142,7 +142,7 @@ json Admin::status(broker::Nanos now) const {
     // its clients and never forgets one; an idle device's figures are the last ones it had.
     bool waited_for = false;
     for (const broker::Waiter& w : broker_.waiters())
-      for (auto& [dev, req] : w.devices) waited_for |= dev == i;
+      for (const broker::AttachNeed& n : w.devices) waited_for |= n.device == i;
     // An idle device no job holds anything on, that colocd can no longer see, drops out.
     if (d.attachments.empty() && !waited_for && d.committed == 0 && jobs_by_device[i].empty() && info_.unseen &&
         info_.unseen(i))

@@ -590,6 +590,7 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
       for (uint32_t i = 0; i < m.body.attach.n_devices; ++i) {
         const proto::AttachDevice& d = m.body.attach.devices[i];
         reqs.push_back({broker::Uuid::from(d.device.uuid), d.device.capacity, d.device.physical_free, d.request});
+        reqs.back().cap = d.cap == 0 ? broker::kNoLimit : d.cap;
         // The device's own figures whenever colocd can read it: a client's are only its word.
         if (memory_reader_)
           if (auto mem = memory_reader_->memory(reqs.back().uuid)) {
@@ -611,6 +612,20 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
       broker_.driver_oom(id, m.body.driver_oom.slot, m.body.driver_oom.request, m.body.driver_oom.in_use,
                          m.body.driver_oom.physical_free, t);
       break;
+    case proto::MsgType::kContextFootprint: {
+      const proto::ContextFootprintMsg& f = m.body.context_footprint;
+      broker::Bytes free = f.physical_free;
+      bool measured = false;
+      // The device's own figure whenever colocd can read it: the client's is only its word.
+      const broker::Client* cl = broker_.find_client(id);
+      if (memory_reader_ && cl && cl->slots[f.slot].attached)
+        if (auto mem = memory_reader_->memory(broker_.devices()[cl->slots[f.slot].device].uuid)) {
+          free = mem->free;
+          measured = true;
+        }
+      broker_.context_footprint(id, f.slot, free, f.in_use, measured, t);
+      break;
+    }
     case proto::MsgType::kCancel:
       broker_.cancel(id, m.body.cancel.target_seq, t);
       break;
@@ -683,6 +698,7 @@ void Server::on_register(Connection& c, const proto::Message& m) {
       // limit 0: the saved limit is the daemon's own word, a ledger does not lower it.
       ledger.push_back({broker::Uuid::from(e.device.uuid), e.device.capacity, e.device.physical_free, e.in_use, e.grant,
                         limit_known_.count(serial) ? 0 : e.limit});
+      ledger.back().cap = e.cap == 0 ? broker::kNoLimit : e.cap;
       if (memory_reader_)
         if (auto mem = memory_reader_->memory(ledger.back().uuid)) {
           ledger.back().capacity = mem->total;
@@ -934,7 +950,7 @@ void Server::sample_job(const broker::Job& job, Nanos t) {
     const broker::Device& d = broker_.devices()[dev];
     report::DeviceSample ds;
     ds.capacity = d.capacity;
-    ds.limit = job.limit;
+    ds.limit = broker_.limit_on(job, dev);
     ds.reservation = jd.reserved;
     for (broker::ClientId id : job.clients) {
       const broker::Client* client = broker_.find_client(id);
@@ -990,6 +1006,9 @@ void Server::reconcile_overheads(uint32_t device, Nanos t) {
     if (!c || c->pid <= 0) continue;
     auto it = used.find(c->pid);
     const bool listed = it != used.end() && seen.insert(c->pid).second;
+    // A driver that does not name an attached process cannot see it (another PID namespace):
+    // an overhead estimated from its context footprint stands.
+    if (!listed && c->slots[slot].overhead_estimated) continue;
     auto o = broker::reconcile_overhead(listed, listed ? it->second : 0, broker_.client_in_use(*c, slot));
     if (o) broker_.set_overhead(id, slot, *o, t);
   }

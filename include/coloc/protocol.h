@@ -11,7 +11,7 @@
 //   Register      -> RegisterReply (+ SCM_RIGHTS: control page fd, stats page fd; see pages.h)
 //   Attach        -> AttachReply   (admission; the reply may be deferred while the job waits)
 //   Grow          -> GrowReply     (may be deferred while the request is parked)
-//   Shrink, DriverOom, Cancel, Goodbye: no reply.
+//   Shrink, DriverOom, ContextFootprint, Cancel, Goodbye: no reply.
 //   Admin         -> AdminReply, one or more chunks (the CLI; no Register needed)
 //   Error         <- the daemon explains why it is about to close the connection.
 //   Every request that has a reply gets exactly one, echoing the request's `seq`; replies to
@@ -43,6 +43,14 @@
 //         process's own, for its view in cuMemGetInfo). Every message is identical in v3 and v4;
 //         a v3 client gets layout-1 pages. A v3 daemon refuses a v4 client with kVersion:
 //         clients then speak v3 (and see layout-1 pages, where job_others stays 0).
+//     v5  Attach: each AttachDevice gained `cap` (the process's COLOC_MEM_LIMIT_<n> for the
+//         device: the job's limit there is the smaller, and so is its reservation). A v4 Attach
+//         (AttachV4) is upgraded with cap = 0 (none). LedgerEntry's `reserved` became `cap`, with
+//         0 meaning none as before (a v1-v4 entry with a non-zero one is malformed). New message
+//         ContextFootprint (only a v5 client sends it; below v5 it is malformed): the free memory
+//         right after the process's first context on a device, from which colocd estimates the
+//         driver overhead when it has no per-process figure (NVML). A v4 daemon refuses a v5
+//         client with kVersion: clients then speak v4 (without caps and footprints).
 //
 // Validation
 //   decode() checks everything a peer could get wrong: the header, the exact size for the type and
@@ -63,7 +71,7 @@
 namespace coloc::proto {
 
 /// The version this header speaks, and the oldest one a daemon built from it still accepts.
-inline constexpr uint16_t kVersion = 4;
+inline constexpr uint16_t kVersion = 5;
 inline constexpr uint16_t kMinVersion = 1;
 
 /// First four bytes of every message: "COLC" in memory order on little-endian machines.
@@ -95,6 +103,7 @@ inline constexpr const char* kDefaultSocket = "/run/coloc/colocd.sock";
   X(Grow, 3, GrowMsg, grow, kDaemon)                                 \
   X(Shrink, 4, ShrinkMsg, shrink, kDaemon)                           \
   X(DriverOom, 5, DriverOomMsg, driver_oom, kDaemon)                 \
+  X(ContextFootprint, 8, ContextFootprintMsg, context_footprint, kDaemon) \
   X(Cancel, 6, CancelMsg, cancel, kDaemon)                           \
   X(Goodbye, 7, GoodbyeMsg, goodbye, kDaemon)                        \
   X(Admin, 16, AdminMsg, admin, kDaemon)                             \
@@ -201,8 +210,8 @@ struct LedgerEntry {
   uint64_t in_use;  ///< bytes this process holds on the device now (everything: context included)
   uint64_t grant;   ///< bytes the daemon had granted this process (the control page's grant)
   uint64_t peak;    ///< bytes, this process's peak so far
-  uint64_t limit;   ///< the job's limit as the control page last showed it, or kNoLimit
-  uint64_t reserved;
+  uint64_t limit;   ///< the job's limit on the device as the control page last showed it, or kNoLimit
+  uint64_t cap;     ///< (v5) the process's own cap on the device (as AttachDevice::cap); 0 = none (v1-v4: 0)
 };
 
 /// Register, protocol v1 (kept for v1 clients; see the version history above).
@@ -244,10 +253,14 @@ struct RegisterReplyMsg {
   char job[kJobIdSize];  ///< the job id the daemon filed the process under (derived when "" was sent)
 };
 
-/// One device of an admission request.
+/// One device of an admission request (v5).
 struct AttachDevice {
   DeviceInfo device;
   uint64_t request;  ///< bytes needed at once (the context, first allocations); may be 0
+  /// The process's own cap on this device in bytes (COLOC_MEM_LIMIT_<n>), 0 = none. At the job's
+  /// first admission on the device its limit there becomes min(job limit, cap), and so does its
+  /// reservation; later processes' caps hold only in their own processes.
+  uint64_t cap;
 };
 
 /// Attach: admission at the first context. All listed devices are admitted together or not at all.
@@ -257,6 +270,19 @@ struct AttachMsg {
   uint32_t n_devices;  ///< 1..kMaxDevices
   uint32_t reserved0;
   AttachDevice devices[kMaxDevices];
+};
+
+/// One device of an Attach, protocol v1-v4 (no cap).
+struct AttachDeviceV4 {
+  DeviceInfo device;
+  uint64_t request;
+};
+/// Attach, protocol v1-v4 (kept for older clients; upgraded with cap = 0).
+struct AttachV4 {
+  Header h;
+  uint32_t n_devices;
+  uint32_t reserved0;
+  AttachDeviceV4 devices[kMaxDevices];
 };
 
 /// Where a device of an Attach landed.
@@ -318,6 +344,20 @@ struct DriverOomMsg {
   uint64_t physical_free;  ///< bytes free on the device right after the failure, or kUnknown
 };
 
+/// ContextFootprint (v5): the process's first context on the device of `slot` exists now. Sent
+/// once per slot, right after the driver created that context, with what the process read in
+/// it. colocd takes the device's used memory then, minus what it had seen used (outside coloc and
+/// in coloc's books) when it granted the admission, minus what coloc's books gained since, as the
+/// driver's overhead for the process, when it has no per-process figure from the driver (NVML):
+/// an approximation (docs/daemon.md). No reply.
+struct ContextFootprintMsg {
+  Header h;
+  uint32_t slot;
+  uint32_t reserved0;
+  uint64_t physical_free;  ///< bytes free on the device right after the context was created (cuMemGetInfo); not kUnknown
+  uint64_t in_use;         ///< bytes this process's ledger held on the device then (the context's charge included)
+};
+
 /// Cancel: abandon the parked request with seq `target_seq`.
 struct CancelMsg {
   Header h;
@@ -372,8 +412,11 @@ COLOC_PROTO_LAYOUT(LedgerEntry, 72);
 COLOC_PROTO_LAYOUT(RegisterV1, 1256);
 COLOC_PROTO_LAYOUT(RegisterMsg, 1520);
 COLOC_PROTO_LAYOUT(RegisterReplyMsg, 112);
-COLOC_PROTO_LAYOUT(AttachDevice, 40);
-COLOC_PROTO_LAYOUT(AttachMsg, 664);
+COLOC_PROTO_LAYOUT(AttachDevice, 48);
+COLOC_PROTO_LAYOUT(AttachMsg, 792);
+COLOC_PROTO_LAYOUT(AttachDeviceV4, 40);
+COLOC_PROTO_LAYOUT(AttachV4, 664);
+COLOC_PROTO_LAYOUT(ContextFootprintMsg, 40);
 COLOC_PROTO_LAYOUT(SlotGrant, 16);
 COLOC_PROTO_LAYOUT(AttachReplyMsg, 296);
 COLOC_PROTO_LAYOUT(GrowMsg, 48);
@@ -533,8 +576,8 @@ inline Status check_ledger(const LedgerEntry* ledger, uint32_t n, uint16_t flags
                                 "Register.ledger.device.physical_free");
         !s)
       return s;
-    if (e.reserved != 0) return fail(Error::kReserved, "Register.ledger.reserved");
     if (e.limit == 0) return fail(Error::kBadValue, "Register.ledger.limit");
+    if (e.cap == kUnknown) return fail(Error::kBadValue, "Register.ledger.cap");
     if (e.peak < e.in_use) return fail(Error::kBadValue, "Register.ledger.peak");
     for (uint32_t j = 0; j < i; ++j)
       if (std::memcmp(ledger[j].device.uuid, e.device.uuid, 16) == 0)
@@ -561,6 +604,13 @@ inline Status check_outcome(uint32_t outcome, uint32_t reason, const char* f_out
   // granted <=> no reason
   if ((outcome == uint32_t(Outcome::kGranted)) != (reason == uint32_t(Reason::kNone)))
     return fail(Error::kBadValue, f_reason);
+  return {};
+}
+
+/// Fields that only v5 gave meaning to are zero in an older message.
+inline Status check_before_v5(const LedgerEntry* ledger) noexcept {
+  for (uint32_t i = 0; i < kMaxDevices; ++i)
+    if (ledger[i].cap != 0) return fail(Error::kReserved, "Register.ledger.cap (v5)");
   return {};
 }
 
@@ -613,6 +663,7 @@ inline Status validate(const AttachMsg& m) noexcept {
         !s)
       return s;
     if (d.request > d.device.capacity) return detail::fail(Error::kBadValue, "Attach.devices.request");
+    if (d.cap == kUnknown) return detail::fail(Error::kBadValue, "Attach.devices.cap");
     for (uint32_t j = 0; j < i; ++j)
       if (std::memcmp(m.devices[j].device.uuid, d.device.uuid, 16) == 0)
         return detail::fail(Error::kBadValue, "Attach.devices (duplicate device)");
@@ -660,6 +711,13 @@ inline Status validate(const DriverOomMsg& m) noexcept {
   if (m.slot >= kMaxDevices) return detail::fail(Error::kBadValue, "DriverOom.slot");
   if (m.reserved0 != 0) return detail::fail(Error::kReserved, "DriverOom.reserved0");
   if (m.in_use == kUnknown) return detail::fail(Error::kBadValue, "DriverOom.in_use");
+  return {};
+}
+inline Status validate(const ContextFootprintMsg& m) noexcept {
+  if (m.slot >= kMaxDevices) return detail::fail(Error::kBadValue, "ContextFootprint.slot");
+  if (m.reserved0 != 0) return detail::fail(Error::kReserved, "ContextFootprint.reserved0");
+  if (m.physical_free == kUnknown) return detail::fail(Error::kBadValue, "ContextFootprint.physical_free");
+  if (m.in_use == kUnknown) return detail::fail(Error::kBadValue, "ContextFootprint.in_use");
   return {};
 }
 inline Status validate(const CancelMsg& m) noexcept {
@@ -774,6 +832,8 @@ inline Status decode_body(const void* data, size_t len, Message* out, RegisterMs
     if (len > sizeof(RegisterMsg)) return fail(Error::kTooLong, "Register");
     std::memcpy(into, data, sizeof(RegisterMsg));
     if (out->h.version < 3 && (into->flags & kRegAnchor)) return fail(Error::kReserved, "Register.flags (anchor: v3)");
+    if (out->h.version < 5)
+      if (Status s = check_before_v5(into->ledger); !s) return s;
     return validate(*into);
   }
   RegisterV1 v1;
@@ -782,6 +842,7 @@ inline Status decode_body(const void* data, size_t len, Message* out, RegisterMs
   std::memcpy(&v1, data, sizeof v1);
   if (Status s = validate(v1); !s) return s;
   if (v1.flags & kRegAnchor) return fail(Error::kReserved, "Register.flags (anchor: v3)");
+  if (Status s = check_before_v5(v1.ledger); !s) return s;
   std::memset(into, 0, sizeof *into);
   into->h = v1.h;
   into->limit = v1.limit;
@@ -794,6 +855,38 @@ inline Status decode_body(const void* data, size_t len, Message* out, RegisterMs
   std::memcpy(into->job, v1.job, sizeof into->job);
   std::memcpy(into->ledger, v1.ledger, sizeof into->ledger);
   return {};
+}
+
+/// Attach: v1-v4 have their own layout (AttachV4), upgraded with cap = 0 (none).
+inline Status decode_body(const void* data, size_t len, Message* out, AttachMsg* into) noexcept {
+  if (out->h.version >= 5) {
+    if (len < sizeof(AttachMsg)) return fail(Error::kShort, "Attach");
+    if (len > sizeof(AttachMsg)) return fail(Error::kTooLong, "Attach");
+    std::memcpy(into, data, sizeof(AttachMsg));
+    return validate(*into);
+  }
+  AttachV4 v4;
+  if (len < sizeof v4) return fail(Error::kShort, "Attach(v4)");
+  if (len > sizeof v4) return fail(Error::kTooLong, "Attach(v4)");
+  std::memcpy(&v4, data, sizeof v4);
+  std::memset(into, 0, sizeof *into);
+  into->h = v4.h;
+  into->n_devices = v4.n_devices;
+  into->reserved0 = v4.reserved0;
+  for (uint32_t i = 0; i < kMaxDevices; ++i) {
+    into->devices[i].device = v4.devices[i].device;
+    into->devices[i].request = v4.devices[i].request;
+  }
+  return validate(*into);
+}
+
+/// ContextFootprint: a v5 message; an older peer never sends it.
+inline Status decode_body(const void* data, size_t len, Message* out, ContextFootprintMsg* into) noexcept {
+  if (out->h.version < 5) return fail(Error::kBadType, "ContextFootprint (v5)");
+  if (len < sizeof *into) return fail(Error::kShort, "ContextFootprint");
+  if (len > sizeof *into) return fail(Error::kTooLong, "ContextFootprint");
+  std::memcpy(into, data, sizeof *into);
+  return validate(*into);
 }
 
 /// AdminReply: a fixed part, then `length` bytes of payload.
@@ -878,7 +971,8 @@ inline Encoded encode_message(const Message& m, void* buf, size_t cap) noexcept 
 /// Writes `msg` with a filled-in header (magic, `version`, type, size, `seq`) into `buf` (cap
 /// bytes). The body is validated first; `msg.h` is ignored. `version` must be in
 /// kMinVersion..kVersion; a Register at version 1 is written in the RegisterV1 layout, dropping
-/// wait_timeout_ns and cmdline.
+/// wait_timeout_ns and cmdline; below version 5 an Attach is written in the AttachV4 layout and a
+/// Register's ledger caps as 0, dropping the caps; a ContextFootprint below 5 is kBadVersion.
 template <class T>
 inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_t version) noexcept {
   Encoded r;
@@ -886,8 +980,31 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
   T copy = msg;
   copy.h = Header{kMagic, version, uint16_t(MsgTraits<T>::kType), uint32_t(sizeof(T)), seq};
   if (Status s = validate(copy); !s) { r.status = s; return r; }
+  if constexpr (std::is_same_v<T, ContextFootprintMsg>) {
+    if (version < 5) { r.status = detail::fail(Error::kBadVersion, "ContextFootprint (v5)"); return r; }
+  }
+  if constexpr (std::is_same_v<T, AttachMsg>) {
+    if (version < 5) {  // an older daemon knows no caps: they are left out
+      AttachV4 v4;
+      std::memset(&v4, 0, sizeof v4);
+      v4.h = copy.h;
+      v4.h.size = uint32_t(sizeof v4);
+      v4.n_devices = copy.n_devices;
+      v4.reserved0 = copy.reserved0;
+      for (uint32_t i = 0; i < kMaxDevices; ++i) {
+        v4.devices[i].device = copy.devices[i].device;
+        v4.devices[i].request = copy.devices[i].request;
+      }
+      if (cap < sizeof v4) { r.status = detail::fail(Error::kNoSpace, "buffer"); return r; }
+      std::memcpy(buf, &v4, sizeof v4);
+      r.size = sizeof v4;
+      return r;
+    }
+  }
   if constexpr (std::is_same_v<T, RegisterMsg>) {
     if (version < 3 && (copy.flags & kRegAnchor)) { r.status = detail::fail(Error::kReserved, "Register.flags (anchor: v3)"); return r; }
+    if (version < 5)  // an older daemon knows no caps: they are left out
+      for (LedgerEntry& e : copy.ledger) e.cap = 0;
     if (version == 1) {
       RegisterV1 v1;
       std::memset(&v1, 0, sizeof v1);

@@ -173,6 +173,112 @@ TEST_CASE("protocol: an anchor Register (v3) is accepted at v3 only, without a l
   CHECK(encode(led, 7, buf.data(), buf.size()).status.error == Error::kBadCount);
 }
 
+TEST_CASE("protocol: a v4 Attach (no caps) is accepted and upgraded; v5 carries each device's cap") {
+  auto a = zeroed<AttachMsg>();
+  a.n_devices = 2;
+  a.devices[0].device = device(1, 80ull << 30);
+  a.devices[0].request = 512 << 20;
+  a.devices[0].cap = 3ull << 30;
+  a.devices[1].device = device(2);
+  Message m;
+  // v5: the caps travel.
+  auto b5 = enc(a);
+  CHECK(b5.size() == sizeof(AttachMsg));
+  REQUIRE(dec(b5, Receiver::kDaemon, &m));
+  CHECK(m.body.attach.devices[0].cap == 3ull << 30);
+  CHECK(m.body.attach.devices[1].cap == 0);
+  // v4: the old layout, without caps; decoded with cap 0 (none), and re-encoded to the same bytes.
+  for (uint16_t v : {uint16_t(1), uint16_t(4)}) {
+    CAPTURE(v);
+    auto b4 = enc(a, 9, v);
+    CHECK(b4.size() == sizeof(AttachV4));
+    REQUIRE(dec(b4, Receiver::kDaemon, &m));
+    CHECK(m.h.version == v);
+    CHECK(m.body.attach.n_devices == 2);
+    CHECK(m.body.attach.devices[0].request == 512 << 20);
+    CHECK(m.body.attach.devices[0].cap == 0);
+    std::vector<unsigned char> again(kMaxMessage);
+    Encoded e = encode_message(m, again.data(), again.size());
+    REQUIRE(e.status);
+    again.resize(e.size);
+    CHECK(again == b4);
+    // A v5-sized body under a v4 header is refused: the size must match the version's layout.
+    auto wrong = b5;
+    reinterpret_cast<Header*>(wrong.data())->version = v;
+    CHECK(daemon_error(wrong) == Error::kTooLong);
+  }
+  // A cap of UINT64_MAX is not "none" (0 is): refused.
+  a.devices[0].cap = kUnknown;
+  std::vector<unsigned char> buf(kMaxMessage);
+  CHECK(encode(a, 1, buf.data(), buf.size()).status.error == Error::kBadValue);
+}
+
+TEST_CASE("protocol: a resume ledger's cap is v5 only; older versions send it as 0") {
+  RegisterMsg r = make_register();
+  r.flags = kRegResume;
+  r.n_ledger = 1;
+  r.ledger[0].device = device(9);
+  r.ledger[0].grant = 64 << 20;
+  r.ledger[0].limit = 2ull << 30;
+  r.ledger[0].cap = 2ull << 30;
+  Message m;
+  REQUIRE(dec(enc(r), Receiver::kDaemon, &m));
+  CHECK(m.body.reg.ledger[0].cap == 2ull << 30);
+  for (uint16_t v : {uint16_t(1), uint16_t(2), uint16_t(4)}) {
+    CAPTURE(v);
+    auto b = enc(r, 3, v);
+    REQUIRE(dec(b, Receiver::kDaemon, &m));
+    CHECK(m.body.reg.ledger[0].cap == 0);
+    CHECK(m.body.reg.ledger[0].limit == 2ull << 30);
+  }
+  // Below v5 the field was reserved: a v4 message with it set is malformed.
+  auto b4 = enc(r, 3, 4);
+  RegisterMsg* raw = reinterpret_cast<RegisterMsg*>(b4.data());
+  raw->ledger[0].cap = 1 << 30;
+  CHECK(daemon_error(b4) == Error::kReserved);
+  auto b1 = enc(r, 3, 1);
+  reinterpret_cast<RegisterV1*>(b1.data())->ledger[0].cap = 1 << 30;
+  CHECK(daemon_error(b1) == Error::kReserved);
+}
+
+TEST_CASE("protocol: ContextFootprint is a v5 message, checked field by field") {
+  auto f = zeroed<ContextFootprintMsg>();
+  f.slot = 2;
+  f.physical_free = 10ull << 30;
+  f.in_use = 512 << 20;
+  Message m;
+  REQUIRE(dec(enc(f, 4), Receiver::kDaemon, &m));
+  CHECK(m.type() == MsgType::kContextFootprint);
+  CHECK(m.body.context_footprint.slot == 2);
+  CHECK(m.body.context_footprint.physical_free == 10ull << 30);
+  CHECK(m.body.context_footprint.in_use == 512 << 20);
+  // Not at older versions: an encoder refuses, and a daemon refuses one that claims v4.
+  std::vector<unsigned char> buf(kMaxMessage);
+  CHECK(encode(f, 1, buf.data(), buf.size(), 4).status.error == Error::kBadVersion);
+  auto b = enc(f, 4);
+  reinterpret_cast<Header*>(b.data())->version = 4;
+  CHECK(daemon_error(b) == Error::kBadType);
+  // A client never receives it.
+  CHECK(dec(enc(f, 4), Receiver::kClient, &m).error == Error::kBadType);
+  // Field checks.
+  auto bad = f;
+  bad.slot = kMaxDevices;
+  CHECK(encode(bad, 1, buf.data(), buf.size()).status.error == Error::kBadValue);
+  bad = f;
+  bad.physical_free = kUnknown;
+  CHECK(encode(bad, 1, buf.data(), buf.size()).status.error == Error::kBadValue);
+  bad = f;
+  bad.in_use = kUnknown;
+  CHECK(encode(bad, 1, buf.data(), buf.size()).status.error == Error::kBadValue);
+  bad = f;
+  bad.reserved0 = 1;
+  CHECK(encode(bad, 1, buf.data(), buf.size()).status.error == Error::kReserved);
+  auto raw = enc(f, 4);
+  raw.push_back(0);
+  reinterpret_cast<Header*>(raw.data())->size = uint32_t(raw.size());
+  CHECK(daemon_error(raw) == Error::kTooLong);
+}
+
 TEST_CASE("protocol: every other message round-trips") {
   Message m;
   {

@@ -1,0 +1,107 @@
+// A per-device cap (COLOC_MEM_LIMIT_<n>, AttachRequest::cap): the job's limit on the device, and
+// its reservation there, are the smaller of its limit and the cap of the process that admitted it.
+#include <doctest/doctest.h>
+
+#include "broker_fixture.h"
+
+using namespace coloc::broker;
+using namespace coloc::broker::test;
+
+TEST_SUITE("daemon") {
+
+TEST_CASE("broker: a cap below the job's limit is its limit and its reservation on that device") {
+  Bench b;
+  ClientId a = b.add("a", 10 * GiB);
+  REQUIRE(b.granted(b.attach_capped(a, 1, 80 * GiB, 512 * MiB, 4 * GiB)));
+  const Job& job = *b.broker.find_job({1000, "a"});
+  CHECK(job.limit == 10 * GiB);
+  CHECK(job.devices.at(0).reserved == 4 * GiB);
+  CHECK(b.broker.limit_on(job, 0) == 4 * GiB);
+  CHECK(b.limit_word(a, 0) == 4 * GiB);
+  CHECK(b.broker.devices().at(0).committed == 4 * GiB);
+  CHECK(b.granted(b.grow(a, 0, 4 * GiB)));
+  CHECK(b.refused(b.grow(a, 0, 4 * GiB + 1), Reason::kOwnLimit));
+  // On another device without a cap, the job's own limit.
+  REQUIRE(b.granted(b.attach(a, {{2, 80 * GiB, 512 * MiB}})));
+  CHECK(job.devices.at(1).reserved == 10 * GiB);
+  CHECK(b.limit_word(a, 1) == 10 * GiB);
+  // A cap above the limit changes nothing.
+  ClientId c = b.add("c", 2 * GiB);
+  REQUIRE(b.granted(b.attach_capped(c, 1, 80 * GiB, 512 * MiB, 8 * GiB)));
+  CHECK(b.broker.find_job({1000, "c"})->devices.at(0).reserved == 2 * GiB);
+}
+
+TEST_CASE("broker: a cap without a job limit reserves the cap") {
+  Bench b;
+  ClientId a = b.add("a");
+  REQUIRE(b.granted(b.attach_capped(a, 1, 16 * GiB, 512 * MiB, 6 * GiB)));
+  CHECK(b.broker.find_job({1000, "a"})->devices.at(0).reserved == 6 * GiB);
+  // A job that does not fit next to it waits for admission.
+  ClientId big = b.add("big", 12 * GiB);
+  uint32_t s = b.attach(big, {{1, 16 * GiB, 512 * MiB}});
+  CHECK(b.pending(s));
+  b.remove(a);
+  CHECK(b.granted(s));
+}
+
+TEST_CASE("broker: the admitting process's cap holds for the job on the device; later processes' caps are their own") {
+  Bench b;
+  ClientId p1 = b.add("j", 10 * GiB);
+  REQUIRE(b.granted(b.attach_capped(p1, 1, 80 * GiB, 512 * MiB, 4 * GiB)));
+  ClientId p2 = b.add("j", 10 * GiB);
+  REQUIRE(b.granted(b.attach_capped(p2, 1, 80 * GiB, 512 * MiB, kNoLimit)));
+  CHECK(b.limit_word(p2, 0) == 4 * GiB);
+  // The job's grants on the device stay within the cap, whichever process asks.
+  CHECK(b.granted(b.grow(p2, 0, 3 * GiB)));
+  b.use(p2, 0, 3 * GiB);
+  CHECK(b.refused(b.grow(p1, 0, 1536 * MiB), Reason::kOwnLimit));
+  // Once the job has left the device, the next admission's cap is the one that counts.
+  b.remove(p1);
+  b.remove(p2);
+  ClientId p3 = b.add("j", 10 * GiB);
+  REQUIRE(b.granted(b.attach_capped(p3, 1, 80 * GiB, 512 * MiB, 6 * GiB)));
+  CHECK(b.broker.find_job({1000, "j"})->devices.at(0).reserved == 6 * GiB);
+}
+
+TEST_CASE("broker: coloc set moves the job's limit under the cap, never above it") {
+  Bench b;
+  ClientId a = b.add("a", 10 * GiB);
+  REQUIRE(b.granted(b.attach_capped(a, 1, 80 * GiB, 512 * MiB, 4 * GiB)));
+  const Job* job = b.broker.find_job({1000, "a"});
+  REQUIRE(b.broker.set_limit(job->serial, 20 * GiB, b.now));
+  b.collect();
+  CHECK(b.limit_word(a, 0) == 4 * GiB);
+  CHECK(job->devices.at(0).reserved == 4 * GiB);
+  REQUIRE(b.broker.set_limit(job->serial, 3 * GiB, b.now));
+  b.collect();
+  CHECK(b.limit_word(a, 0) == 3 * GiB);
+  CHECK(job->devices.at(0).reserved == 3 * GiB);
+}
+
+TEST_CASE("broker: a resumed ledger keeps its cap, and a limit that was only the cap does not lower the job's") {
+  Bench b;
+  ClientId a = b.add("a", 10 * GiB);
+  ResumeEntry e;
+  e.uuid = gpu(1);
+  e.capacity = 80 * GiB;
+  e.in_use = 1 * GiB;
+  e.grant = 1 * GiB;
+  e.limit = 4 * GiB;  // what its control page showed: the cap
+  e.cap = 4 * GiB;
+  b.broker.resume(a, std::vector<ResumeEntry>{e}, b.now);
+  b.collect();
+  const Job& job = *b.broker.find_job({1000, "a"});
+  CHECK(job.limit == 10 * GiB);
+  CHECK(b.broker.limit_on(job, 0) == 4 * GiB);
+  CHECK(job.devices.at(0).reserved == 4 * GiB);
+  CHECK(b.limit_word(a, 0) == 4 * GiB);
+  // A limit below the cap was a live lowering of the job's: it survives.
+  Bench b2;
+  ClientId c = b2.add("c", 10 * GiB);
+  e.limit = 3 * GiB;
+  b2.broker.resume(c, std::vector<ResumeEntry>{e}, b2.now);
+  b2.collect();
+  CHECK(b2.broker.find_job({1000, "c"})->limit == 3 * GiB);
+}
+
+}  // TEST_SUITE

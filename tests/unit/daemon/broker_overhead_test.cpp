@@ -1,0 +1,176 @@
+// The broker's books of driver overhead: the driver's per-process figure (set_overhead) and the
+// estimate from a process's context footprint (context_footprint), charged to the job inside its
+// limit and never counted as memory used outside coloc.
+#include <doctest/doctest.h>
+
+#include "broker/overhead.h"
+#include "broker_fixture.h"
+
+using namespace coloc::broker;
+using namespace coloc::broker::test;
+
+TEST_SUITE("daemon") {
+
+TEST_CASE("overhead: the reconciliation arithmetic (driver's per-process figure minus the ledger, at least 0)") {
+  CHECK(reconcile_overhead(true, 2 * GiB, 512 * MiB) == 1536 * MiB);
+  CHECK(reconcile_overhead(true, 512 * MiB, 512 * MiB) == 0);
+  // The ledger ahead (an allocation charged before its driver call): no overhead, never negative.
+  CHECK(reconcile_overhead(true, 512 * MiB, 1 * GiB) == 0);
+  // Not named by the driver on the device: it holds nothing there.
+  CHECK(reconcile_overhead(false, 0, 1 * GiB) == 0);
+  // NVML_VALUE_NOT_AVAILABLE: unknown, keep what is booked.
+  CHECK_FALSE(reconcile_overhead(true, kUnknown, 1 * GiB).has_value());
+  // Booking: a higher reading at once; a lower one only as far as the reading before agrees (one
+  // reading can be low by an allocation in flight, never high).
+  CHECK(settle_overhead(1 * GiB, 1 * GiB, 2 * GiB) == 2 * GiB);
+  CHECK(settle_overhead(2 * GiB, 2 * GiB, 1 * GiB) == 2 * GiB);  // a dip: kept
+  CHECK(settle_overhead(2 * GiB, 1 * GiB, 1 * GiB) == 1 * GiB);  // the second low reading: lowered
+  CHECK(settle_overhead(2 * GiB, 1536 * MiB, 1 * GiB) == 1536 * MiB);
+  CHECK(settle_overhead(2 * GiB, 0, 0) == 0);
+}
+
+TEST_CASE("broker: driver overhead is charged to the job inside its limit, and is not memory outside coloc") {
+  Bench b;
+  ClientId a = b.add("a", 4 * GiB);
+  uint32_t s = b.attach(a, {{1, 16 * GiB, 512 * MiB}});
+  REQUIRE(b.granted(s));
+  b.use(a, 0, 512 * MiB);  // the context as COLOC_CONTEXT_BYTES guesses it
+  // It grows to 3.5 GiB before colocd learns the driver's figure.
+  uint32_t g = b.grow(a, 0, 3 * GiB + 512 * MiB);
+  REQUIRE(b.granted(g));
+  CHECK(b.grant(a, 0) == 3 * GiB + 512 * MiB);
+  b.use(a, 0, 1 * GiB);
+  // The driver holds 2 GiB for its context: 1.5 GiB beyond the ledger.
+  b.broker.set_overhead(a, 0, 1536 * MiB, b.now);
+  b.collect();
+  const Job& job = *b.broker.find_job({1000, "a"});
+  CHECK(job.devices.at(0).overhead == 1536 * MiB);
+  // Grant plus overhead would pass the limit: the grant is trimmed to the in-use, so the next
+  // allocation asks, and what passes limit - overhead is refused at once.
+  CHECK(b.grant(a, 0) == 1 * GiB);
+  CHECK(b.broker.overhead(0) == 1536 * MiB);
+  CHECK(job.devices.at(0).granted == 1 * GiB + 1536 * MiB);
+  g = b.grow(a, 0, 2 * GiB + 512 * MiB);
+  REQUIRE(b.granted(g));
+  CHECK(b.grant(a, 0) == 2 * GiB + 512 * MiB);
+  g = b.grow(a, 0, 2 * GiB + 512 * MiB + 1);
+  CHECK(b.refused(g, Reason::kOwnLimit));
+  // The device shows the driver's 2 GiB context and 1.5 GiB of allocations (ledger 2 GiB in use):
+  // nothing is outside coloc.
+  b.use(a, 0, 2 * GiB);
+  b.broker.refresh_outside(0, 16 * GiB - 2 * GiB - 1536 * MiB, b.now);
+  b.collect();
+  CHECK(b.broker.devices().at(0).outside == 0);
+  // The overhead falls (a context destroyed): one low reading keeps the books (it could be an
+  // allocation in flight), the second lowers them, and the job may grow into it again.
+  b.broker.set_overhead(a, 0, 0, b.now);
+  b.collect();
+  CHECK(b.broker.overhead(0) == 1536 * MiB);
+  g = b.grow(a, 0, 4 * GiB);
+  CHECK(b.refused(g, Reason::kOwnLimit));
+  b.broker.set_overhead(a, 0, 0, b.now);
+  b.collect();
+  CHECK(b.broker.overhead(0) == 0);
+  g = b.grow(a, 0, 4 * GiB);
+  CHECK(b.granted(g));
+  // Leaving takes the overhead with the client; the books audit clean (collect) and are empty.
+  b.broker.set_overhead(a, 0, 256 * MiB, b.now);
+  b.remove(a);
+  CHECK(b.broker.devices().at(0).committed == 0);
+}
+
+TEST_CASE("broker: a context footprint on a device colocd reads: the device's use beyond its use at admission and coloc's books") {
+  Bench b;
+  // Another job is there already; 1 GiB of the 16 GiB device is used outside coloc.
+  ClientId other = b.add("other");
+  REQUIRE(b.granted(b.attach(other, {{1, 16 * GiB, 0}}, 15 * GiB)));
+  CHECK(b.broker.devices().at(0).outside == 1 * GiB);
+  ClientId a = b.add("a", 4 * GiB);
+  REQUIRE(b.granted(b.attach(a, {{1, 16 * GiB, 512 * MiB}}, 15 * GiB)));
+  // Between a's admission and its footprint, the other job's books gain 1 GiB (on the device too).
+  b.use(other, 0, 1 * GiB);
+  // The driver made a's context at 2 GiB; its ledger charges 512 MiB for it.
+  b.use(a, 0, 512 * MiB);
+  b.footprint(a, 0, 15 * GiB - 2 * GiB - 1 * GiB, 512 * MiB);
+  const Job& job = *b.broker.find_job({1000, "a"});
+  CHECK(job.devices.at(0).overhead == 1536 * MiB);
+  CHECK(b.broker.find_client(a)->slots[0].overhead_estimated);
+  CHECK(b.broker.devices().at(0).outside == 1 * GiB);  // not outside coloc
+  CHECK(b.broker.find_job({1000, "other"})->devices.at(0).overhead == 0);
+  // Only the first footprint after the admission counts.
+  b.footprint(a, 0, 1 * GiB, 512 * MiB);
+  CHECK(job.devices.at(0).overhead == 1536 * MiB);
+  // Inside the job's limit: 4 GiB - 1.5 GiB leaves 2.5 GiB to grow to.
+  CHECK(b.granted(b.grow(a, 0, 2 * GiB + 512 * MiB)));
+  CHECK(b.refused(b.grow(a, 0, 2 * GiB + 512 * MiB + 1), Reason::kOwnLimit));
+  // The driver's own figure, when it comes, replaces the estimate at once, lower or not.
+  b.broker.set_overhead(a, 0, 1 * GiB, b.now);
+  b.collect();
+  CHECK(job.devices.at(0).overhead == 1 * GiB);
+  CHECK_FALSE(b.broker.find_client(a)->slots[0].overhead_estimated);
+}
+
+TEST_CASE("broker: a context footprint without a baseline books nothing, and gives the device its first figure") {
+  Bench b;
+  ClientId a = b.add("a", 4 * GiB);
+  // The client's word only, and no figure: colocd knows nothing of the device's use yet.
+  REQUIRE(b.granted(b.attach(a, {{1, 16 * GiB, 512 * MiB}}, kUnknown, false)));
+  CHECK_FALSE(b.broker.devices().at(0).outside_known);
+  b.use(a, 0, 512 * MiB);
+  b.footprint(a, 0, 14 * GiB, 512 * MiB, false);
+  CHECK(b.broker.find_job({1000, "a"})->devices.at(0).overhead == 0);
+  CHECK(b.broker.devices().at(0).outside_known);
+  // The next process on the device has a baseline: its footprint is measured.
+  ClientId c = b.add("c", 4 * GiB);
+  REQUIRE(b.granted(b.attach(c, {{1, 16 * GiB, 512 * MiB}}, kUnknown, false)));
+  b.use(c, 0, 512 * MiB);
+  b.footprint(c, 0, 14 * GiB - 1 * GiB, 512 * MiB, false);
+  CHECK(b.broker.find_job({1000, "c"})->devices.at(0).overhead == 512 * MiB);
+}
+
+TEST_CASE("broker: a footprint from a client's word is capped at what its job could have been granted") {
+  // A client that claims the device is full right after its context cannot book more than its
+  // limit allows, nor take memory the device does not have available.
+  for (bool limited : {true, false}) {
+    CAPTURE(limited);
+    Bench b;
+    ClientId other = b.add("other", 6 * GiB);
+    REQUIRE(b.granted(b.attach(other, {{1, 16 * GiB, 0}}, 16 * GiB, false)));
+    ClientId liar = b.add("liar", limited ? 4 * GiB : kNoLimit);
+    REQUIRE(b.granted(b.attach(liar, {{1, 16 * GiB, 512 * MiB}}, 16 * GiB, false)));
+    REQUIRE(b.broker.devices().at(0).outside_known);
+    b.use(liar, 0, 512 * MiB);
+    b.footprint(liar, 0, 0, 0, false);
+    const JobDevice& jd = b.broker.find_job({1000, "liar"})->devices.at(0);
+    if (limited) {
+      CHECK(jd.overhead == 4 * GiB - 512 * MiB);  // its limit minus its grant
+      CHECK(std::max(jd.reserved, jd.granted) == 4 * GiB);
+    } else {
+      CHECK(jd.overhead == 16 * GiB - 6 * GiB - 512 * MiB);  // what was available
+    }
+    CHECK(b.broker.devices().at(0).committed <= 16 * GiB);
+    // The other job's reservation stands.
+    CHECK(b.broker.find_job({1000, "other"})->devices.at(0).reserved == 6 * GiB);
+  }
+}
+
+TEST_CASE("broker: a footprint for a slot not attached, or from a resumed client, is ignored") {
+  Bench b;
+  ClientId a = b.add("a");
+  b.footprint(a, 3, 1 * GiB, 0);  // nothing attached
+  REQUIRE(b.granted(b.attach(a, {{1, 16 * GiB, 512 * MiB}}, 15 * GiB)));
+  b.footprint(a, 1, 1 * GiB, 0);  // another slot
+  CHECK(b.broker.find_job({1000, "a"})->devices.at(0).overhead == 0);
+  ClientId r = b.add("r");
+  ResumeEntry e;
+  e.uuid = gpu(1);
+  e.capacity = 16 * GiB;
+  e.in_use = 512 * MiB;
+  e.grant = 512 * MiB;
+  b.broker.resume(r, std::vector<ResumeEntry>{e}, b.now);
+  b.collect();
+  b.footprint(r, 0, 1 * GiB, 512 * MiB);  // its context is older than this colocd: no baseline
+  CHECK(b.broker.find_job({1000, "r"})->devices.at(0).overhead == 0);
+}
+
+}  // TEST_SUITE
