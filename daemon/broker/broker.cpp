@@ -676,9 +676,13 @@ void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<AttachNeed>
     s.attached = true;
     s.device = dev;
     s.grant = 0;
+    // The baseline of its context footprint: the device's use outside coloc now. colocd's own
+    // reading where it reads the device; else the most any client's latest figure implies (the
+    // hostile-peer estimate can trail honest outside use, which would then be charged to this
+    // job; a lie can only raise this baseline). No figure at all: no baseline.
     s.footprint_due = true;
-    s.baseline_known = d.outside_known;
-    s.outside_before = d.outside;
+    s.baseline_known = d.measured ? d.outside_known : !d.figures.empty();
+    s.outside_before = d.measured ? d.outside : std::max(d.outside, d.figures.highest());
     ++job.devices[dev].clients;
     d.attachments.emplace_back(c.id, slot);
     auto& cs = c.control->slots[slot];

@@ -15,13 +15,16 @@
 //           reading of such a device; for a device the engine cannot read they are one user's
 //           word each, and count under the rule of outside.h (never lowering the estimate,
 //           raising it by at most what the user holds unused).
-//   job     (uid, id): limit, priority, wait choice; per device: admitted?, reservation (the
-//           declared footprint held at admission: min(limit, capacity - headroom), 0 without a
-//           limit) and granted (sum of its clients' grants and driver overheads).
+//   job     (uid, id): limit, priority, wait choice; per device: admitted?, its limit there
+//           (limit_on: the job's limit, capped by the COLOC_MEM_LIMIT_<n> of the process that
+//           admitted it there), reservation (the declared footprint held at admission:
+//           min(limit there, capacity - headroom), 0 without one) and granted (sum of its
+//           clients' grants and driver overheads).
 //   driver overhead  per client and device: what the driver holds for the process beyond its
 //           ledger (contexts as the driver sizes them, module images, lazy-loaded kernels), from
 //           the driver's per-process figure on the engine's sampling timer (set_overhead;
-//           overhead.h). It counts like a grant the client cannot use: inside the job's limit (a
+//           overhead.h), or, until one comes, estimated from the device's free memory right after
+//           the process's first context there (context_footprint). It counts like a grant the client cannot use: inside the job's limit (a
 //           grow needs need + the job's other grants + its overheads <= limit) and in the job's
 //           commitment; it is coloc's memory, not memory used outside coloc.
 //   client  one registered connection: its job, its pages, per slot: device and grant. A job's
@@ -163,8 +166,8 @@ struct ClientSlot {
   bool overhead_estimated = false;
   /// Admitted by this connection's own Attach: its first ContextFootprint is still to come.
   bool footprint_due = false;
-  /// At that admission colocd knew the device's use: `outside_before` was its estimate of memory
-  /// used outside coloc then (bytes), the baseline of the footprint.
+  /// At that admission colocd knew the device's use: `outside_before` was memory used outside
+  /// coloc then (bytes; see context_footprint), the baseline of the footprint.
   bool baseline_known = false;
   Bytes outside_before = 0;
 };
@@ -309,7 +312,8 @@ class Broker {
   /// the device's free memory right after its creation (bytes; colocd's own reading when
   /// `measured`, else the client's word; kUnknown = none), `in_use` what its ledger held then
   /// (its context's charge included). When colocd knew the device's use at the admission (the
-  /// baseline: its estimate of memory used outside coloc then), the driver overhead is
+  /// baseline: memory used outside coloc then, as colocd read it, or on a device it cannot read
+  /// the most any held client figure implied: OutsideFigures::highest), the driver overhead is
   ///     (capacity - physical_free) - outside then - coloc's in-use now (overheads included)
   /// i.e. the device's use now minus its use then, minus what coloc's books gained meanwhile:
   /// approximate (anything allocated outside coloc in that window counts too). It is booked like

@@ -18,6 +18,12 @@ void OutsideFigures::report(uint32_t uid, Bytes outside, Bytes allowance, Nanos 
 
 void OutsideFigures::forget(uint32_t uid) { figures_.erase(uid); }
 
+Bytes OutsideFigures::highest() const {
+  Bytes h = 0;
+  for (const auto& [uid, fig] : figures_) h = std::max(h, fig.outside);
+  return h;
+}
+
 Bytes OutsideFigures::estimate() const {
   std::vector<Figure> f;
   for (const auto& [uid, fig] : figures_) f.push_back(fig);

@@ -43,6 +43,10 @@ class OutsideFigures {
 
   /// E over the figures held (the rule above), in bytes.
   Bytes estimate() const;
+  /// The most any held figure implies (bytes; 0 when none): never below estimate(). A figure can
+  /// only raise it, so it is the safe baseline of a driver-overhead estimate (a lie can make that
+  /// estimate smaller, never larger: Broker::context_footprint).
+  Bytes highest() const;
 
  private:
   struct Figure {

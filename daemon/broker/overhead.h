@@ -10,7 +10,9 @@
 // reading taken meanwhile shows the ledger ahead, never behind: such a reading is too low by the
 // allocation in flight, never too high. So a higher reading is booked at once, and a lower one
 // only as far as the reading before it agrees (settle_overhead): a dip that lasts one reading
-// never lowers the books.
+// never lowers the books. Where the driver gives no per-process figure, Broker::context_footprint
+// estimates the overhead once, from the device's free memory around the process's first context;
+// the driver's figure, when one comes, replaces that estimate.
 #pragma once
 
 #include <algorithm>

@@ -616,9 +616,10 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
       const proto::ContextFootprintMsg& f = m.body.context_footprint;
       broker::Bytes free = f.physical_free;
       bool measured = false;
-      // The device's own figure whenever colocd can read it: the client's is only its word.
+      // The device's own figure whenever colocd can read it: the client's is only its word. Read
+      // only for the footprint that counts (one per Attach), however many a client sends.
       const broker::Client* cl = broker_.find_client(id);
-      if (memory_reader_ && cl && cl->slots[f.slot].attached)
+      if (memory_reader_ && cl && cl->slots[f.slot].attached && cl->slots[f.slot].footprint_due)
         if (auto mem = memory_reader_->memory(broker_.devices()[cl->slots[f.slot].device].uuid)) {
           free = mem->free;
           measured = true;

@@ -10,8 +10,10 @@
 //     --wait-timeout SECONDS  --proto 1|2  --as-user NAME (setuid before connecting; needs root)
 //     --reconnect (reconnect and re-register when the daemon goes away)
 //   Steps:
-//     attach:N:CAP:REQ[:FREE][,N:CAP:REQ[:FREE]...]   admission on devices (uuid from number N,
-//                               or N = a CUDA UUID "GPU-..." as coloc status prints it)
+//     attach:N:CAP:REQ[:FREE[:DEVCAP]][,...]   admission on devices (uuid from number N, or N = a
+//                               CUDA UUID "GPU-..." as coloc status prints it; FREE "-" = unknown;
+//                               DEVCAP: the process's COLOC_MEM_LIMIT_<n> for it, v5)
+//     footprint:SLOT:FREE[:COUNT]   ContextFootprint (the free memory after the first context), COUNT times
 //     alloc:SLOT:BYTES[:FREE]   allocate: fast path within the grant, else Grow (and wait)
 //     free:SLOT:BYTES           free; returns surplus grant lazily (Shrink) past two grant steps
 //     shrink:SLOT:BYTES         Shrink to keep BYTES
@@ -227,10 +229,11 @@ void step_attach(Client& c, const std::string& spec) {
   std::memset(&a, 0, sizeof a);
   for (const std::string& d : split(spec, ',')) {
     auto f = split(d, ':');
-    if (f.size() < 3) die("attach wants N:CAP:REQ[:FREE]");
+    if (f.size() < 3) die("attach wants N:CAP:REQ[:FREE[:DEVCAP]]");
     proto::AttachDevice& ad = a.devices[a.n_devices++];
-    ad.device = device_info(f[0], size_arg(f[1]), f.size() > 3 ? size_arg(f[3]) : proto::kUnknown);
+    ad.device = device_info(f[0], size_arg(f[1]), f.size() > 3 && f[3] != "-" ? size_arg(f[3]) : proto::kUnknown);
     ad.request = size_arg(f[2]);
+    if (f.size() > 4) ad.cap = size_arg(f[4]);
   }
   uint64_t t0 = wire::now_ns();
   for (;;) {
@@ -540,6 +543,17 @@ int main(int argc, char** argv) {
         wire::sleep_ns(every);
       }
       out("{\"event\":\"flood-done\"}");
+    } else if (op == "footprint") {  // footprint:SLOT:FREE[:COUNT]
+      auto fp = proto::ContextFootprintMsg{};
+      std::memset(&fp, 0, sizeof fp);
+      fp.slot = uint32_t(std::atoi(f.at(1).c_str()));
+      fp.physical_free = size_arg(f.at(2));
+      const int count = f.size() > 3 ? std::atoi(f[3].c_str()) : 1;
+      for (int i = 0; i < count; ++i) {
+        fp.in_use = c.pages.stats->slots[fp.slot].in_use.load();
+        wire::send(c.fd, fp, ++c.seq, c.version);
+      }
+      out("{\"event\":\"footprint-sent\"}");
     } else if (op == "cancel-after") c.cancel_after_ms = std::atoi(f.at(1).c_str());
     else if (op == "sleep") wire::sleep_ns(uint64_t(std::atoll(f.at(1).c_str())) * 1000000ull);
     else if (op == "hold") step_hold(c, f.size() > 1 ? std::atoll(f[1].c_str()) : -1);

@@ -78,6 +78,9 @@ void lying_client_case(bool nvml, const Lie& lie) {
   ProcResult fr = finish(*fellow, 30s);
   CHECK(step(fr.out, "alloc")["rc_name"] == "CUDA_SUCCESS");
   CHECK(n.report("fellow")["devices"][0]["wait_admission_s"].get<double>() < 5.0);
+  // Its context costs what its ledger says: the memory used outside coloc is not taken for its
+  // driver overhead (its context footprint's baseline is what the device showed, not the liar's).
+  CHECK(n.report("fellow")["devices"][0]["driver_overhead"] == 0);
   // One that would not fit what is really left waits (it is never over-granted on a false "free").
   auto big = n.run({"--job", "big", "--mem", "8GiB", "--on-full", "fail"},
                    {cuprobe(), "init", "ctx", "0", "alloc", "7GiB", "c"});
