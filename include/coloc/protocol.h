@@ -968,6 +968,20 @@ inline Encoded encode_message(const Message& m, void* buf, size_t cap) noexcept 
 
 // ---- encode ---------------------------------------------------------------------------------
 
+namespace detail {
+/// Writes `old`, a message in an older version's layout with its header filled in but for the
+/// size, into `buf` (cap bytes).
+template <class Old>
+inline Encoded write_layout(Old old, void* buf, size_t cap) noexcept {
+  Encoded r;
+  old.h.size = uint32_t(sizeof old);
+  if (cap < sizeof old) { r.status = fail(Error::kNoSpace, "buffer"); return r; }
+  std::memcpy(buf, &old, sizeof old);
+  r.size = sizeof old;
+  return r;
+}
+}  // namespace detail
+
 /// Writes `msg` with a filled-in header (magic, `version`, type, size, `seq`) into `buf` (cap
 /// bytes). The body is validated first; `msg.h` is ignored. `version` must be in
 /// kMinVersion..kVersion; a Register at version 1 is written in the RegisterV1 layout, dropping
@@ -988,17 +1002,13 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
       AttachV4 v4;
       std::memset(&v4, 0, sizeof v4);
       v4.h = copy.h;
-      v4.h.size = uint32_t(sizeof v4);
       v4.n_devices = copy.n_devices;
       v4.reserved0 = copy.reserved0;
       for (uint32_t i = 0; i < kMaxDevices; ++i) {
         v4.devices[i].device = copy.devices[i].device;
         v4.devices[i].request = copy.devices[i].request;
       }
-      if (cap < sizeof v4) { r.status = detail::fail(Error::kNoSpace, "buffer"); return r; }
-      std::memcpy(buf, &v4, sizeof v4);
-      r.size = sizeof v4;
-      return r;
+      return detail::write_layout(v4, buf, cap);
     }
   }
   if constexpr (std::is_same_v<T, RegisterMsg>) {
@@ -1009,7 +1019,6 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
       RegisterV1 v1;
       std::memset(&v1, 0, sizeof v1);
       v1.h = copy.h;
-      v1.h.size = uint32_t(sizeof v1);
       v1.limit = copy.limit;
       v1.cmdline_hash = copy.cmdline_hash;
       v1.priority = copy.priority;
@@ -1018,10 +1027,7 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
       v1.n_ledger = copy.n_ledger;
       std::memcpy(v1.job, copy.job, sizeof v1.job);
       std::memcpy(v1.ledger, copy.ledger, sizeof v1.ledger);
-      if (cap < sizeof v1) { r.status = detail::fail(Error::kNoSpace, "buffer"); return r; }
-      std::memcpy(buf, &v1, sizeof v1);
-      r.size = sizeof v1;
-      return r;
+      return detail::write_layout(v1, buf, cap);
     }
   }
   if (cap < sizeof(T)) { r.status = detail::fail(Error::kNoSpace, "buffer"); return r; }
