@@ -923,19 +923,25 @@ void Server::on_process_exit(const watch::Exit& e) {
   report::ProcessExit info = exit_from_status(e.pid, e.wait_status, e.source);
   if (auto l = lingering_.find(e.pid); l != lingering_.end() && l->second.start == e.start)
     lingering_.erase(l);  // the watcher has let go of it
-  for (auto& [serial, rec] : recorders_)
-    if (rec.has_process(e.pid)) rec.process_exited(info);
-  if (auto it = by_pid_.find(e.pid); it != by_pid_.end()) {
-    // Only the connections of the process that exited: a later process may hold its pid already.
-    std::vector<Connection*> conns;
+  // Only the connections of the process that exited: a later process may hold its pid already.
+  std::vector<Connection*> conns;
+  if (auto it = by_pid_.find(e.pid); it != by_pid_.end())
     for (Connection* c : it->second)
       if (c->start_time == e.start) conns.push_back(c);
-    // The exit can be noticed before the socket's last messages are read: a Goodbye sent just
-    // before the exit (coloc run's carries the command's status) still counts.
-    for (Connection* c : conns) on_connection_event(*c, EPOLLIN);
-    for (Connection* c : conns)
-      drop(*c, std::string("process exited (noticed by ") + e.source + ")", info);
+  // The exit can be noticed before the socket's last messages are read (or before its hang-up,
+  // when a child holds the socket): a Goodbye sent just before the exit (coloc run's carries the
+  // command's status) still counts, and where the watcher cannot tell how the process ended
+  // (pidfd: not colocd's child) its status is the Goodbye's.
+  for (Connection* c : conns) {
+    on_connection_event(*c, EPOLLIN);
+    if (!info.exit_code && !info.signal && c->said_goodbye && c->exit_status) {
+      info.exit_code = c->exit_status;
+      info.source = "goodbye";
+    }
   }
+  for (auto& [serial, rec] : recorders_)
+    if (rec.has_process(e.pid)) rec.process_exited(info);
+  for (Connection* c : conns) drop(*c, std::string("process exited (noticed by ") + e.source + ")", info);
   std::vector<broker::JobSerial> ready;
   for (auto& [serial, deadline] : closing_)
     if (recorders_.count(serial) && recorders_.at(serial).pending_exits().empty()) ready.push_back(serial);

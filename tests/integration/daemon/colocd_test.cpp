@@ -398,3 +398,23 @@ TEST_CASE("colocd: refuses to start twice on one state directory or socket, and 
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("daemon") {
+
+TEST_CASE("colocd: a Goodbye's exit status stands when the exit is noticed before the hang-up (pidfd watcher)") {
+  // With the pidfd watcher colocd cannot read a non-child's exit status: the Goodbye is the only
+  // word on it. A forked child keeps the socket open, so the exit is noticed first (no hang-up
+  // yet): that event, which knows no status, must not erase the Goodbye's.
+  Colocd d({"--watcher", "pidfd"});
+  auto c = d.client({"--job", "bye", "attach:1:20GiB:64MiB", "fork-hold", "goodbye:7", "exit:7"});
+  ProcResult r = c->wait(20s);
+  REQUIRE_MESSAGE(r.exit_code == 7, describe(r));
+  const int child = event_of(*c, "forked")["child"];
+  REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/bye.json"); }));
+  json rep = report_file(d, "bye");
+  ::kill(child, SIGKILL);
+  CHECK(rep["exit_status"] == 7);
+  CHECK(rep["processes"][0]["exit_code"] == 7);
+}
+
+}  // TEST_SUITE
