@@ -390,12 +390,21 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
           "nothing more is granted on the device until it fits again",
           d.uuid.str(), mib(d.committed), mib(usable(dev)), job.key.str(), mib(in_use));
   }
-  // Other clients of the job see the (possibly lowered) limit.
+  // The ledger may have lowered the job's limit, or its cap on a device where an earlier
+  // re-registration already resumed it: no reservation stays above the limit there.
+  for (auto& [dev, jd] : job.devices) {
+    const Bytes limit = limit_on(job, dev);
+    if (jd.admitted && limit != kNoLimit && jd.reserved > limit)
+      set_job_device(job, dev, reservation_for(limit, devices_[dev]), jd.granted);
+  }
+  // Other clients of the job see the (possibly lowered) limit and reservation.
   for (ClientId other : job.clients) {
     Client& oc = clients_.at(other);
     for (uint32_t s = 0; s < pages::kSlots; ++s)
-      if (oc.slots[s].attached)
+      if (oc.slots[s].attached) {
         oc.control->slots[s].limit.store(limit_on(job, oc.slots[s].device), std::memory_order_relaxed);
+        oc.control->slots[s].reservation.store(job.devices[oc.slots[s].device].reserved, std::memory_order_relaxed);
+      }
   }
 }
 

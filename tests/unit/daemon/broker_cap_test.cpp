@@ -105,3 +105,71 @@ TEST_CASE("broker: a resumed ledger keeps its cap, and a limit that was only the
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("daemon") {
+
+// Two processes of one job on a device: the one that admitted it had no cap, the other a cap of
+// its own below the job's limit. After a restart each resumes: the books must still hold (the
+// job's reservation there within its limit there), whichever comes back first.
+TEST_CASE("broker: a resumed process's lower cap on a device the job was already resumed on keeps the books") {
+  for (bool capped_first : {false, true}) {
+    CAPTURE(capped_first);
+    Bench b;
+    ClientId p1 = b.add("j", 10 * GiB);
+    ClientId p2 = b.add("j", 10 * GiB);
+    ResumeEntry e;
+    e.uuid = gpu(1);
+    e.capacity = 80 * GiB;
+    e.in_use = 1 * GiB;
+    e.grant = 1 * GiB;
+    e.limit = 10 * GiB;  // what both control pages showed: the admitting process had no cap
+    ResumeEntry capped = e;
+    capped.cap = 4 * GiB;
+    if (capped_first) {
+      b.broker.resume(p2, std::vector<ResumeEntry>{capped}, b.now);
+      b.collect();
+      b.broker.resume(p1, std::vector<ResumeEntry>{e}, b.now);
+    } else {
+      b.broker.resume(p1, std::vector<ResumeEntry>{e}, b.now);
+      b.collect();
+      b.broker.resume(p2, std::vector<ResumeEntry>{capped}, b.now);
+    }
+    b.collect();  // audits
+    const Job& job = *b.broker.find_job({1000, "j"});
+    CHECK(job.devices.at(0).reserved <= b.broker.limit_on(job, 0));
+    CHECK(b.limit_word(p1, 0) == b.broker.limit_on(job, 0));
+    CHECK(b.limit_word(p2, 0) == b.broker.limit_on(job, 0));
+  }
+}
+
+
+// A process without a cap of its own on a device where the job's limit was another process's cap
+// saw that cap as its limit there; its ledger (no saved state: the limit is the ledger's word)
+// lowers the job's limit. The job's other devices, resumed before, keep their books within it.
+TEST_CASE("broker: a resumed ledger that lowers the job's limit cuts its reservations resumed before") {
+  Bench b;
+  ClientId p1 = b.add("j", 10 * GiB);
+  ClientId p2 = b.add("j", 10 * GiB);
+  ResumeEntry capped;  // p1 admitted the job on gpu 1 with its cap of 4 GiB
+  capped.uuid = gpu(1);
+  capped.capacity = 80 * GiB;
+  capped.in_use = 1 * GiB;
+  capped.grant = 1 * GiB;
+  capped.limit = 4 * GiB;
+  capped.cap = 4 * GiB;
+  ResumeEntry other = capped;  // ... and on gpu 2 without one
+  other.uuid = gpu(2);
+  other.limit = 10 * GiB;
+  other.cap = kNoLimit;
+  b.broker.resume(p1, std::vector<ResumeEntry>{capped, other}, b.now);
+  b.collect();
+  ResumeEntry seen = capped;  // p2 on gpu 1, no cap of its own: its page showed 4 GiB
+  seen.cap = kNoLimit;
+  b.broker.resume(p2, std::vector<ResumeEntry>{seen}, b.now);
+  b.collect();  // audits
+  const Job& job = *b.broker.find_job({1000, "j"});
+  CHECK(job.devices.at(1).reserved <= b.broker.limit_on(job, 1));
+  CHECK(b.pages.at(p1).control->slots[1].reservation.load() == job.devices.at(1).reserved);
+}
+
+}  // TEST_SUITE
