@@ -138,7 +138,10 @@ void Broker::context_footprint(ClientId id, uint32_t slot, Bytes physical_free, 
     const JobDevice& jd = job.devices[dev];
     const Bytes limit = limit_on(job, dev);
     if (limit != kNoLimit) estimate = std::min(estimate, sat_sub(limit, jd.granted));
-    estimate = std::min(estimate, sat_add(available(dev), sat_sub(jd.reserved, jd.granted)));
+    const Bytes unused_reservation = sat_sub(jd.reserved, jd.granted);
+    estimate = std::min(estimate, sat_add(available(dev), unused_reservation));
+    if (config_.max_per_user)  // nor past its user's cap, as no grant goes
+      estimate = std::min(estimate, sat_add(sat_sub(*config_.max_per_user, user_committed(c.uid)), unused_reservation));
     if (estimate > 0) {
       s.overhead_reading = estimate;
       book_overhead(c, slot, estimate, "estimated from the device's free memory around its first context", now);

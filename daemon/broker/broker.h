@@ -318,8 +318,9 @@ class Broker {
   /// i.e. the device's use now minus its use then, minus what coloc's books gained meanwhile:
   /// approximate (anything allocated outside coloc in that window counts too). It is booked like
   /// a set_overhead reading, but never above what the job could have been granted (its limit on
-  /// the device minus its grants there, and the device's available memory plus its unused
-  /// reservation), since the process's in-use is its own word. A later per-process figure of the
+  /// the device minus its grants there, the device's available memory plus its unused
+  /// reservation, and its user's room under max_per_user plus that reservation), since the
+  /// process's in-use is its own word. A later per-process figure of the
   /// driver replaces it. Only the first footprint after an Attach counts; the figure then
   /// refreshes the device's outside estimate like any other. Unknown client or slot: ignored.
   void context_footprint(ClientId id, uint32_t slot, Bytes physical_free, Bytes in_use, bool measured, Nanos now);

@@ -173,4 +173,23 @@ TEST_CASE("broker: a footprint for a slot not attached, or from a resumed client
   CHECK(b.broker.find_job({1000, "r"})->devices.at(0).overhead == 0);
 }
 
+
+TEST_CASE("broker: a footprint from a client's word never takes its user past the per-user cap") {
+  // The estimate is the client's word: it books no more than the job could have been granted,
+  // and a grant never passes the user's cap (--max-per-user).
+  BrokerConfig cfg = Bench::no_headroom();
+  cfg.max_per_user = 8 * GiB;
+  Bench b(cfg);
+  ClientId liar = b.add("liar");
+  REQUIRE(b.granted(b.attach(liar, {{1, 80 * GiB, 512 * MiB}}, 80 * GiB, false)));
+  REQUIRE(b.broker.devices().at(0).outside_known);
+  b.use(liar, 0, 512 * MiB);
+  b.footprint(liar, 0, 0, 512 * MiB, false);  // "the device is full right after my context"
+  CHECK(b.broker.user_committed(1000) <= 8 * GiB);
+  CHECK(b.broker.find_job({1000, "liar"})->devices.at(0).overhead > 0);
+  // Another user's job is admitted next to it as if the lie had not been told beyond the cap.
+  ClientId honest = b.add("honest", 6 * GiB, Priority::kNormal, OnFull::kWait, 2000);
+  CHECK(b.granted(b.attach(honest, {{1, 80 * GiB, 512 * MiB}}, kUnknown, false)));
+}
+
 }  // TEST_SUITE
