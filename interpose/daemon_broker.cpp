@@ -642,11 +642,12 @@ void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap
   switch (why) {
     case Refusal::own_limit: {
       // A limit the daemon changed since registration (coloc set --mem): say so, when it is the
-      // limit that refused (not a lower COLOC_MEM_LIMIT_<n>).
+      // limit that refused (not a lower COLOC_MEM_LIMIT_<n>, this process's or the one the job's
+      // limit on the device came from: then the slot's limit is below the job's).
       uint64_t reg = registered_limit_.load(std::memory_order_relaxed);
-      uint64_t now = slot >= 0 ? control().slots[slot].limit.load(std::memory_order_relaxed)
-                               : job_limit_.load(std::memory_order_relaxed);
-      if (reg == 0 || now == reg || (slot >= 0 && limit_of(slot) != now)) return;
+      uint64_t job = job_limit_.load(std::memory_order_relaxed);
+      uint64_t now = slot >= 0 ? control().slots[slot].limit.load(std::memory_order_relaxed) : job;
+      if (reg == 0 || now == reg || (slot >= 0 && (limit_of(slot) != now || now < job))) return;
       char was[32], is[32];
       if (reg == kNoLimit) std::snprintf(was, sizeof was, "none");
       else format_size(reg, was, sizeof was);

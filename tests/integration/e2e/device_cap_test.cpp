@@ -19,6 +19,8 @@ TEST_CASE("e2e: COLOC_MEM_LIMIT_0 below --mem: the job reserves the smaller and 
   // 512 MiB of context + 3 GiB fit in 4 GiB; another 1 GiB does not.
   CHECK(step(job->out_so_far(), "alloc", 0)["rc_name"] == "CUDA_SUCCESS");
   CHECK(step(job->out_so_far(), "alloc", 1)["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");
+  // The refusal names the cap; nobody ran `coloc set`.
+  CHECK_MESSAGE(job->err_so_far().find("coloc set") == std::string::npos, job->err_so_far());
   json j = n.job("capped");
   REQUIRE(!j.is_null());
   CHECK(j["limit"] == 10 * GiB);  // the job's own limit, for its other devices
