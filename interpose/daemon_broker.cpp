@@ -192,16 +192,17 @@ void DaemonBroker::fill_register(bool resume, proto::RegisterMsg* m) {
     }
   }
   m->flags = proto::kRegResume;
-  // The job's limit as the daemon last set it (a live `coloc set` raised or lowered it), not the
-  // registration's request: after registration the daemon's limit is the job's. A slot's limit
-  // at its own cap may be only the cap (the job's limit on that device alone).
+  // The job's limit as the daemon last said it (its replies), not the registration's request:
+  // after registration the daemon's limit is the job's. A slot's limit on the control page is
+  // min(the job's limit, the cap there), so it is never above the job's: one that is above the
+  // last reply was raised by a live `coloc set`. (A live lowering shows in each ledger entry's
+  // limit, and colocd keeps it on those devices.)
   uint64_t last = job_limit_.load(std::memory_order_relaxed);
   for (int s = 0; s < kMaxDevices; ++s)
     if (slots_[s].attached.load(std::memory_order_acquire)) {
       uint64_t shown = control().slots[s].limit.load(std::memory_order_relaxed);
-      if (slots_[s].cap != 0 && shown >= slots_[s].cap) continue;
-      last = shown;
-      break;
+      if (shown != kNoLimit && last != kNoLimit && shown > last) last = shown;
+      if (shown == kNoLimit) last = kNoLimit;
     }
   m->limit = last == 0 ? 1 : last;
   uint32_t prio = control().priority.load(std::memory_order_relaxed);

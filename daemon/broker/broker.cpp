@@ -323,9 +323,6 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
   Client& c = clients_.at(id);
   Job& job = job_of(c);
   assert(ledger.size() <= pages::kSlots);
-  // A live lowering survives the restart (a limit the client saw that was only its own cap is not one).
-  for (const ResumeEntry& e : ledger)
-    if (e.limit != 0 && e.limit < job.limit && e.limit < e.cap) job.limit = e.limit;
   for (uint32_t slot = 0; slot < ledger.size(); ++slot) {
     const ResumeEntry& e = ledger[slot];
     uint32_t dev = device_for(e.uuid, e.capacity, e.measured, c, now);
@@ -342,7 +339,11 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
     // made meanwhile counted it as used outside coloc. It is coloc's again.
     if (d.outside_known) d.outside = sat_sub(d.outside, in_use);
     JobDevice& jd = job.devices[dev];
-    jd.cap = std::min(jd.cap, e.cap);
+    // The limit the process saw there (its control page: min(the job's limit, the cap there))
+    // below the job's limit was a cap on the device, or a `coloc set` lowering that this daemon
+    // has no saved state of: either way it holds there again. The process's own cap holds too.
+    const Bytes seen = e.limit != 0 && e.limit < job.limit ? e.limit : kNoLimit;
+    jd.cap = std::min({jd.cap, e.cap, seen});
     // A resumed job gets back what it had only as far as it fits: a job that missed the resume
     // grace may find its memory given to a newcomer meanwhile. What it really has in use cannot
     // be taken away; its surplus grant and its reservation are cut to what is left.

@@ -123,8 +123,9 @@ struct Device {
 struct JobDevice {
   bool admitted = false;
   /// The cap on the job's limit here (bytes, kNoLimit = none): the AttachRequest::cap of the
-  /// process whose admission admitted the job on the device (after a restart, the lowest cap of its
-  /// re-registered processes). Its limit here is min(Job::limit, cap) (Broker::limit_on).
+  /// process whose admission admitted the job on the device (after a restart, the lowest of its
+  /// re-registered processes' caps and of the limits they saw there below the job's: resume). Its
+  /// limit here is min(Job::limit, cap) (Broker::limit_on).
   Bytes cap = kNoLimit;
   Bytes reserved = 0;
   Bytes granted = 0;   ///< sum of its clients' grants and driver overheads on the device
@@ -246,7 +247,9 @@ class Broker {
   /// Re-registration after a daemon restart: entry i becomes slot i, admitted, with the grant the
   /// client held (at least its in-use rounded up to the grant step; in-use is clamped to what the
   /// device's physical free memory allows). Accepted even when it over-commits the device: the
-  /// memory is already in use. Call right after add_client.
+  /// memory is already in use. The job's limit is not changed by a ledger; a limit an entry saw
+  /// below it (a cap there, or a lowering the daemon did not save) caps the job on that device.
+  /// Call right after add_client.
   void resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now);
 
   /// Drops a client (gone: hung up, exited, or killed): its parked requests vanish without reply,

@@ -85,7 +85,9 @@ struct ResumeEntry {
   Bytes physical_free = kUnknown;
   Bytes in_use = 0;
   Bytes grant = 0;
-  Bytes limit = kNoLimit;  ///< the job's limit on the device as the client last saw it
+  /// The job's limit on the device as the client last saw it (its control page), 0 = not known.
+  /// Below the job's limit it was a cap there (Broker::resume), and holds there again.
+  Bytes limit = kNoLimit;
   bool measured = false;  ///< capacity and physical_free are colocd's own reading (NVML), not the client's
   Bytes cap = kNoLimit;   ///< the process's own cap on the device (as AttachRequest::cap)
 };

@@ -691,14 +691,14 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   c.pages = std::make_unique<ClientPages>(std::move(pages.value()));
   const broker::ClientId id = broker_.add_client(spec, c.pages->control(), c.pages->stats(), t);
   const broker::JobSerial serial = broker_.find_client(id)->job;
-  if (saved) limit_known_.insert(serial);
   if (resume) {
     std::vector<broker::ResumeEntry> ledger;
     for (uint32_t i = 0; i < r.n_ledger; ++i) {
       const proto::LedgerEntry& e = r.ledger[i];
-      // limit 0: the saved limit is the daemon's own word, a ledger does not lower it.
+      // The limit it saw on the device: where it is below the job's (saved, or the Register's)
+      // it was a cap there, and holds there again (Broker::resume).
       ledger.push_back({broker::Uuid::from(e.device.uuid), e.device.capacity, e.device.physical_free, e.in_use, e.grant,
-                        limit_known_.count(serial) ? 0 : e.limit});
+                        e.limit});
       ledger.back().cap = e.cap == 0 ? broker::kNoLimit : e.cap;
       if (memory_reader_)
         if (auto mem = memory_reader_->memory(ledger.back().uuid)) {
@@ -869,7 +869,6 @@ void Server::finalize_job(broker::JobSerial serial) {
   if (!broker_.find_job(rec->second.key())) job_states_.remove(rec->second.key());  // (not a new run of the same id)
   persisted_.erase(serial);
   continued_.erase(serial);
-  limit_known_.erase(serial);
   recorders_.erase(rec);
 }
 

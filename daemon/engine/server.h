@@ -163,7 +163,6 @@ class Server {
   bool alive_warned_ = false;     ///< save_alive failed once (said once)
   Nanos next_sweep_ = 0;
   std::set<broker::JobSerial> continued_;    ///< continued from a saved state: processes still to account for
-  std::set<broker::JobSerial> limit_known_;  ///< the limit came from a saved state: ledgers do not change it
   struct Persisted {
     uint64_t revision = 0;
     broker::Bytes limit = 0;

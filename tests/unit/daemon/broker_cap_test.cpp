@@ -95,13 +95,42 @@ TEST_CASE("broker: a resumed ledger keeps its cap, and a limit that was only the
   CHECK(b.broker.limit_on(job, 0) == 4 * GiB);
   CHECK(job.devices.at(0).reserved == 4 * GiB);
   CHECK(b.limit_word(a, 0) == 4 * GiB);
-  // A limit below the cap was a live lowering of the job's: it survives.
+  // A limit below the job's and the cap (a live lowering this daemon has no saved state of)
+  // holds on the device.
   Bench b2;
   ClientId c = b2.add("c", 10 * GiB);
   e.limit = 3 * GiB;
   b2.broker.resume(c, std::vector<ResumeEntry>{e}, b2.now);
   b2.collect();
-  CHECK(b2.broker.find_job({1000, "c"})->limit == 3 * GiB);
+  const Job& jc = *b2.broker.find_job({1000, "c"});
+  CHECK(b2.broker.limit_on(jc, 0) == 3 * GiB);
+  CHECK(jc.devices.at(0).reserved == 3 * GiB);
+  CHECK(b2.limit_word(c, 0) == 3 * GiB);
+}
+
+TEST_CASE("broker: after a restart, a process without a cap of its own does not carry another's cap to the job's other devices") {
+  // p1 admitted the job on gpu 1 with a 4 GiB cap; p2 (no cap) attached gpu 1 and gpu 2 and saw
+  // 4 GiB on gpu 1, 10 GiB on gpu 2. colocd restarts without saved state; p2 re-registers first.
+  Bench b;
+  ClientId p2 = b.add("j", 10 * GiB);
+  ResumeEntry e1, e2;
+  e1.uuid = gpu(1);
+  e2.uuid = gpu(2);
+  for (ResumeEntry* e : {&e1, &e2}) {
+    e->capacity = 80 * GiB;
+    e->in_use = 1 * GiB;
+    e->grant = 1 * GiB;
+  }
+  e1.limit = 4 * GiB;
+  e2.limit = 10 * GiB;
+  b.broker.resume(p2, std::vector<ResumeEntry>{e1, e2}, b.now);
+  b.collect();
+  const Job& job = *b.broker.find_job({1000, "j"});
+  CHECK(job.limit == 10 * GiB);
+  CHECK(b.broker.limit_on(job, 0) == 4 * GiB);
+  CHECK(b.broker.limit_on(job, 1) == 10 * GiB);
+  CHECK(job.devices.at(1).reserved == 10 * GiB);
+  CHECK(b.limit_word(p2, 1) == 10 * GiB);
 }
 
 }  // TEST_SUITE
@@ -146,7 +175,7 @@ TEST_CASE("broker: a resumed process's lower cap on a device the job was already
 // A process without a cap of its own on a device where the job's limit was another process's cap
 // saw that cap as its limit there; its ledger (no saved state: the limit is the ledger's word)
 // lowers the job's limit. The job's other devices, resumed before, keep their books within it.
-TEST_CASE("broker: a resumed ledger that lowers the job's limit cuts its reservations resumed before") {
+TEST_CASE("broker: a resumed process that saw another's cap leaves the job's limit and reservations on its other devices") {
   Bench b;
   ClientId p1 = b.add("j", 10 * GiB);
   ClientId p2 = b.add("j", 10 * GiB);
@@ -168,7 +197,10 @@ TEST_CASE("broker: a resumed ledger that lowers the job's limit cuts its reserva
   b.broker.resume(p2, std::vector<ResumeEntry>{seen}, b.now);
   b.collect();  // audits
   const Job& job = *b.broker.find_job({1000, "j"});
-  CHECK(job.devices.at(1).reserved <= b.broker.limit_on(job, 1));
+  CHECK(job.limit == 10 * GiB);
+  CHECK(b.broker.limit_on(job, 0) == 4 * GiB);
+  CHECK(b.broker.limit_on(job, 1) == 10 * GiB);
+  CHECK(job.devices.at(1).reserved == 10 * GiB);
   CHECK(b.pages.at(p1).control->slots[1].reservation.load() == job.devices.at(1).reserved);
 }
 
