@@ -76,17 +76,19 @@ Bytes Broker::client_in_use(const Client& c, uint32_t slot) const {
 }
 
 void Broker::publish_job_others() {
-  for (uint32_t dev = 0; dev < devices_.size(); ++dev) {
-    std::map<JobSerial, Bytes> held;  // per job: its clients' in-use and overheads on the device
-    for (auto [id, slot] : devices_[dev].attachments) {
-      const Client& c = clients_.at(id);
-      held[c.job] = sat_add(held[c.job], sat_add(client_in_use(c, slot), c.slots[slot].overhead));
-    }
-    for (auto [id, slot] : devices_[dev].attachments) {
-      const Client& c = clients_.at(id);
-      if (!c.control) continue;
-      c.control->slots[slot].job_others.store(sat_sub(held[c.job], client_in_use(c, slot)), std::memory_order_relaxed);
-    }
+  for (uint32_t dev = 0; dev < devices_.size(); ++dev) publish_job_others(dev);
+}
+
+void Broker::publish_job_others(uint32_t dev) {
+  std::map<JobSerial, Bytes> held;  // per job: its clients' in-use and overheads on the device
+  for (auto [id, slot] : devices_[dev].attachments) {
+    const Client& c = clients_.at(id);
+    held[c.job] = sat_add(held[c.job], sat_add(client_in_use(c, slot), c.slots[slot].overhead));
+  }
+  for (auto [id, slot] : devices_[dev].attachments) {
+    const Client& c = clients_.at(id);
+    if (!c.control) continue;
+    c.control->slots[slot].job_others.store(sat_sub(held[c.job], client_in_use(c, slot)), std::memory_order_relaxed);
   }
 }
 
@@ -162,6 +164,7 @@ void Broker::book_overhead(Client& c, uint32_t slot, Bytes overhead, const char*
   jd.overhead = jd.overhead - old + overhead;
   set_job_device(job, s.device, jd.reserved, jd.granted - old + overhead);
   s.overhead = overhead;
+  publish_job_others(s.device);  // the job's view (a refusal's figures, cuMemGetInfo) sees it now
   if (overhead > old) {
     log::limited(log::get("broker"), spdlog::level::info, "overhead uid " + std::to_string(c.uid),
                  "job {} (pid {}): driver overhead on device {} is {} ({}); charged to the job", job.key.str(),

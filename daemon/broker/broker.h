@@ -329,8 +329,10 @@ class Broker {
   void context_footprint(ClientId id, uint32_t slot, Bytes physical_free, Bytes in_use, bool measured, Nanos now);
   /// Writes into each attached client's control page what its job holds on the device beyond the
   /// client's own in-use (pages.h: ControlSlot::job_others): the other clients' in-use and every
-  /// driver overhead of the job. O(attachments); on the engine's sampling timer.
+  /// driver overhead of the job. O(attachments); on the engine's sampling timer, and for one
+  /// device whenever a driver overhead there is booked (so the job's view never lags its books).
   void publish_job_others();
+  void publish_job_others(uint32_t device);
   /// Sum of the attached clients' driver overheads on `device` (bytes).
   Bytes overhead(uint32_t device) const;
 

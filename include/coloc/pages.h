@@ -79,7 +79,8 @@ struct alignas(64) ControlSlot {
   std::atomic<uint64_t> reservation;  ///< bytes the job holds by admission on the device (informational)
   /// (layout 2) Bytes the job holds on the device beyond this process's own in-use: its other
   /// processes' in-use and every driver overhead of the job, this process's included (colocd
-  /// writes it on its sampling timer; 0 = none, or not known). The job's view in cuMemGetInfo.
+  /// writes it on its sampling timer, and when it books a driver overhead on the device; 0 = none,
+  /// or not known). The job's view in cuMemGetInfo, and a refusal's figures at the job's limit.
   std::atomic<uint64_t> job_others;
 };
 

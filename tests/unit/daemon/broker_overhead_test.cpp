@@ -110,6 +110,27 @@ TEST_CASE("broker: a context footprint on a device colocd reads: the device's us
   CHECK_FALSE(b.broker.find_client(a)->slots[0].overhead_estimated);
 }
 
+TEST_CASE("broker: a booked driver overhead reaches the job's processes at once (their job view, not a sample later)") {
+  // The process's view of its job (ControlSlot::job_others: cuMemGetInfo, and what a refusal at
+  // the job's limit says is held besides its own in-use) must not lag the books: an allocation
+  // right after the context is refused for the overhead it would not otherwise see.
+  Bench b;
+  ClientId other = b.add("other");
+  REQUIRE(b.granted(b.attach(other, {{1, 16 * GiB, 0}}, 16 * GiB)));
+  ClientId a = b.add("a", 4 * GiB);
+  REQUIRE(b.granted(b.attach(a, {{1, 16 * GiB, 512 * MiB}}, 16 * GiB)));
+  b.use(a, 0, 512 * MiB);
+  auto others = [&] { return b.pages.at(a).control->slots[0].job_others.load(); };
+  CHECK(others() == 0);
+  b.footprint(a, 0, 16 * GiB - 2 * GiB, 512 * MiB);  // the driver made a 2 GiB context
+  CHECK(b.broker.find_job({1000, "a"})->devices.at(0).overhead == 1536 * MiB);
+  CHECK(others() == 1536 * MiB);
+  // The driver's own figure, higher: the same.
+  b.broker.set_overhead(a, 0, 2 * GiB, b.now);
+  b.collect();
+  CHECK(others() == 2 * GiB);
+}
+
 TEST_CASE("broker: a context footprint without a baseline books nothing, and gives the device its first figure") {
   Bench b;
   ClientId a = b.add("a", 4 * GiB);
