@@ -39,12 +39,20 @@ void warn_refused(int slot, uint64_t request, uint64_t in_use, uint64_t limit, R
   // A context that does not fit the limit at all: the limit is too small for any CUDA work.
   const bool context_too_big = why == Refusal::own_limit && std::strcmp(what, kContextCreation) == 0 &&
                                limit != kNoLimit && request > limit;
+  // What else holds the job's limit on this device (its driver overhead, its other processes),
+  // so that a refusal at the own limit adds up: request + in use + this > limit.
+  char held[128] = "";
+  if (uint64_t others = broker().job_others(slot); others > 0 && why == Refusal::own_limit) {
+    char o[32];
+    format_size(others, o, sizeof o);
+    std::snprintf(held, sizeof held, ", the job's driver overhead and other processes %s", o);
+  }
   char detail[640];  // the broker's numbers behind the refusal (asked, waited, why this job)
   broker().describe_refusal(slot, why, detail, sizeof detail);
   logf(LogLevel::warn,
-       "out of memory (%s): job %s, device %d (%s): %s requests %s, in use %s, limit %s%s; "
+       "out of memory (%s): job %s, device %d (%s): %s requests %s, in use %s%s, limit %s%s; "
        "returning CUDA_ERROR_OUT_OF_MEMORY%s%s",
-       refusal_name(why), options().job, devices().info(slot).ordinal, id, what, req, use, lim, detail,
+       refusal_name(why), options().job, devices().info(slot).ordinal, id, what, req, use, held, lim, detail,
        context_too_big ? " (the limit is less than one CUDA context, which coloc counts as COLOC_CONTEXT_BYTES; a CUDA "
                          "context alone takes a few hundred MiB on real GPUs, 512 MiB on simgpu)"
                        : "",

@@ -64,6 +64,12 @@ void overhead_case(bool nvml) {
   for (int i = 0; i < 8; ++i) granted += step(job->out_so_far(), "alloc", i)["rc_name"] == "CUDA_SUCCESS";
   CHECK(granted == 4);
   CHECK(step(job->out_so_far(), "alloc", 4)["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");
+  // The refusal's warning adds up: 512 MiB asked with 2.5 GiB in use is refused at 4 GiB because
+  // the driver's overhead holds 1.5 GiB of the limit, and it says so (not only "in use 2.50 GiB").
+  const std::string err = job->err_so_far();
+  CHECK_MESSAGE(err.find("requests 512.00 MiB, in use 2.50 GiB, the job's driver overhead and other processes "
+                         "1.50 GiB, limit 4.00 GiB") != std::string::npos,
+                err);
 
   // The device itself (an observer without coloc, whose own context costs 512 MiB): the job holds
   // no more than its limit.
