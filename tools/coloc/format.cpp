@@ -169,13 +169,25 @@ std::string set_text(const json& r) {
 std::string jobs_table(const json& jobs) {
   const json& list = jobs.at("jobs");
   if (list.empty()) return "No jobs.\n";
-  Table t({"JOB", "USER", "PRIORITY", "STATE", "LIMIT", "IN USE", "PEAK", "GRANTED", "DEVICES", "PIDS"});
+  Table t({"JOB", "USER", "PRIORITY", "STATE", "LIMIT", "IN USE", "DRIVER OVERHEAD", "PEAK", "GRANTED", "DEVICES",
+           "PIDS"});
   for (const json& j : list) {
-    std::string devs, pids;
-    for (const json& d : j.at("devices")) devs += (devs.empty() ? "" : ",") + short_uuid(str(d, "uuid"));
+    std::string devs, pids, lower;
+    for (const json& d : j.at("devices")) {
+      devs += (devs.empty() ? "" : ",") + short_uuid(str(d, "uuid"));
+      // A device where the job's limit is lower (the COLOC_MEM_LIMIT_<n> of the process that
+      // brought the job there): the job-wide figure alone would read as room it does not have.
+      auto dl = d.find("limit");
+      if (dl == d.end() || !dl->is_number()) continue;
+      const json& jl = j["limit"];
+      if (jl.is_null() || (jl.is_number() && dl->get<uint64_t>() < jl.get<uint64_t>()))
+        lower += (lower.empty() ? "" : ", ") + bytes_text(*dl) + " on " + short_uuid(str(d, "uuid"));
+    }
     for (const json& p : j.at("pids")) pids += (pids.empty() ? "" : ",") + p.dump();
-    t.add({str(j, "job"), str(j, "user"), str(j, "priority"), str(j, "state"), bytes_text(j["limit"]),
-           bytes_text(j["in_use"]), bytes_text(j["peak"]), bytes_text(j["granted"]), devs.empty() ? "-" : devs, pids});
+    t.add({str(j, "job"), str(j, "user"), str(j, "priority"), str(j, "state"),
+           bytes_text(j["limit"]) + (lower.empty() ? "" : " (" + lower + ")"), bytes_text(j["in_use"]),
+           bytes_text(j.value("driver_overhead", json(0))), bytes_text(j["peak"]), bytes_text(j["granted"]),
+           devs.empty() ? "-" : devs, pids});
   }
   return t.render();
 }

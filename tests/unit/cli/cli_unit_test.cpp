@@ -203,6 +203,25 @@ TEST_CASE("tables: status, jobs and report show what matters") {
   CHECK(oom_request_bytes(json{{"request", 3ull << 30}, {"in_use", 3ull << 30}}) == 3ull << 30);
 }
 
+TEST_CASE("tables: coloc jobs shows a device's lower limit (COLOC_MEM_LIMIT_<n>) and the driver overhead") {
+  // A job of 6 GiB whose limit on one device is 2 GiB (the admitting process's COLOC_MEM_LIMIT_0),
+  // with 1.5 GiB of driver overhead there: its line must not read as 6 GiB of room with 1 GiB in use.
+  json jobs = json::parse(R"({"jobs": [
+    {"job": "capped-x", "user": "alice", "priority": "normal", "state": "running", "limit": 6442450944,
+     "in_use": 1073741824, "peak": 1073741824, "granted": 1073741824, "driver_overhead": 1610612736, "pids": [42],
+     "devices": [{"uuid": "GPU-33df1ceb-9c75-ec2a-e488-1b3da1e7984e", "limit": 2147483648},
+                 {"uuid": "GPU-44aa0000-0000-0000-0000-000000000000", "limit": 6442450944}]},
+    {"job": "free-y", "user": "bob", "priority": "normal", "state": "running", "limit": null,
+     "in_use": 0, "peak": 0, "granted": 0, "pids": [43],
+     "devices": [{"uuid": "GPU-55bb0000-0000-0000-0000-000000000000", "limit": 1073741824}]}]})");
+  std::string t = jobs_table(jobs);
+  CHECK_MESSAGE(t.find("DRIVER OVERHEAD") != std::string::npos, t);
+  CHECK_MESSAGE(t.find("1.50 GiB") != std::string::npos, t);
+  CHECK_MESSAGE(t.find("6.00 GiB (2.00 GiB on GPU-33df1ceb...)") != std::string::npos, t);
+  CHECK_MESSAGE(t.find("on GPU-44aa") == std::string::npos, t);  // the job's own limit there: nothing to add
+  CHECK_MESSAGE(t.find("none (1.00 GiB on GPU-55bb0000...)") != std::string::npos, t);
+}
+
 TEST_CASE("coloc run: notes for a rewritten job name and for a limit below one CUDA context") {
   Install in;
   RunOptions o;
