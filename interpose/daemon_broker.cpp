@@ -648,6 +648,18 @@ void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap
       uint64_t reg = registered_limit_.load(std::memory_order_relaxed);
       uint64_t job = job_limit_.load(std::memory_order_relaxed);
       uint64_t now = slot >= 0 ? control().slots[slot].limit.load(std::memory_order_relaxed) : job;
+      if (slot >= 0 && limit_of(slot) == now && now < job) {
+        // The job's limit on this device is a per-device cap: say where it comes from.
+        char is[32], whole[32];
+        format_size(now, is, sizeof is);
+        if (job == kNoLimit) std::snprintf(whole, sizeof whole, "none");
+        else format_size(job, whole, sizeof whole);
+        std::snprintf(out, cap,
+                      "; the job's limit on this device is %s, the COLOC_MEM_LIMIT_<n> of the process that brought the "
+                      "job here (its limit elsewhere: %s)",
+                      is, whole);
+        return;
+      }
       if (reg == 0 || now == reg || (slot >= 0 && (limit_of(slot) != now || now < job))) return;
       char was[32], is[32];
       if (reg == kNoLimit) std::snprintf(was, sizeof was, "none");

@@ -21,6 +21,10 @@ TEST_CASE("e2e: COLOC_MEM_LIMIT_0 below --mem: the job reserves the smaller and 
   CHECK(step(job->out_so_far(), "alloc", 1)["rc_name"] == "CUDA_ERROR_OUT_OF_MEMORY");
   // The refusal names the cap; nobody ran `coloc set`.
   CHECK_MESSAGE(job->err_so_far().find("coloc set") == std::string::npos, job->err_so_far());
+  CHECK_MESSAGE(job->err_so_far().find("the job's limit on this device is 4.00 GiB, the COLOC_MEM_LIMIT_<n> of the "
+                                       "process that brought the job here (its limit elsewhere: 10.00 GiB)") !=
+                    std::string::npos,
+                job->err_so_far());
   json j = n.job("capped");
   REQUIRE(!j.is_null());
   CHECK(j["limit"] == 10 * GiB);  // the job's own limit, for its other devices
