@@ -225,6 +225,8 @@ void DaemonBroker::fill_register(bool resume, proto::RegisterMsg* m) {
     e.limit = control().slots[i].limit.load(std::memory_order_relaxed);
     if (e.limit == 0) e.limit = 1;
     e.cap = slots_[i].cap;
+    e.overhead = control().slots[i].overhead.load(std::memory_order_relaxed);  // 0 in older pages
+    if (e.overhead > e.device.capacity) e.overhead = 0;
   }
 }
 

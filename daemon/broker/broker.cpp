@@ -164,6 +164,7 @@ void Broker::book_overhead(Client& c, uint32_t slot, Bytes overhead, const char*
   jd.overhead = jd.overhead - old + overhead;
   set_job_device(job, s.device, jd.reserved, jd.granted - old + overhead);
   s.overhead = overhead;
+  c.control->slots[slot].overhead.store(overhead, std::memory_order_relaxed);  // for a re-registration
   publish_job_others(s.device);  // the job's view (a refusal's figures, cuMemGetInfo) sees it now
   if (overhead > old) {
     log::limited(log::get("broker"), spdlog::level::info, "overhead uid " + std::to_string(c.uid),
@@ -390,6 +391,21 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
     cs.reservation.store(jd.reserved, std::memory_order_relaxed);
     write_grant(c, slot, grant);
     cs.attached.store(1, std::memory_order_release);
+    if (e.overhead > 0) {
+      // The driver overhead the previous daemon had booked for it (from its context footprint, or
+      // the driver's figure): memory the driver holds, booked again until the driver's own figure
+      // replaces it. The client's word: no more than the device shows used beside its in-use, nor
+      // than its job's limit there leaves.
+      Bytes o = std::min(e.overhead, sat_sub(d.capacity, in_use));
+      if (e.physical_free != kUnknown) o = std::min(o, sat_sub(sat_sub(d.capacity, e.physical_free), in_use));
+      if (const Bytes lim = limit_on(job, dev); lim != kNoLimit) o = std::min(o, sat_sub(lim, jd.granted));
+      if (o > 0) {
+        if (d.outside_known) d.outside = sat_sub(d.outside, o);  // it is coloc's again, as the in-use above
+        s.overhead_reading = o;
+        book_overhead(c, slot, o, "booked before colocd restarted", now);
+        s.overhead_estimated = true;
+      }
+    }
     // During the hold the books are incomplete (see `room` above): not an over-commit yet.
     if (!holding() && d.committed > usable(dev))
       log::limited(log::get("broker"), spdlog::level::warn, "resume uid " + std::to_string(c.uid),

@@ -90,6 +90,7 @@ struct ResumeEntry {
   Bytes limit = kNoLimit;
   bool measured = false;  ///< capacity and physical_free are colocd's own reading (NVML), not the client's
   Bytes cap = kNoLimit;   ///< the process's own cap on the device (as AttachRequest::cap)
+  Bytes overhead = 0;     ///< the driver overhead the previous daemon had booked for it there (bytes)
 };
 
 /// A reply the engine must send for a request that has one (Attach or Grow).

@@ -700,6 +700,7 @@ void Server::on_register(Connection& c, const proto::Message& m) {
       ledger.push_back({broker::Uuid::from(e.device.uuid), e.device.capacity, e.device.physical_free, e.in_use, e.grant,
                         e.limit});
       ledger.back().cap = e.cap == 0 ? broker::kNoLimit : e.cap;
+      ledger.back().overhead = e.overhead;
       if (memory_reader_)
         if (auto mem = memory_reader_->memory(ledger.back().uuid)) {
           ledger.back().capacity = mem->total;

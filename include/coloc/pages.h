@@ -54,12 +54,14 @@ inline constexpr uint32_t kSlots = proto::kMaxDevices;
 ///   2  ControlSlot::job_others (was reserved1, zero). Same size and offsets otherwise. colocd
 ///      makes layout-1 pages for clients speaking protocol v3 or older, layout 2 for v4; a client
 ///      accepts both (in a layout-1 page the field is the zero reserved word: "not known").
+///   3  ControlSlot::overhead (the slot's last 8 bytes, zero padding before). Layout 3 for
+///      protocol v5; a client accepts all three (in an older page the word is zero: "none").
 inline constexpr uint32_t kControlMagic = 0x50434c43u;  // "CLCP"
 inline constexpr uint32_t kStatsMagic = 0x53434c43u;    // "CLCS"
-inline constexpr uint16_t kLayoutVersion = 2;
+inline constexpr uint16_t kLayoutVersion = 3;
 inline constexpr uint16_t kMinLayoutVersion = 1;
 /// The page layout colocd makes for a client speaking protocol `version`.
-inline constexpr uint16_t layout_for_protocol(uint16_t version) { return version >= 4 ? 2 : 1; }
+inline constexpr uint16_t layout_for_protocol(uint16_t version) { return version >= 5 ? 3 : version >= 4 ? 2 : 1; }
 
 /// The launch gate. Only kRun exists in this release; the compute policies add the others.
 enum class GateState : uint32_t {
@@ -82,6 +84,10 @@ struct alignas(64) ControlSlot {
   /// writes it on its sampling timer, and when it books a driver overhead on the device; 0 = none,
   /// or not known). The job's view in cuMemGetInfo, and a refusal's figures at the job's limit.
   std::atomic<uint64_t> job_others;
+  /// (layout 3) The driver overhead colocd books for this process on the device (bytes; 0 = none
+  /// or not known): sent back in the ledger on re-registration (LedgerEntry::overhead), so a
+  /// restarted colocd keeps it until the driver's own figure replaces it.
+  std::atomic<uint64_t> overhead;
 };
 
 /// The control page (daemon writes, client reads).
@@ -130,6 +136,7 @@ static_assert(offsetof(ControlSlot, uuid) == 8);
 static_assert(offsetof(ControlSlot, limit) == 24);
 static_assert(offsetof(ControlSlot, grant) == 32);
 static_assert(offsetof(ControlSlot, job_others) == 48);
+static_assert(offsetof(ControlSlot, overhead) == 56);
 static_assert(offsetof(StatsPage, slots) == 64);
 static_assert(offsetof(StatsSlot, in_use) == 0);
 static_assert(offsetof(StatsSlot, launches) == 56);

@@ -45,8 +45,11 @@
 //         clients then speak v3 (and see layout-1 pages, where job_others stays 0).
 //     v5  Attach: each AttachDevice gained `cap` (the process's COLOC_MEM_LIMIT_<n> for the
 //         device: the job's limit there is the smaller, and so is its reservation). A v4 Attach
-//         (AttachV4) is upgraded with cap = 0 (none). LedgerEntry's `reserved` became `cap`, with
-//         0 meaning none as before (a v1-v4 entry with a non-zero one is malformed). New message
+//         (AttachV4) is upgraded with cap = 0 (none). LedgerEntry's `reserved` became `cap` (0 =
+//         none), and it gained `overhead` (the driver overhead the dead daemon had booked, from
+//         the pages' layout 3); Register keeps its v2-v4 layout as RegisterV4 (and v1 as
+//         RegisterV1, both with LedgerEntryV4), upgraded with cap = overhead = 0 (a non-zero
+//         `reserved` is malformed). Pages: layout 3 for v5 clients (pages.h). New message
 //         ContextFootprint (only a v5 client sends it; below v5 it is malformed): the free memory
 //         right after the process's first context on a device, from which colocd estimates the
 //         driver overhead when it has no per-process figure (NVML). A v4 daemon refuses a v5
@@ -211,7 +214,21 @@ struct LedgerEntry {
   uint64_t grant;   ///< bytes the daemon had granted this process (the control page's grant)
   uint64_t peak;    ///< bytes, this process's peak so far
   uint64_t limit;   ///< the job's limit on the device as the control page last showed it, or kNoLimit
-  uint64_t cap;     ///< (v5) the process's own cap on the device (as AttachDevice::cap); 0 = none (v1-v4: 0)
+  uint64_t cap;     ///< (v5) the process's own cap on the device (as AttachDevice::cap); 0 = none
+  /// (v5) The driver overhead colocd had booked for the process on the device (the control page's
+  /// `overhead`, pages layout 3), bytes, <= capacity; 0 = none or not known. The restarted daemon
+  /// books it again until the driver's own figure replaces it.
+  uint64_t overhead;
+};
+
+/// A ledger entry, protocol v1-v4 (no cap, no overhead; `reserved` must be zero).
+struct LedgerEntryV4 {
+  DeviceInfo device;
+  uint64_t in_use;
+  uint64_t grant;
+  uint64_t peak;
+  uint64_t limit;
+  uint64_t reserved;
 };
 
 /// Register, protocol v1 (kept for v1 clients; see the version history above).
@@ -224,10 +241,25 @@ struct RegisterV1 {
   uint16_t flags;         ///< kReg* bits
   uint32_t n_ledger;      ///< entries of `ledger` in use (kRegResume only, else 0); <= kMaxDevices
   char job[kJobIdSize];   ///< job id ("" = the process is its own job); see valid_job_id()
-  LedgerEntry ledger[kMaxDevices];  ///< slot i of the previous connection is entry i
+  LedgerEntryV4 ledger[kMaxDevices];  ///< slot i of the previous connection is entry i
 };
 
-/// Register (v2): the first message on a job's connection. Reply: RegisterReply + 2 fds.
+/// Register, protocol v2-v4 (kept for those clients; the v5 layout differs only in its ledger).
+struct RegisterV4 {
+  Header h;
+  uint64_t limit;
+  uint64_t cmdline_hash;
+  uint64_t wait_timeout_ns;
+  uint8_t priority;
+  uint8_t on_full;
+  uint16_t flags;
+  uint32_t n_ledger;
+  char job[kJobIdSize];
+  char cmdline[kCmdlineSize];
+  LedgerEntryV4 ledger[kMaxDevices];
+};
+
+/// Register (v5): the first message on a job's connection. Reply: RegisterReply + 2 fds.
 struct RegisterMsg {
   Header h;
   uint64_t limit;            ///< as RegisterV1
@@ -408,9 +440,11 @@ struct ErrorMsg {
   static_assert(sizeof(T) == (bytes), #T " size changed: bump kVersion")
 COLOC_PROTO_LAYOUT(Header, 16);
 COLOC_PROTO_LAYOUT(DeviceInfo, 32);
-COLOC_PROTO_LAYOUT(LedgerEntry, 72);
+COLOC_PROTO_LAYOUT(LedgerEntry, 80);
+COLOC_PROTO_LAYOUT(LedgerEntryV4, 72);
 COLOC_PROTO_LAYOUT(RegisterV1, 1256);
-COLOC_PROTO_LAYOUT(RegisterMsg, 1520);
+COLOC_PROTO_LAYOUT(RegisterV4, 1520);
+COLOC_PROTO_LAYOUT(RegisterMsg, 1648);
 COLOC_PROTO_LAYOUT(RegisterReplyMsg, 112);
 COLOC_PROTO_LAYOUT(AttachDevice, 48);
 COLOC_PROTO_LAYOUT(AttachMsg, 792);
@@ -578,6 +612,7 @@ inline Status check_ledger(const LedgerEntry* ledger, uint32_t n, uint16_t flags
       return s;
     if (e.limit == 0) return fail(Error::kBadValue, "Register.ledger.limit");
     if (e.cap == kUnknown) return fail(Error::kBadValue, "Register.ledger.cap");
+    if (e.overhead > e.device.capacity) return fail(Error::kBadValue, "Register.ledger.overhead");
     if (e.peak < e.in_use) return fail(Error::kBadValue, "Register.ledger.peak");
     for (uint32_t j = 0; j < i; ++j)
       if (std::memcmp(ledger[j].device.uuid, e.device.uuid, 16) == 0)
@@ -607,11 +642,18 @@ inline Status check_outcome(uint32_t outcome, uint32_t reason, const char* f_out
   return {};
 }
 
-/// Fields that only v5 gave meaning to are zero in an older message.
-inline Status check_before_v5(const LedgerEntry* ledger) noexcept {
-  for (uint32_t i = 0; i < kMaxDevices; ++i)
-    if (ledger[i].cap != 0) return fail(Error::kReserved, "Register.ledger.cap (v5)");
+/// A v1-v4 ledger in the v5 layout (cap and overhead 0); its reserved words must be zero.
+inline Status upgrade_ledger(const LedgerEntryV4 (&from)[kMaxDevices], LedgerEntry (&to)[kMaxDevices]) noexcept {
+  for (uint32_t i = 0; i < kMaxDevices; ++i) {
+    if (from[i].reserved != 0) return fail(Error::kReserved, "Register.ledger.reserved");
+    to[i] = LedgerEntry{from[i].device, from[i].in_use, from[i].grant, from[i].peak, from[i].limit, 0, 0};
+  }
   return {};
+}
+/// A v5 ledger in the v1-v4 layout (its caps and overheads left out).
+inline void downgrade_ledger(const LedgerEntry (&from)[kMaxDevices], LedgerEntryV4 (&to)[kMaxDevices]) noexcept {
+  for (uint32_t i = 0; i < kMaxDevices; ++i)
+    to[i] = LedgerEntryV4{from[i].device, from[i].in_use, from[i].grant, from[i].peak, from[i].limit, 0};
 }
 
 }  // namespace detail
@@ -633,10 +675,6 @@ inline bool valid_job_id(const char* s) noexcept {
 inline Status validate(const RegisterMsg& m) noexcept {
   if (Status s = detail::check_common_register(m.limit, m.priority, m.on_full, m.flags, m.job); !s) return s;
   if (!detail::string_ok(m.cmdline, detail::Charset::kText)) return detail::fail(Error::kBadString, "Register.cmdline");
-  return detail::check_ledger(m.ledger, m.n_ledger, m.flags);
-}
-inline Status validate(const RegisterV1& m) noexcept {
-  if (Status s = detail::check_common_register(m.limit, m.priority, m.on_full, m.flags, m.job); !s) return s;
   return detail::check_ledger(m.ledger, m.n_ledger, m.flags);
 }
 inline Status validate(const RegisterReplyMsg& m) noexcept {
@@ -825,36 +863,50 @@ inline Status decode_body(const void* data, size_t len, Message* /*out*/, T* int
   return validate(*into);
 }
 
-/// Register: v1 has its own layout, upgraded with defaults.
+/// Register: v1 and v2-v4 have their own layouts, upgraded with defaults.
 inline Status decode_body(const void* data, size_t len, Message* out, RegisterMsg* into) noexcept {
-  if (out->h.version != 1) {
+  const uint16_t v = out->h.version;
+  if (v >= 5) {
     if (len < sizeof(RegisterMsg)) return fail(Error::kShort, "Register");
     if (len > sizeof(RegisterMsg)) return fail(Error::kTooLong, "Register");
     std::memcpy(into, data, sizeof(RegisterMsg));
-    if (out->h.version < 3 && (into->flags & kRegAnchor)) return fail(Error::kReserved, "Register.flags (anchor: v3)");
-    if (out->h.version < 5)
-      if (Status s = check_before_v5(into->ledger); !s) return s;
     return validate(*into);
   }
-  RegisterV1 v1;
-  if (len < sizeof v1) return fail(Error::kShort, "Register(v1)");
-  if (len > sizeof v1) return fail(Error::kTooLong, "Register(v1)");
-  std::memcpy(&v1, data, sizeof v1);
-  if (Status s = validate(v1); !s) return s;
-  if (v1.flags & kRegAnchor) return fail(Error::kReserved, "Register.flags (anchor: v3)");
-  if (Status s = check_before_v5(v1.ledger); !s) return s;
   std::memset(into, 0, sizeof *into);
-  into->h = v1.h;
-  into->limit = v1.limit;
-  into->cmdline_hash = v1.cmdline_hash;
-  into->wait_timeout_ns = 0;  // the daemon's default
-  into->priority = v1.priority;
-  into->on_full = v1.on_full;
-  into->flags = v1.flags;
-  into->n_ledger = v1.n_ledger;
-  std::memcpy(into->job, v1.job, sizeof into->job);
-  std::memcpy(into->ledger, v1.ledger, sizeof into->ledger);
-  return {};
+  if (v >= 2) {
+    RegisterV4 old;
+    if (len < sizeof old) return fail(Error::kShort, "Register(v4)");
+    if (len > sizeof old) return fail(Error::kTooLong, "Register(v4)");
+    std::memcpy(&old, data, sizeof old);
+    into->h = old.h;
+    into->limit = old.limit;
+    into->cmdline_hash = old.cmdline_hash;
+    into->wait_timeout_ns = old.wait_timeout_ns;
+    into->priority = old.priority;
+    into->on_full = old.on_full;
+    into->flags = old.flags;
+    into->n_ledger = old.n_ledger;
+    std::memcpy(into->job, old.job, sizeof into->job);
+    std::memcpy(into->cmdline, old.cmdline, sizeof into->cmdline);
+    if (Status s = upgrade_ledger(old.ledger, into->ledger); !s) return s;
+  } else {
+    RegisterV1 old;
+    if (len < sizeof old) return fail(Error::kShort, "Register(v1)");
+    if (len > sizeof old) return fail(Error::kTooLong, "Register(v1)");
+    std::memcpy(&old, data, sizeof old);
+    into->h = old.h;
+    into->limit = old.limit;
+    into->cmdline_hash = old.cmdline_hash;
+    into->wait_timeout_ns = 0;  // the daemon's default; the command line stays "" (reports say "unknown")
+    into->priority = old.priority;
+    into->on_full = old.on_full;
+    into->flags = old.flags;
+    into->n_ledger = old.n_ledger;
+    std::memcpy(into->job, old.job, sizeof into->job);
+    if (Status s = upgrade_ledger(old.ledger, into->ledger); !s) return s;
+  }
+  if (v < 3 && (into->flags & kRegAnchor)) return fail(Error::kReserved, "Register.flags (anchor: v3)");
+  return validate(*into);
 }
 
 /// Attach: v1-v4 have their own layout (AttachV4), upgraded with cap = 0 (none).
@@ -1013,9 +1065,7 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
   }
   if constexpr (std::is_same_v<T, RegisterMsg>) {
     if (version < 3 && (copy.flags & kRegAnchor)) { r.status = detail::fail(Error::kReserved, "Register.flags (anchor: v3)"); return r; }
-    if (version < 5)  // an older daemon knows no caps: they are left out
-      for (LedgerEntry& e : copy.ledger) e.cap = 0;
-    if (version == 1) {
+    if (version == 1) {  // no wait timeout, command line, caps or overheads
       RegisterV1 v1;
       std::memset(&v1, 0, sizeof v1);
       v1.h = copy.h;
@@ -1026,8 +1076,24 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
       v1.flags = copy.flags;
       v1.n_ledger = copy.n_ledger;
       std::memcpy(v1.job, copy.job, sizeof v1.job);
-      std::memcpy(v1.ledger, copy.ledger, sizeof v1.ledger);
+      detail::downgrade_ledger(copy.ledger, v1.ledger);
       return detail::write_layout(v1, buf, cap);
+    }
+    if (version < 5) {  // an older daemon knows no caps or overheads: they are left out
+      RegisterV4 v4;
+      std::memset(&v4, 0, sizeof v4);
+      v4.h = copy.h;
+      v4.limit = copy.limit;
+      v4.cmdline_hash = copy.cmdline_hash;
+      v4.wait_timeout_ns = copy.wait_timeout_ns;
+      v4.priority = copy.priority;
+      v4.on_full = copy.on_full;
+      v4.flags = copy.flags;
+      v4.n_ledger = copy.n_ledger;
+      std::memcpy(v4.job, copy.job, sizeof v4.job);
+      std::memcpy(v4.cmdline, copy.cmdline, sizeof v4.cmdline);
+      detail::downgrade_ledger(copy.ledger, v4.ledger);
+      return detail::write_layout(v4, buf, cap);
     }
   }
   if (cap < sizeof(T)) { r.status = detail::fail(Error::kNoSpace, "buffer"); return r; }

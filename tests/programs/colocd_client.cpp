@@ -167,6 +167,7 @@ int do_register(Client& c, bool resume) {
       e.grant = c.pages.control->slots[i].grant.load();
       e.peak = std::max(c.pages.stats->slots[i].peak.load(), e.in_use);
       e.limit = c.pages.control->slots[i].limit.load();
+      e.overhead = std::min(c.pages.control->slots[i].overhead.load(), e.device.capacity);  // 0 before layout 3
     }
     r.priority = uint8_t(c.pages.control->priority.load());
   }

@@ -56,6 +56,19 @@ void overhead_case(bool nvml) {
   json big = n.job("big");
   CHECK(big["driver_overhead"] == overhead);
 
+  // colocd restarts: the job's ledger brings back the overhead it had booked (without NVML
+  // nothing else could tell the new daemon), and none of it is taken for memory outside coloc.
+  n.kill_daemon();
+  n.start_daemon();
+  bool back = wait_until([&] {
+    json s = n.status();
+    json j = n.job("big");
+    return !s["daemon"]["holding_for_restart"].get<bool>() && !j.is_null() &&
+           j.value("driver_overhead", uint64_t(0)) == overhead;
+  }, 20s, 20ms);
+  REQUIRE_MESSAGE(back, n.status().dump(1), "\n", n.log());
+  CHECK(n.status()["devices"][0]["outside"] == 0);
+
   // Its next allocations see it: 4 GiB - 2 GiB (the context as the driver counts it) leaves four
   // 512 MiB allocations, and the fifth is refused at the job's own limit.
   write_file(n.file("go"), "");

@@ -213,4 +213,52 @@ TEST_CASE("broker: a footprint from a client's word never takes its user past th
   CHECK(b.granted(b.attach(honest, {{1, 80 * GiB, 512 * MiB}}, kUnknown, false)));
 }
 
+TEST_CASE("broker: a driver overhead booked before a restart is booked again from the resumed ledger, within its limit") {
+  Bench b;
+  ClientId a = b.add("a", 4 * GiB);
+  REQUIRE(b.granted(b.attach(a, {{1, 16 * GiB, 512 * MiB}}, 15 * GiB)));
+  b.use(a, 0, 512 * MiB);
+  b.footprint(a, 0, 13 * GiB, 512 * MiB);
+  // colocd writes what it books on the control page: the ledger a re-registration sends.
+  CHECK(b.pages.at(a).control->slots[0].overhead.load() == 1536 * MiB);
+
+  Bench r;  // the restarted daemon
+  ClientId ra = r.add("a", 4 * GiB);
+  ResumeEntry e;
+  e.uuid = gpu(1);
+  e.capacity = 16 * GiB;
+  e.physical_free = 13 * GiB;
+  e.in_use = 512 * MiB;
+  e.grant = 512 * MiB;
+  e.limit = 4 * GiB;
+  e.overhead = 1536 * MiB;
+  r.broker.resume(ra, std::vector<ResumeEntry>{e}, r.now);
+  r.collect();
+  const Job& job = *r.broker.find_job({1000, "a"});
+  CHECK(job.devices.at(0).overhead == 1536 * MiB);
+  CHECK(r.broker.find_client(ra)->slots[0].overhead_estimated);
+  CHECK(r.pages.at(ra).control->slots[0].overhead.load() == 1536 * MiB);
+  // Inside the limit at once: 4 GiB - 1.5 GiB leaves 2.5 GiB to grow to.
+  CHECK(r.refused(r.grow(ra, 0, 2 * GiB + 512 * MiB + 1), Reason::kOwnLimit));
+  // The driver's own figure, when one comes, replaces it.
+  r.broker.set_overhead(ra, 0, 1 * GiB, r.now);
+  r.collect();
+  CHECK(job.devices.at(0).overhead == 1 * GiB);
+
+  // A ledger claiming more than the device shows used, or than its limit leaves, is cut.
+  Bench l;
+  ClientId la = l.add("liar", 4 * GiB);
+  e.overhead = 12 * GiB;
+  l.broker.resume(la, std::vector<ResumeEntry>{e}, l.now);
+  l.collect();
+  // The device shows 3 GiB used, 512 MiB of it the ledger's: at most 2.5 GiB more.
+  CHECK(l.broker.find_job({1000, "liar"})->devices.at(0).overhead == 2 * GiB + 512 * MiB);
+  Bench l2;  // no figure of the device: its limit bounds it (4 GiB - its 512 MiB grant)
+  ClientId lb = l2.add("liar", 4 * GiB);
+  e.physical_free = kUnknown;
+  l2.broker.resume(lb, std::vector<ResumeEntry>{e}, l2.now);
+  l2.collect();
+  CHECK(l2.broker.find_job({1000, "liar"})->devices.at(0).overhead == 3 * GiB + 512 * MiB);
+}
+
 }  // TEST_SUITE

@@ -156,7 +156,7 @@ TEST_CASE("protocol: an anchor Register (v3) is accepted at v3 only, without a l
   for (uint16_t v : {uint16_t(1), uint16_t(2)}) {
     CAPTURE(v);
     auto b = enc(r, 7, v);
-    RegisterMsg* raw2 = reinterpret_cast<RegisterMsg*>(b.data());
+    RegisterV4* raw2 = reinterpret_cast<RegisterV4*>(b.data());
     RegisterV1* raw1 = reinterpret_cast<RegisterV1*>(b.data());
     if (v == 2) raw2->flags = kRegAnchor;
     else raw1->flags = kRegAnchor;
@@ -213,7 +213,7 @@ TEST_CASE("protocol: a v4 Attach (no caps) is accepted and upgraded; v5 carries 
   CHECK(encode(a, 1, buf.data(), buf.size()).status.error == Error::kBadValue);
 }
 
-TEST_CASE("protocol: a resume ledger's cap is v5 only; older versions send it as 0") {
+TEST_CASE("protocol: a resume ledger's cap and overhead are v5 only; older layouts (v1, v2-v4) leave them out") {
   RegisterMsg r = make_register();
   r.flags = kRegResume;
   r.n_ledger = 1;
@@ -221,24 +221,45 @@ TEST_CASE("protocol: a resume ledger's cap is v5 only; older versions send it as
   r.ledger[0].grant = 64 << 20;
   r.ledger[0].limit = 2ull << 30;
   r.ledger[0].cap = 2ull << 30;
+  r.ledger[0].overhead = 1536ull << 20;
   Message m;
-  REQUIRE(dec(enc(r), Receiver::kDaemon, &m));
+  auto b5 = enc(r);
+  CHECK(b5.size() == sizeof(RegisterMsg));
+  REQUIRE(dec(b5, Receiver::kDaemon, &m));
   CHECK(m.body.reg.ledger[0].cap == 2ull << 30);
+  CHECK(m.body.reg.ledger[0].overhead == 1536ull << 20);
   for (uint16_t v : {uint16_t(1), uint16_t(2), uint16_t(4)}) {
     CAPTURE(v);
     auto b = enc(r, 3, v);
+    CHECK(b.size() == (v == 1 ? sizeof(RegisterV1) : sizeof(RegisterV4)));
     REQUIRE(dec(b, Receiver::kDaemon, &m));
     CHECK(m.body.reg.ledger[0].cap == 0);
+    CHECK(m.body.reg.ledger[0].overhead == 0);
     CHECK(m.body.reg.ledger[0].limit == 2ull << 30);
+    CHECK(m.body.reg.ledger[0].grant == 64 << 20);
+    if (v != 1) CHECK(std::string(m.body.reg.cmdline) == std::string(r.cmdline));
+    // The decoder is canonical: the upgraded message re-encodes to the bytes it came from.
+    std::vector<unsigned char> again(kMaxMessage);
+    Encoded e = encode_message(m, again.data(), again.size());
+    REQUIRE(e.status);
+    again.resize(e.size);
+    CHECK(again == b);
+    // A v5-sized body under an older header is refused: the size must match the version's layout.
+    auto wrong = b5;
+    reinterpret_cast<Header*>(wrong.data())->version = v;
+    CHECK(daemon_error(wrong) == Error::kTooLong);
   }
-  // Below v5 the field was reserved: a v4 message with it set is malformed.
+  // Below v5 the word was reserved: an older message with it set is malformed.
   auto b4 = enc(r, 3, 4);
-  RegisterMsg* raw = reinterpret_cast<RegisterMsg*>(b4.data());
-  raw->ledger[0].cap = 1 << 30;
+  reinterpret_cast<RegisterV4*>(b4.data())->ledger[0].reserved = 1 << 30;
   CHECK(daemon_error(b4) == Error::kReserved);
   auto b1 = enc(r, 3, 1);
-  reinterpret_cast<RegisterV1*>(b1.data())->ledger[0].cap = 1 << 30;
+  reinterpret_cast<RegisterV1*>(b1.data())->ledger[0].reserved = 1 << 30;
   CHECK(daemon_error(b1) == Error::kReserved);
+  // An overhead beyond the device's capacity is malformed.
+  r.ledger[0].overhead = r.ledger[0].device.capacity + 1;
+  std::vector<unsigned char> buf(kMaxMessage);
+  CHECK(encode(r, 1, buf.data(), buf.size()).status.error == Error::kBadValue);
 }
 
 TEST_CASE("protocol: ContextFootprint is a v5 message, checked field by field") {
