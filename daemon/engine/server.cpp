@@ -690,7 +690,6 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   }
   c.pages = std::make_unique<ClientPages>(std::move(pages.value()));
   const broker::ClientId id = broker_.add_client(spec, c.pages->control(), c.pages->stats(), t);
-  const broker::JobSerial serial = broker_.find_client(id)->job;
   if (resume) {
     std::vector<broker::ResumeEntry> ledger;
     for (uint32_t i = 0; i < r.n_ledger; ++i) {

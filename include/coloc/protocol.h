@@ -650,6 +650,23 @@ inline Status upgrade_ledger(const LedgerEntryV4 (&from)[kMaxDevices], LedgerEnt
   }
   return {};
 }
+/// Copies the fields two Register layouts share (header, limit, hash, priority, on_full, flags,
+/// ledger count, job; and wait timeout and command line where both have them), not the ledger.
+template <class From, class To>
+inline void copy_register_fields(const From& from, To& to) noexcept {
+  to.h = from.h;
+  to.limit = from.limit;
+  to.cmdline_hash = from.cmdline_hash;
+  to.priority = from.priority;
+  to.on_full = from.on_full;
+  to.flags = from.flags;
+  to.n_ledger = from.n_ledger;
+  std::memcpy(to.job, from.job, sizeof to.job);
+  if constexpr (requires { from.wait_timeout_ns; to.wait_timeout_ns; }) {
+    to.wait_timeout_ns = from.wait_timeout_ns;
+    std::memcpy(to.cmdline, from.cmdline, sizeof to.cmdline);
+  }
+}
 /// A v5 ledger in the v1-v4 layout (its caps and overheads left out).
 inline void downgrade_ledger(const LedgerEntry (&from)[kMaxDevices], LedgerEntryV4 (&to)[kMaxDevices]) noexcept {
   for (uint32_t i = 0; i < kMaxDevices; ++i)
@@ -878,31 +895,14 @@ inline Status decode_body(const void* data, size_t len, Message* out, RegisterMs
     if (len < sizeof old) return fail(Error::kShort, "Register(v4)");
     if (len > sizeof old) return fail(Error::kTooLong, "Register(v4)");
     std::memcpy(&old, data, sizeof old);
-    into->h = old.h;
-    into->limit = old.limit;
-    into->cmdline_hash = old.cmdline_hash;
-    into->wait_timeout_ns = old.wait_timeout_ns;
-    into->priority = old.priority;
-    into->on_full = old.on_full;
-    into->flags = old.flags;
-    into->n_ledger = old.n_ledger;
-    std::memcpy(into->job, old.job, sizeof into->job);
-    std::memcpy(into->cmdline, old.cmdline, sizeof into->cmdline);
+    copy_register_fields(old, *into);
     if (Status s = upgrade_ledger(old.ledger, into->ledger); !s) return s;
   } else {
-    RegisterV1 old;
+    RegisterV1 old;  // no wait timeout (the daemon's default), no command line (reports say "unknown")
     if (len < sizeof old) return fail(Error::kShort, "Register(v1)");
     if (len > sizeof old) return fail(Error::kTooLong, "Register(v1)");
     std::memcpy(&old, data, sizeof old);
-    into->h = old.h;
-    into->limit = old.limit;
-    into->cmdline_hash = old.cmdline_hash;
-    into->wait_timeout_ns = 0;  // the daemon's default; the command line stays "" (reports say "unknown")
-    into->priority = old.priority;
-    into->on_full = old.on_full;
-    into->flags = old.flags;
-    into->n_ledger = old.n_ledger;
-    std::memcpy(into->job, old.job, sizeof into->job);
+    copy_register_fields(old, *into);
     if (Status s = upgrade_ledger(old.ledger, into->ledger); !s) return s;
   }
   if (v < 3 && (into->flags & kRegAnchor)) return fail(Error::kReserved, "Register.flags (anchor: v3)");
@@ -1068,30 +1068,14 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
     if (version == 1) {  // no wait timeout, command line, caps or overheads
       RegisterV1 v1;
       std::memset(&v1, 0, sizeof v1);
-      v1.h = copy.h;
-      v1.limit = copy.limit;
-      v1.cmdline_hash = copy.cmdline_hash;
-      v1.priority = copy.priority;
-      v1.on_full = copy.on_full;
-      v1.flags = copy.flags;
-      v1.n_ledger = copy.n_ledger;
-      std::memcpy(v1.job, copy.job, sizeof v1.job);
+      detail::copy_register_fields(copy, v1);
       detail::downgrade_ledger(copy.ledger, v1.ledger);
       return detail::write_layout(v1, buf, cap);
     }
     if (version < 5) {  // an older daemon knows no caps or overheads: they are left out
       RegisterV4 v4;
       std::memset(&v4, 0, sizeof v4);
-      v4.h = copy.h;
-      v4.limit = copy.limit;
-      v4.cmdline_hash = copy.cmdline_hash;
-      v4.wait_timeout_ns = copy.wait_timeout_ns;
-      v4.priority = copy.priority;
-      v4.on_full = copy.on_full;
-      v4.flags = copy.flags;
-      v4.n_ledger = copy.n_ledger;
-      std::memcpy(v4.job, copy.job, sizeof v4.job);
-      std::memcpy(v4.cmdline, copy.cmdline, sizeof v4.cmdline);
+      detail::copy_register_fields(copy, v4);
       detail::downgrade_ledger(copy.ledger, v4.ledger);
       return detail::write_layout(v4, buf, cap);
     }
