@@ -75,6 +75,10 @@ Bytes Broker::client_in_use(const Client& c, uint32_t slot) const {
   return std::min(u, devices_[s.device].capacity);
 }
 
+Bytes Broker::ledger_in_use(const Client& c, uint32_t slot) const {
+  return std::max(client_in_use(c, slot), std::min(c.slots[slot].floor, devices_[c.slots[slot].device].capacity));
+}
+
 void Broker::publish_job_others() {
   for (uint32_t dev = 0; dev < devices_.size(); ++dev) publish_job_others(dev);
 }

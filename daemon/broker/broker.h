@@ -383,6 +383,10 @@ class Broker {
   Bytes in_use(uint32_t device) const;
   /// Bytes a client has in use on a slot (its stats page, clamped to the device capacity).
   Bytes client_in_use(const Client& c, uint32_t slot) const;
+  /// What the client's ledger holds on a slot (bytes): its stats page, or, after a resume and
+  /// until its first request (by then it has copied its counters into the new stats page), the
+  /// in-use its resumed ledger claimed (the floor), whichever is more.
+  Bytes ledger_in_use(const Client& c, uint32_t slot) const;
   /// Sum of a user's commitments over all devices.
   Bytes user_committed(uint32_t uid) const;
   /// True when `job` has a parked growth request on `device`.

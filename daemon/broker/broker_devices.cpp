@@ -114,7 +114,7 @@ Bytes Broker::coloc_in_use(const Device& d, const Client* reporter, uint32_t slo
   Bytes coloc = 0;
   for (auto [id, s] : d.attachments) {
     const Client& ac = clients_.at(id);
-    coloc = sat_add(coloc, std::max(client_in_use(ac, s), std::min(ac.slots[s].floor, d.capacity)));
+    coloc = sat_add(coloc, ledger_in_use(ac, s));
     coloc = sat_add(coloc, ac.slots[s].overhead);  // the driver's memory for the process beyond its ledger
   }
   if (reporter) {

@@ -1015,7 +1015,9 @@ void Server::reconcile_overheads(uint32_t device, Nanos t) {
     // A driver that does not name an attached process cannot see it (another PID namespace):
     // an overhead estimated from its context footprint stands.
     if (!listed && c->slots[slot].overhead_estimated) continue;
-    auto o = broker::reconcile_overhead(listed, listed ? it->second : 0, broker_.client_in_use(*c, slot));
+    // Its ledger as the books count it: a process that has just re-registered has not copied its
+    // counters into its new stats page yet (its driver figure is not all overhead).
+    auto o = broker::reconcile_overhead(listed, listed ? it->second : 0, broker_.ledger_in_use(*c, slot));
     if (o) broker_.set_overhead(id, slot, *o, t);
   }
 }

@@ -261,4 +261,27 @@ TEST_CASE("broker: a driver overhead booked before a restart is booked again fro
   CHECK(l2.broker.find_job({1000, "liar"})->devices.at(0).overhead == 3 * GiB + 512 * MiB);
 }
 
+TEST_CASE("broker: a just-resumed process's ledger is its resumed in-use until it has copied its counters") {
+  // The driver's per-process figure is reconciled against ledger_in_use: right after a
+  // re-registration the new stats page still reads 0, and the whole figure is not overhead.
+  Bench b;
+  ClientId a = b.add("a", 8 * GiB);
+  ResumeEntry e;
+  e.uuid = gpu(1);
+  e.capacity = 16 * GiB;
+  e.in_use = 3 * GiB + 512 * MiB;
+  e.grant = 3 * GiB + 512 * MiB;
+  e.limit = 8 * GiB;
+  b.broker.resume(a, std::vector<ResumeEntry>{e}, b.now);
+  b.collect();
+  const Client& c = *b.broker.find_client(a);
+  CHECK(b.broker.client_in_use(c, 0) == 0);  // not copied yet
+  CHECK(b.broker.ledger_in_use(c, 0) == 3 * GiB + 512 * MiB);
+  CHECK(reconcile_overhead(true, 3 * GiB + 512 * MiB, b.broker.ledger_in_use(c, 0)) == 0);
+  // Copied, and its first request made: the stats page is the ledger again.
+  b.use(a, 0, 1 * GiB);
+  b.grow(a, 0, 4 * GiB);
+  CHECK(b.broker.ledger_in_use(c, 0) == 1 * GiB);
+}
+
 }  // TEST_SUITE
