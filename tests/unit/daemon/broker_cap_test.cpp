@@ -81,11 +81,7 @@ TEST_CASE("broker: coloc set moves the job's limit under the cap, never above it
 TEST_CASE("broker: a resumed ledger keeps its cap, and a limit that was only the cap does not lower the job's") {
   Bench b;
   ClientId a = b.add("a", 10 * GiB);
-  ResumeEntry e;
-  e.uuid = gpu(1);
-  e.capacity = 80 * GiB;
-  e.in_use = 1 * GiB;
-  e.grant = 1 * GiB;
+  ResumeEntry e = resumed(1, 80 * GiB, 1 * GiB);
   e.limit = 4 * GiB;  // what its control page showed: the cap
   e.cap = 4 * GiB;
   b.broker.resume(a, std::vector<ResumeEntry>{e}, b.now);
@@ -146,11 +142,7 @@ TEST_CASE("broker: a resumed process's lower cap on a device the job was already
     Bench b;
     ClientId p1 = b.add("j", 10 * GiB);
     ClientId p2 = b.add("j", 10 * GiB);
-    ResumeEntry e;
-    e.uuid = gpu(1);
-    e.capacity = 80 * GiB;
-    e.in_use = 1 * GiB;
-    e.grant = 1 * GiB;
+    ResumeEntry e = resumed(1, 80 * GiB, 1 * GiB);
     e.limit = 10 * GiB;  // what both control pages showed: the admitting process had no cap
     ResumeEntry capped = e;
     capped.cap = 4 * GiB;

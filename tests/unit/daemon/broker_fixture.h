@@ -31,6 +31,16 @@ inline Uuid gpu(uint8_t n) {
   return u;
 }
 
+/// A resumed ledger's entry for gpu `n`: `in_use` bytes held, granted as much; the rest default.
+inline ResumeEntry resumed(uint8_t n, Bytes capacity, Bytes in_use) {
+  ResumeEntry e;
+  e.uuid = gpu(n);
+  e.capacity = capacity;
+  e.in_use = in_use;
+  e.grant = in_use;
+  return e;
+}
+
 /// A broker with a fake clock, and clients whose pages live in ordinary memory.
 struct Bench {
   PriorityFifoPolicy policy;

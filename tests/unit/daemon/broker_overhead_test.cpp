@@ -183,11 +183,7 @@ TEST_CASE("broker: a footprint for a slot not attached, or from a resumed client
   b.footprint(a, 1, 1 * GiB, 0);  // another slot
   CHECK(b.broker.find_job({1000, "a"})->devices.at(0).overhead == 0);
   ClientId r = b.add("r");
-  ResumeEntry e;
-  e.uuid = gpu(1);
-  e.capacity = 16 * GiB;
-  e.in_use = 512 * MiB;
-  e.grant = 512 * MiB;
+  ResumeEntry e = resumed(1, 16 * GiB, 512 * MiB);
   b.broker.resume(r, std::vector<ResumeEntry>{e}, b.now);
   b.collect();
   b.footprint(r, 0, 1 * GiB, 512 * MiB);  // its context is older than this colocd: no baseline
@@ -266,11 +262,7 @@ TEST_CASE("broker: a just-resumed process's ledger is its resumed in-use until i
   // re-registration the new stats page still reads 0, and the whole figure is not overhead.
   Bench b;
   ClientId a = b.add("a", 8 * GiB);
-  ResumeEntry e;
-  e.uuid = gpu(1);
-  e.capacity = 16 * GiB;
-  e.in_use = 3 * GiB + 512 * MiB;
-  e.grant = 3 * GiB + 512 * MiB;
+  ResumeEntry e = resumed(1, 16 * GiB, 3 * GiB + 512 * MiB);
   e.limit = 8 * GiB;
   b.broker.resume(a, std::vector<ResumeEntry>{e}, b.now);
   b.collect();
