@@ -30,6 +30,11 @@ Ledger::~Ledger() {
 
 bool Ledger::try_charge(int slot, uint64_t bytes, uint64_t ceiling, uint64_t* seen) {
   std::atomic<uint64_t>& in_use = shared(slot).in_use;
+  if (bytes == 0) {  // nothing to add (a pool reuses reserve it holds): a load, not a locked CAS
+    uint64_t cur = in_use.load(std::memory_order_seq_cst);
+    if (seen) *seen = cur;
+    return cur <= ceiling;
+  }
   uint64_t cur = in_use.load(std::memory_order_relaxed);
   for (;;) {
     if (seen) *seen = cur;
@@ -109,7 +114,7 @@ size_t Ledger::release_records_of_context(uint64_t ctx) {
   if (ctx == 0) return 0;
   size_t removed = 0;
   for (Shard& s : shards_) {
-    MutexLock g(s.mutex);
+    SpinLock g(s.mutex);
     for (uint32_t i = 0; i < s.capacity;) {
       Entry& e = s.table[i];
       // Pool memory belongs to its pool, not to a context (Record::ctx is 0 for it).
@@ -194,14 +199,14 @@ void Ledger::erase_at_locked(Shard& s, uint32_t i) {
 bool Ledger::insert(const Key& k, const Record& r) {
   uint64_t h = hash(k);
   Shard& s = shard_of(h);
-  MutexLock g(s.mutex);
+  SpinLock g(s.mutex);
   return insert_locked(s, h, k, r);
 }
 
 std::optional<Record> Ledger::take(const Key& k) {
   uint64_t h = hash(k);
   Shard& s = shard_of(h);
-  MutexLock g(s.mutex);
+  SpinLock g(s.mutex);
   if (s.count == 0) return std::nullopt;
   uint32_t mask = s.capacity - 1;
   for (uint32_t i = uint32_t(h) & mask; s.table[i].space != Space::none; i = (i + 1) & mask) {
@@ -224,7 +229,7 @@ void Ledger::restore(const Key& k, const Record& r) {
 size_t Ledger::live_records() const {
   size_t n = 0;
   for (const Shard& s : shards_) {
-    MutexLock g(s.mutex);
+    SpinLock g(s.mutex);
     n += s.count;
   }
   return n;
@@ -244,16 +249,27 @@ void Ledger::settle_pool_locked(Pool& p) {
     shared(p.slot).in_use.fetch_sub(d, std::memory_order_seq_cst);
   }
   p.charge = cost;
-  bool reserve = p.shadow.spare() > 0;
-  if (reserve != p.reserve) {
-    reserve_pools_.fetch_add(reserve ? 1 : -1, std::memory_order_relaxed);
-    p.reserve = reserve;
-  }
-  if (p.destroyed && p.shadow.held() == 0 && p.in_flight == 0) {
-    if (p.reserve) reserve_pools_.fetch_sub(1, std::memory_order_relaxed);
+  note_reserve_locked(p);
+  if (p.destroyed && p.shadow.held() == 0 && in_flight(p) == 0) {
+    if (p.reserve) add_reserve_pools_locked(-1);
     p = Pool{};  // forgotten
   }
 }
+
+// Every writer of reserve_pools_ holds pool_mutex_: a load and a store, not a locked read-modify-write
+// (two of these per alloc+free pair when a pool's reserve comes and goes with each block).
+void Ledger::add_reserve_pools_locked(int d) {
+  reserve_pools_.store(reserve_pools_.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
+}
+
+void Ledger::note_reserve_locked(Pool& p) {
+  bool reserve = p.shadow.spare() > 0;
+  if (reserve == p.reserve) return;
+  add_reserve_pools_locked(reserve ? 1 : -1);
+  p.reserve = reserve;
+}
+
+uint32_t Ledger::in_flight(Pool& p) { return std::atomic_ref<uint32_t>(p.in_flight).load(std::memory_order_acquire); }
 
 namespace {
 // The last pool this thread found (pool_find), valid while the ledger's pool generation is `gen`.
@@ -272,7 +288,7 @@ int Ledger::pool_find(uint64_t handle, int* slot) {
     if (slot) *slot = c.slot;
     return c.idx;
   }
-  MutexLock g(pool_mutex_);
+  SpinLock g(pool_mutex_);
   for (int i = 0; i < kMaxPools; ++i)
     if (pools_[i].used && !pools_[i].destroyed && pools_[i].handle == handle) {
       c = PoolCache{this, handle, pools_gen_.load(std::memory_order_relaxed), i, pools_[i].slot};
@@ -283,12 +299,12 @@ int Ledger::pool_find(uint64_t handle, int* slot) {
 }
 
 int Ledger::pool_slot(int pool) {
-  MutexLock g(pool_mutex_);
+  SpinLock g(pool_mutex_);
   return pools_[pool].slot;
 }
 
 int Ledger::pool_track(uint64_t handle, int slot, uint64_t reserved, uint64_t chunk) {
-  MutexLock g(pool_mutex_);
+  SpinLock g(pool_mutex_);
   int free_index = -1;
   for (int i = 0; i < kMaxPools; ++i) {
     if (pools_[i].used && !pools_[i].destroyed && pools_[i].handle == handle) return i;
@@ -309,7 +325,7 @@ int Ledger::pool_track(uint64_t handle, int slot, uint64_t reserved, uint64_t ch
 
 bool Ledger::pool_try_begin(int pool, uint64_t bytes, uint64_t stream, uint64_t ceiling, uint64_t* seen,
                             uint64_t* growth, PoolShadow::Ticket* ticket) {
-  MutexLock g(pool_mutex_);
+  SpinLock g(pool_mutex_);
   Pool& p = pools_[pool];
   PoolShadow::Ticket t = p.shadow.begin(bytes, stream);
   if (growth) *growth = t.growth;
@@ -318,30 +334,39 @@ bool Ledger::pool_try_begin(int pool, uint64_t bytes, uint64_t stream, uint64_t 
     return false;
   }
   if (t.growth) note_kind(p.slot, Kind::pool, t.growth);
-  p.charge += t.growth;
+  p.charge += t.growth;  // the shadow's charge now (begin() moved a taken piece into held)
+  note_reserve_locked(p);
   ++p.epoch;
-  ++p.in_flight;
+  std::atomic_ref<uint32_t>(p.in_flight).fetch_add(1, std::memory_order_relaxed);
   *ticket = t;
   return true;
 }
 
 bool Ledger::pool_end(int pool, bool ok, const PoolShadow::Ticket& ticket, const Key& key, const Record& rec) {
-  bool stored = !ok || insert(key, rec);
-  MutexLock g(pool_mutex_);
   Pool& p = pools_[pool];
-  --p.in_flight;
-  if (!ok || !stored) p.shadow.abort(ticket);
-  int slot = p.slot;
+  if (ok && insert(key, rec)) {
+    // The usual end needs no lock: pool_try_begin left the books as the shadow says, and the pool
+    // (live blocks in it now) cannot be forgotten meanwhile. The release orders the record before a
+    // reading that sees no allocation in flight (pool_reconcile).
+    shared(p.slot).allocs.fetch_add(1, std::memory_order_relaxed);
+    std::atomic_ref<uint32_t>(p.in_flight).fetch_sub(1, std::memory_order_release);
+    return true;
+  }
+  SpinLock g(pool_mutex_);
+  std::atomic_ref<uint32_t>(p.in_flight).fetch_sub(1, std::memory_order_relaxed);
+  p.shadow.abort(ticket);
   settle_pool_locked(p);
-  if (ok && stored) shared(slot).allocs.fetch_add(1, std::memory_order_relaxed);
-  return stored;
+  return !ok;  // false: the driver allocated but the record could not be stored
 }
 
 void Ledger::pool_release(const Record& rec, uint64_t stream, uint64_t ctx) {
   {
-    MutexLock g(pool_mutex_);
+    SpinLock g(pool_mutex_);
     Pool& p = pools_[rec.pool];
-    p.shadow.freed(rec.bytes, PoolShadow::FreeSite{stream, ctx, free_seq_.fetch_add(1, std::memory_order_acq_rel)});
+    // Every writer of free_seq_ holds pool_mutex_: a load and a store publish the next number.
+    const uint64_t seq = free_seq_.load(std::memory_order_relaxed);
+    free_seq_.store(seq + 1, std::memory_order_release);
+    p.shadow.freed(rec.bytes, PoolShadow::FreeSite{stream, ctx, seq});
     if (p.destroyed) p.shadow.destroyed();  // the driver gives a destroyed pool's blocks back
     settle_pool_locked(p);
   }
@@ -349,27 +374,27 @@ void Ledger::pool_release(const Record& rec, uint64_t stream, uint64_t ctx) {
 }
 
 void Ledger::pool_synchronized(uint64_t stream, uint64_t ctx, uint64_t seq) {
-  MutexLock g(pool_mutex_);
+  SpinLock g(pool_mutex_);
   for (Pool& p : pools_)
     if (p.used && !p.destroyed) p.shadow.synchronized(stream, ctx, seq);
 }
 
 uint64_t Ledger::pool_epoch(int pool) {
-  MutexLock g(pool_mutex_);
+  SpinLock g(pool_mutex_);
   return pools_[pool].epoch;
 }
 
 uint64_t Ledger::pool_reconcile(int pool, uint64_t reserved, uint64_t epoch) {
-  MutexLock g(pool_mutex_);
+  SpinLock g(pool_mutex_);
   Pool& p = pools_[pool];
   if (!p.used || p.destroyed) return 0;
-  uint64_t beyond = p.shadow.reconcile(reserved, p.in_flight == 0 && p.epoch == epoch);
+  uint64_t beyond = p.shadow.reconcile(reserved, in_flight(p) == 0 && p.epoch == epoch);
   settle_pool_locked(p);
   return beyond;
 }
 
 void Ledger::pool_destroyed(int pool) {
-  MutexLock g(pool_mutex_);
+  SpinLock g(pool_mutex_);
   Pool& p = pools_[pool];
   if (!p.used) return;
   p.destroyed = true;
@@ -379,19 +404,19 @@ void Ledger::pool_destroyed(int pool) {
 }
 
 int Ledger::pools_tracked() {
-  MutexLock g(pool_mutex_);
+  SpinLock g(pool_mutex_);
   int n = 0;
   for (const Pool& p : pools_) n += p.used;
   return n;
 }
 
 PoolShadow Ledger::pool_shadow(int pool) {
-  MutexLock g(pool_mutex_);
+  SpinLock g(pool_mutex_);
   return pools_[pool].shadow;
 }
 
 int Ledger::pools_of_slot(int slot, int* indices, uint64_t* handles, int cap) {
-  MutexLock g(pool_mutex_);
+  SpinLock g(pool_mutex_);
   int n = 0;
   for (int i = 0; i < kMaxPools && n < cap; ++i)
     if (pools_[i].used && !pools_[i].destroyed && (slot < 0 || pools_[i].slot == slot)) {

@@ -225,7 +225,7 @@ class Ledger {
     Space space;  // Space::none = empty
   };
   struct alignas(64) Shard {
-    mutable Mutex mutex;
+    mutable SpinMutex mutex;
     Entry* table = nullptr;   // capacity entries, power of two (0 = none yet)
     uint32_t capacity = 0;
     uint32_t count = 0;
@@ -234,7 +234,8 @@ class Ledger {
     uint64_t handle = 0;
     uint64_t charge = 0;     // what is on the device's in-use counter for it
     uint64_t epoch = 0;      // allocations begun
-    uint32_t in_flight = 0;  // allocations begun and not ended
+    uint32_t in_flight = 0;  // allocations begun and not ended (std::atomic_ref: pool_end's usual
+                             // case lowers it without the lock)
     PoolShadow shadow;
     uint16_t slot = 0;
     bool used = false, destroyed = false, reserve = false;  // reserve: counted in reserve_pools_
@@ -248,6 +249,9 @@ class Ledger {
   bool insert(const Key& k, const Record& r);
   void note_kind(int slot, Kind k, uint64_t bytes);  // kind total += bytes, kind peak, total peak
   void settle_pool_locked(Pool& p);                  // charge := cost(p), moving the difference
+  void note_reserve_locked(Pool& p);                 // p.reserve := spare > 0, counted in reserve_pools_
+  void add_reserve_pools_locked(int d);
+  static uint32_t in_flight(Pool& p);
 
   pages::StatsSlot& shared(int slot) { return stats_->slots[slot]; }
   const pages::StatsSlot& shared(int slot) const { return stats_->slots[slot]; }
@@ -256,10 +260,10 @@ class Ledger {
   Books books_[kMaxDevices];
   std::atomic<uint64_t> unattributed_untracked_frees_{0};
   Shard shards_[kShards];
-  Mutex pool_mutex_;
+  SpinMutex pool_mutex_;
   Pool pools_[kMaxPools];
-  std::atomic<int> reserve_pools_{0};
-  std::atomic<uint64_t> free_seq_{0};  // pool frees so far (pool_free_seq)
+  std::atomic<int> reserve_pools_{0};  // written under pool_mutex_ only, read without it
+  std::atomic<uint64_t> free_seq_{0};  // pool frees so far (pool_free_seq); written under pool_mutex_
   std::atomic<uint64_t> pools_gen_{1};  // bumped whenever a pool index starts or stops naming a pool
 };
 

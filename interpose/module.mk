@@ -36,7 +36,7 @@ $(INTERPOSE_LIB): $(INTERPOSE_OBJS) $(INTERPOSE_MAP)
 PRODUCTS += $(INTERPOSE_LIB)
 
 # The parts of the interposer that unit tests link directly (plain C++, no driver).
-TEST_EXTRA_OBJS += $(OBJ)/interpose/ledger.o $(OBJ)/interpose/pool_shadow.o $(OBJ)/interpose/options.o $(OBJ)/interpose/log.o $(OBJ)/interpose/signal_wait.o
+TEST_EXTRA_OBJS += $(OBJ)/interpose/ledger.o $(OBJ)/interpose/mutex.o $(OBJ)/interpose/pool_shadow.o $(OBJ)/interpose/options.o $(OBJ)/interpose/log.o $(OBJ)/interpose/signal_wait.o
 
 .PHONY: interpose
 interpose: $(INTERPOSE_LIB)

@@ -271,6 +271,71 @@ TEST_CASE_FIXTURE(Fixture, "16 threads charging against one ceiling never pass i
   CHECK(l.live_records() == 0);
 }
 
+TEST_CASE_FIXTURE(Fixture, "8 threads on one pool against a ceiling never pass it, and the books end exact") {
+  // The pool path under contention: begins (charged before the "driver"), ends that succeed
+  // (without the pool lock) or fail (with it), frees on each thread's own stream, and synchronizes
+  // that make pending pieces ready for every stream.
+  const uint64_t chunk = 4096, ceiling = 2 << 20;
+  int p = l.pool_track(0x9001, 0, 0, chunk);
+  REQUIRE(p >= 0);
+  const int threads = 8, per_thread = scaled(20000);
+  std::atomic<bool> wrong{false};
+  std::atomic<uint64_t> ok{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(100 + t);
+      const uint64_t stream = uint64_t(t + 1) << 4;
+      std::vector<uint64_t> live;
+      for (int i = 0; i < per_thread; ++i) {
+        if (live.size() == 6 || (!live.empty() && rng() % 2)) {
+          size_t k = rng() % live.size();
+          auto r = l.take(Key{live[k], Space::devptr});
+          if (!r || r->pool != uint32_t(p)) {
+            wrong = true;
+            return;
+          }
+          l.pool_release(*r, stream, 1);
+          live[k] = live.back();
+          live.pop_back();
+        }
+        if (rng() % 16 == 0) l.pool_synchronized(PoolShadow::kAllStreams, 1, l.pool_free_seq());
+        uint64_t bytes = 1 + rng() % (32 << 10), seen = 0, growth = 0;
+        PoolShadow::Ticket ticket;
+        if (!l.pool_try_begin(p, bytes, stream, ceiling, &seen, &growth, &ticket)) continue;
+        if (l.in_use(0) > ceiling) wrong = true;
+        bool driver_ok = rng() % 8 != 0;
+        uint64_t key = (uint64_t(t) << 40) | (uint64_t(i) << 8);
+        if (!l.pool_end(p, driver_ok, ticket, Key{key, Space::devptr}, Record{bytes, 0, uint32_t(p), 0, Kind::pool}))
+          wrong = true;
+        if (!driver_ok) continue;
+        live.push_back(key);
+        ++ok;
+      }
+      for (uint64_t k : live) {
+        auto r = l.take(Key{k, Space::devptr});
+        if (!r) wrong = true;
+        else l.pool_release(*r, stream, 1);
+      }
+    });
+  for (auto& t : pool) t.join();
+  CHECK_FALSE(wrong.load());
+  DeviceCounts c = l.counts(0);
+  CHECK(c.peak <= ceiling);
+  CHECK(c.allocs == ok.load());
+  CHECK(c.frees == ok.load());
+  CHECK(l.live_records() == 0);
+  // Nothing is live: the pool is charged its reserve only, exactly what its shadow says, and a
+  // reading of an empty pool (the driver trimmed it) takes the books to zero.
+  PoolShadow shadow = l.pool_shadow(p);
+  CHECK(shadow.held() == 0);
+  CHECK(c.in_use == shadow.charge());
+  CHECK(c.kind_in_use[int(Kind::pool)] == c.in_use);
+  CHECK(l.pool_reconcile(p, 0, l.pool_epoch(p)) == 0);
+  CHECK(l.in_use(0) == 0);
+  CHECK_FALSE(l.pools_hold_reserve());
+}
+
 TEST_CASE_FIXTURE(Fixture, "after fork the child's ledger is empty and usable") {
   REQUIRE(l.try_charge(0, 100, kNoLimit));
   REQUIRE(l.commit(Key{0x1, Space::devptr}, rec(100, 0)));
