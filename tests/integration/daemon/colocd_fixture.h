@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,15 @@ class Colocd {
     for (auto& j : s["jobs"])
       if (j["job"] == id) return j;
     return nullptr;
+  }
+
+  /// The report of job `name` (<state>/reports/<name>.json), once colocd's report writer has
+  /// written it: a job leaves `status` before its report is on disk. Fails the test after
+  /// `timeout` without one.
+  nlohmann::json report(const std::string& name, std::chrono::milliseconds timeout = std::chrono::seconds(20)) const {
+    const std::string path = state_ + "/reports/" + name + ".json";
+    REQUIRE_MESSAGE(wait_until([&] { return file_exists(path); }, timeout), "no report for job ", name, "\n", log());
+    return nlohmann::json::parse(read_file(path), nullptr, false);  // written whole (a link of a complete file)
   }
 
   /// Starts a fake client talking to this daemon.

@@ -26,11 +26,6 @@ namespace {
 constexpr uint64_t MiB = 1ull << 20;
 constexpr uint64_t GiB = 1ull << 30;
 
-json report_file(const Colocd& d, const std::string& job) {
-  std::string text = read_file(d.state() + "/reports/" + job + ".json");
-  return text.empty() ? json() : json::parse(text, nullptr, false);
-}
-
 /// The saved state of job `id` in <state>/jobs (null when none).
 json saved_job(const Colocd& d, const std::string& id) {
   json found;
@@ -110,7 +105,7 @@ TEST_CASE("colocd restart: a running job's report keeps its start, its timeline 
   REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
   CHECK(event_of(*a, "alloc")["ok"] == true);
   REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/long.json"); }));
-  json rep = report_file(d, "long");
+  json rep = d.report("long");
   CHECK(rep["start_unix_ms"] == before["start_unix_ms"]);  // not the time of the re-registration
   CHECK(rep["ended_while_daemon_away"] == false);
   CHECK(rep["exit_status"] == 0);
@@ -150,7 +145,7 @@ TEST_CASE("colocd restart: a job that died while the daemon was down gets its re
   write_file(corrupt, "{\"format\": 1, \"uid\": ");
   d.start();
   REQUIRE_MESSAGE(wait_until([&] { return file_exists(d.state() + "/reports/lost.json"); }), d.log());
-  json rep = report_file(d, "lost");
+  json rep = d.report("lost");
   CHECK(rep["ended_while_daemon_away"] == true);
   CHECK(rep["complete"] == true);
   CHECK(rep["exit_status"].is_null());
@@ -201,7 +196,7 @@ TEST_CASE("colocd restart: a job that died while the daemon was down ended betwe
   d.start();
   REQUIRE_MESSAGE(wait_until([&] { return file_exists(d.state() + "/reports/idle.json"); }), d.log());
   const int64_t reported_ms = wall_ms_now();
-  json rep = report_file(d, "idle");
+  json rep = d.report("idle");
   CHECK(rep["ended_while_daemon_away"] == true);
   // The earliest it can have ended: colocd's last sign of life, not the job's last save.
   CHECK(rep["ended_after_unix_ms"] == rep["end_unix_ms"]);
@@ -260,7 +255,7 @@ TEST_CASE("colocd restart: a job waiting for admission before, during and after 
   }
   CHECK(event_of(*patient, "attach")["granted"] == true);
   REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/patient.json"); }));
-  json dev = report_file(d, "patient")["devices"][0];
+  json dev = d.report("patient")["devices"][0];
   REQUIRE_MESSAGE(dev["waits"].size() == 1, dev.dump(1));  // one row across the restart, no gap
   json w = dev["waits"][0];
   CHECK(w["kind"] == "admission");
@@ -283,7 +278,7 @@ TEST_CASE("colocd: a job that never got past admission reports its limit and the
   never->kill(SIGKILL);  // given up while waiting
   never->wait(10s);
   REQUIRE_MESSAGE(wait_until([&] { return file_exists(d.state() + "/reports/never.json"); }), d.log());
-  json rep = report_file(d, "never");
+  json rep = d.report("never");
   CHECK(rep["limit"] == 14 * GiB);
   REQUIRE(rep["devices"].size() == 1);
   CHECK(rep["devices"][0]["limit"] == 14 * GiB);  // not null
@@ -323,7 +318,7 @@ TEST_CASE("colocd restart: a new process of a job whose process is alive but not
   REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/twin.json"); }));
   REQUIRE(wait_until([&] { return d.status()["jobs"].empty(); }));
   CHECK_FALSE(file_exists(d.state() + "/reports/twin.2.json"));  // one run, one report
-  json rep = report_file(d, "twin");
+  json rep = d.report("twin");
   CHECK(rep["ended_while_daemon_away"] == false);
   CHECK(rep["start_unix_ms"] == before["start_unix_ms"]);
   CHECK(rep["processes"].size() == 2);
@@ -366,7 +361,7 @@ TEST_CASE("colocd stop: a job that ended just before (its exit status still awai
   ProcResult r = d.stop();
   CHECK_MESSAGE(r.exit_code == 0, describe(r));
   REQUIRE_MESSAGE(file_exists(d.state() + "/reports/hungup.json"), d.log());
-  json rep = report_file(d, "hungup");
+  json rep = d.report("hungup");
   CHECK(rep["complete"] == true);
   CHECK(rep["exit_status"].is_null());
   CHECK(rep["processes"][0]["noticed_by"] == "hangup");
@@ -425,7 +420,7 @@ TEST_CASE("colocd: coloc set --mem reaches every process's control page, decides
   CHECK(event_of(*up1, "alloc")["ok"] == false);   // 3.5 GiB > 3 GiB
   CHECK(event_of(*down, "alloc")["ok"] == false);  // 2 GiB > 1.5 GiB, after the restart
   REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/raised.json"); }));
-  json rep = report_file(d, "raised");
+  json rep = d.report("raised");
   CHECK(rep["devices"][0]["limit"] == 3 * GiB);
   CHECK(rep["devices"][0]["peak"] == 2 * GiB + 512 * MiB);
   REQUIRE(rep["devices"][0]["oom_events"].size() == 1);

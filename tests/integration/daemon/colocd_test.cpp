@@ -21,15 +21,10 @@ namespace {
 
 constexpr uint64_t GiB = 1ull << 30;
 
-/// True when BPF should work here: root on a kernel with BTF (then the BPF test must use it).
 void wire_sleep_ms(int ms) { coloc::wire::sleep_ns(uint64_t(ms) * 1000000ull); }
 
+/// True when BPF should work here: root on a kernel with BTF (then the BPF test must use it).
 bool bpf_expected() { return ::geteuid() == 0 && file_exists("/sys/kernel/btf/vmlinux"); }
-
-json report_file(const Colocd& d, const std::string& job) {
-  std::string text = read_file(d.state() + "/reports/" + job + ".json");
-  return text.empty() ? json() : json::parse(text, nullptr, false);
-}
 
 }  // namespace
 
@@ -53,7 +48,7 @@ TEST_CASE("colocd: admission holds a job that does not fit, then releases it whe
   CHECK(attach["waited_ns"].get<uint64_t>() > 0);
   CHECK(event_of(*b, "alloc")["ok"] == true);
   REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/second.json"); }));
-  json rep = report_file(d, "second");
+  json rep = d.report("second");
   CHECK(rep["exit_status"] == 0);
   CHECK(rep["devices"][0]["wait_admission_s"].get<double>() > 0);
   CHECK(rep["devices"][0]["peak"] == 5 * GiB);
@@ -100,7 +95,7 @@ TEST_CASE("colocd: SIGKILL of a job releases its grants within a second") {
   CHECK(event_of(*b, "alloc")["ok"] == true);
   CHECK(b->wait(10s).exit_code == 0);
   REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/victim.json"); }));
-  json rep = report_file(d, "victim");
+  json rep = d.report("victim");
   CHECK(rep["exit_signal"] == SIGKILL);
 }
 
@@ -122,7 +117,7 @@ TEST_CASE("colocd: a forked child holding the socket does not keep a dead parent
     CHECK((devs.empty() || devs[0]["committed"] == 0));
     ::kill(child, SIGKILL);
     REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/parent.json"); }));
-    json rep = report_file(d, "parent");
+    json rep = d.report("parent");
     CHECK(rep["processes"][0]["noticed_by"] == mode);
     if (mode == "bpf") CHECK(rep["exit_status"] == 7);  // the BPF event carries the exit code
   }
@@ -174,7 +169,7 @@ TEST_CASE("colocd: SIGKILL of the daemon with 3 running jobs, then a restart: th
     CHECK(event_of(*j, "alloc")["ok"] == true);  // grew under the new daemon
   }
   REQUIRE(wait_until([&] { return d.status()["jobs"].empty(); }));
-  for (int i = 0; i < 3; ++i) CHECK(report_file(d, "j" + std::to_string(i))["exit_status"] == 0);
+  for (int i = 0; i < 3; ++i) CHECK(d.report("j" + std::to_string(i))["exit_status"] == 0);
   CHECK(d.log().find("registered again") != std::string::npos);
 }
 
@@ -203,7 +198,7 @@ TEST_CASE("colocd: the previous protocol version is accepted") {
   CHECK(event_of(*c, "registered")["stats_layout"] == 1);
   CHECK(event_of(*c, "alloc")["ok"] == true);
   REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/old-client.json"); }));
-  json rep = report_file(d, "old-client");
+  json rep = d.report("old-client");
   CHECK(rep["command"] == "(unknown: protocol v1 client)");
   CHECK(rep["exit_status"] == 3);
   CHECK(d.log().find("[protocol v1]") != std::string::npos);
@@ -357,7 +352,7 @@ TEST_CASE("colocd: a driver OOM inside a grant is counted; the client's figure c
   CHECK(d.status()["devices"][0]["outside"] == 4 * GiB);
   c->kill(SIGTERM);
   REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/oomy.json"); }));
-  CHECK(report_file(d, "oomy")["devices"][0]["driver_ooms"] == 1);
+  CHECK(d.report("oomy")["devices"][0]["driver_ooms"] == 1);
 }
 
 TEST_CASE("colocd: reports are never overwritten, and the socket and state get deliberate modes") {
@@ -411,7 +406,7 @@ TEST_CASE("colocd: a Goodbye's exit status stands when the exit is noticed befor
   REQUIRE_MESSAGE(r.exit_code == 7, describe(r));
   const int child = event_of(*c, "forked")["child"];
   REQUIRE(wait_until([&] { return file_exists(d.state() + "/reports/bye.json"); }));
-  json rep = report_file(d, "bye");
+  json rep = d.report("bye");
   ::kill(child, SIGKILL);
   CHECK(rep["exit_status"] == 7);
   CHECK(rep["processes"][0]["exit_code"] == 7);
