@@ -11,6 +11,8 @@ DAEMON_CORE_SRCS := \
   daemon/util/log.cpp \
   daemon/util/fs.cpp \
   daemon/broker/broker.cpp \
+  daemon/broker/broker_clients.cpp \
+  daemon/broker/broker_limits.cpp \
   daemon/broker/broker_devices.cpp \
   daemon/broker/outside.cpp \
   daemon/broker/priority_fifo_policy.cpp \
