@@ -123,8 +123,8 @@ struct Device {
 struct JobDevice {
   bool admitted = false;
   /// The cap on the job's limit here (bytes, kNoLimit = none): the AttachRequest::cap of the
-  /// process whose admission admitted the job on the device (after a restart, the lowest of its
-  /// re-registered processes' caps and of the limits they saw there below the job's: resume). Its
+  /// process whose admission admitted the job on the device (after a restart, the lowest of the
+  /// limits its re-registered processes saw there below the job's: resume). Its
   /// limit here is min(Job::limit, cap) (Broker::limit_on).
   Bytes cap = kNoLimit;
   Bytes reserved = 0;

@@ -153,9 +153,12 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
     JobDevice& jd = job.devices[dev];
     // The limit the process saw there (its control page: min(the job's limit, the cap there))
     // below the job's limit was a cap on the device, or a `coloc set` lowering that this daemon
-    // has no saved state of: either way it holds there again. The process's own cap holds too.
+    // has no saved state of: either way it holds there again. The process's own cap (e.cap) is
+    // not the job's: it bound that process alone before the restart, and its library still holds
+    // it to it. (Taken as the job's, a joining process's COLOC_MEM_LIMIT_<n> would have cut the
+    // limit of every process of the job there at each restart.)
     const Bytes seen = e.limit != 0 && e.limit < job.limit ? e.limit : kNoLimit;
-    jd.cap = std::min({jd.cap, e.cap, seen});
+    jd.cap = std::min(jd.cap, seen);
     // A resumed job gets back what it had only as far as it fits: a job that missed the resume
     // grace may find its memory given to a newcomer meanwhile. What it really has in use cannot
     // be taken away; its surplus grant and its reservation are cut to what is left.
@@ -202,11 +205,17 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
     if (e.overhead > 0) {
       // The driver overhead the previous daemon had booked for it (from its context footprint, or
       // the driver's figure): memory the driver holds, booked again until the driver's own figure
-      // replaces it. The client's word: no more than the device shows used beside its in-use, nor
-      // than its job's limit there leaves.
+      // replaces it. The client's word, so bounded as a grant is: no more than the device shows
+      // used beside its in-use, than its job's limit there leaves, than the room the grant above
+      // was given (`fits`), or than its user's --max-per-user leaves (as a context footprint).
       Bytes o = std::min(e.overhead, sat_sub(d.capacity, in_use));
       if (e.physical_free != kUnknown) o = std::min(o, sat_sub(sat_sub(d.capacity, e.physical_free), in_use));
       if (const Bytes lim = limit_on(job, dev); lim != kNoLimit) o = std::min(o, sat_sub(lim, jd.granted));
+      o = std::min(o, sat_sub(fits, jd.granted));
+      if (config_.max_per_user) {
+        const Bytes unused_reservation = sat_sub(jd.reserved, jd.granted);
+        o = std::min(o, sat_add(sat_sub(*config_.max_per_user, user_committed(c.uid)), unused_reservation));
+      }
       if (o > 0) {
         if (d.outside_known) d.outside = sat_sub(d.outside, o);  // it is coloc's again, as the in-use above
         s.overhead_reading = o;

@@ -89,7 +89,10 @@ struct ResumeEntry {
   /// Below the job's limit it was a cap there (Broker::resume), and holds there again.
   Bytes limit = kNoLimit;
   bool measured = false;  ///< capacity and physical_free are colocd's own reading (NVML), not the client's
-  Bytes cap = kNoLimit;   ///< the process's own cap on the device (as AttachRequest::cap)
+  /// The process's own cap on the device (as AttachRequest::cap). It binds that process only (its
+  /// library holds it there): resume does not make it the job's. The job's cap there, when it had
+  /// one, shows in `limit`.
+  Bytes cap = kNoLimit;
   Bytes overhead = 0;     ///< the driver overhead the previous daemon had booked for it there (bytes)
 };
 

@@ -136,7 +136,7 @@ TEST_SUITE("daemon") {
 // Two processes of one job on a device: the one that admitted it had no cap, the other a cap of
 // its own below the job's limit. After a restart each resumes: the books must still hold (the
 // job's reservation there within its limit there), whichever comes back first.
-TEST_CASE("broker: a resumed process's lower cap on a device the job was already resumed on keeps the books") {
+TEST_CASE("broker: a resumed process's own lower cap is its own: the job's limit there stays, and the books hold") {
   for (bool capped_first : {false, true}) {
     CAPTURE(capped_first);
     Bench b;
@@ -157,9 +157,15 @@ TEST_CASE("broker: a resumed process's lower cap on a device the job was already
     }
     b.collect();  // audits
     const Job& job = *b.broker.find_job({1000, "j"});
+    // Before the restart the cap bound p2 alone (the job was admitted there without one): after
+    // it, in either order of re-registration, the job's limit there is still its 10 GiB.
+    CHECK(b.broker.limit_on(job, 0) == 10 * GiB);
+    CHECK(job.devices.at(0).reserved == 10 * GiB);
     CHECK(job.devices.at(0).reserved <= b.broker.limit_on(job, 0));
-    CHECK(b.limit_word(p1, 0) == b.broker.limit_on(job, 0));
-    CHECK(b.limit_word(p2, 0) == b.broker.limit_on(job, 0));
+    CHECK(b.limit_word(p1, 0) == 10 * GiB);
+    CHECK(b.limit_word(p2, 0) == 10 * GiB);
+    // p1 grows past p2's 4 GiB as it could before the restart.
+    CHECK(b.granted(b.grow(p1, 0, 6 * GiB)));
   }
 }
 

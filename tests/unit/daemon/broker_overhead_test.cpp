@@ -257,6 +257,37 @@ TEST_CASE("broker: a driver overhead booked before a restart is booked again fro
   CHECK(l2.broker.find_job({1000, "liar"})->devices.at(0).overhead == 3 * GiB + 512 * MiB);
 }
 
+TEST_CASE("broker: a resumed ledger's driver overhead never takes its user past the per-user cap, nor its job past the room it was given") {
+  // The overhead in a resumed ledger is the client's word, as a grant request is.
+  ResumeEntry e;
+  e.uuid = gpu(1);
+  e.capacity = 80 * GiB;
+  e.physical_free = kUnknown;  // no figure of the device: nothing but the clamps bounds it
+  e.in_use = 512 * MiB;
+  e.grant = 512 * MiB;
+  e.limit = kNoLimit;
+  e.overhead = 70 * GiB;
+  BrokerConfig cfg = Bench::no_headroom();
+  cfg.max_per_user = 8 * GiB;
+  Bench u(cfg);
+  ClientId liar = u.add("liar");
+  u.broker.resume(liar, std::vector<ResumeEntry>{e}, u.now);
+  u.collect();
+  CHECK(u.broker.user_committed(1000) <= 8 * GiB);
+  CHECK(u.broker.find_job({1000, "liar"})->devices.at(0).overhead == 8 * GiB - 512 * MiB);
+
+  // Outside the restart hold, another job's commitment leaves it only what is available.
+  Bench r;
+  ClientId other = r.add("other", 60 * GiB, Priority::kNormal, OnFull::kWait, 2000);
+  REQUIRE(r.granted(r.attach(other, {{1, 80 * GiB, 512 * MiB}}, 80 * GiB, false)));
+  ClientId late = r.add("late");
+  r.broker.resume(late, std::vector<ResumeEntry>{e}, r.now);
+  r.collect();
+  const Device& d = r.broker.devices().at(0);
+  CHECK(r.broker.find_job({1000, "late"})->devices.at(0).overhead == 20 * GiB - 512 * MiB);
+  CHECK(d.committed <= d.capacity);
+}
+
 TEST_CASE("broker: a just-resumed process's ledger is its resumed in-use until it has copied its counters") {
   // The driver's per-process figure is reconciled against ledger_in_use: right after a
   // re-registration the new stats page still reads 0, and the whole figure is not overhead.
