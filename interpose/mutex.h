@@ -1,6 +1,7 @@
-// interpose/mutex.h — the interposer's mutex: a pthread mutex that is constant-initialised (usable
-// before any constructor ran) and never throws (std::mutex reports errors with exceptions, which
-// must not cross into the host; and its error path would pull half of the C++ runtime in).
+// interpose/mutex.h — the interposer's locks, both constant-initialised (usable before any
+// constructor ran) and never throwing (std::mutex reports errors with exceptions, which must not
+// cross into the host; and its error path would pull half of the C++ runtime in): Mutex, a pthread
+// mutex, for sections that may wait; SpinMutex, for the ledger's short sections that never do.
 //
 // Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
 // never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
