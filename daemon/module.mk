@@ -16,6 +16,7 @@ DAEMON_CORE_SRCS := \
   daemon/broker/broker_devices.cpp \
   daemon/broker/outside.cpp \
   daemon/broker/priority_fifo_policy.cpp \
+  daemon/compute/gates.cpp \
   daemon/report/timeline.cpp \
   daemon/report/job_recorder.cpp \
   daemon/report/report_store.cpp \

@@ -5,9 +5,13 @@
 // limits exactly as it was.
 #include "daemon_broker.h"
 
+#include <linux/futex.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 
@@ -237,6 +241,7 @@ bool DaemonBroker::adopt(const proto::RegisterReplyMsg& reply, int control_fd, i
          rc == -EPROTO ? "they are not the layout this library knows" : std::strerror(-rc));
     return false;
   }
+  gate_override_.store(false, std::memory_order_release);  // the new daemon's gates hold from here on
   job_limit_.store(reply.limit, std::memory_order_relaxed);
   if (!resume && registered_limit_.load(std::memory_order_relaxed) == 0)
     registered_limit_.store(reply.limit, std::memory_order_relaxed);
@@ -704,7 +709,35 @@ void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap
 }
 
 // The daemon sets only RUN in this release (pages.h); a launch never waits.
-void DaemonBroker::gate_wait(uint32_t) {}
+void DaemonBroker::gate_wait(uint32_t) {
+  if (mode_.load(std::memory_order_acquire) != Mode::daemon || gate_override_.load(std::memory_order_acquire)) return;
+  const int slot = devices().known_current_slot();
+  if (slot < 0 || slot >= kMaxDevices) return;  // not a context of ours: ungated (daemon_broker.h)
+  const pages::SlotGate& g = control().gates[slot];
+  uint32_t state = g.state.load(std::memory_order_acquire);
+  if (state == uint32_t(pages::GateState::kRun) || state >= pages::kGateStates) return;
+  const uint64_t t0 = monotonic_ns();
+  const uint32_t why = state;  // the state it first waited in (a pause that turns into a quantum wait: the pause)
+  {
+    SignalWindow w;
+    for (;;) {
+      if (gate_override_.load(std::memory_order_acquire)) break;
+      const uint32_t seq = g.seq.load(std::memory_order_acquire);
+      state = g.state.load(std::memory_order_acquire);
+      if (state == uint32_t(pages::GateState::kRun)) break;
+      if (w.wait_futex(&g.seq, seq, SignalWindow::kSliceMs) < 0) break;  // SIGINT/SIGTERM: this launch proceeds
+    }
+  }
+  pages::GateStats& gs = stats().gates[slot];
+  gs.wait_ns[why].fetch_add(monotonic_ns() - t0, std::memory_order_relaxed);
+  gs.waits[why].fetch_add(1, std::memory_order_relaxed);
+}
+
+void DaemonBroker::on_lost() {
+  gate_override_.store(true, std::memory_order_release);
+  for (pages::SlotGate& g : control().gates)  // FUTEX_WAKE needs no write access to the page
+    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g.seq), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
 
 void DaemonBroker::flush_launches() {
   if (mode_.load(std::memory_order_acquire) != Mode::daemon) return;

@@ -35,6 +35,16 @@
 //                  notices the death at once, has granted it to us), then the driver's error.
 //   launches       flushed to the stats page every 4096 launches per entry point and thread, and
 //                  at exit, onto the slot of the flushing thread's current context.
+//   launch gate    a launch whose page summary is not RUN waits on the gate of its current
+//                  context's slot (pages.h, "The launch gate"): a shared futex on the control
+//                  page, in slices of SignalWindow::kSliceMs. A pending SIGINT/SIGTERM ends the
+//                  wait (the launch proceeds: one launch is harmless, and the application's
+//                  handler runs when the hook returns). When the connection is lost the gates
+//                  open locally (the link thread wakes every waiter) until the next registration
+//                  maps the new daemon's pages: a job never sleeps on a dead daemon's word. The
+//                  time each launch waited goes to the stats page's GateStats, by the state.
+//                  A launch on a context whose slot is not known (not created through the hooks)
+//                  is not gated.
 //   exit           on_exit: launches flushed, Goodbye with the exit status.
 //   waits          a pending SIGINT/SIGTERM ends any wait (signal_wait.h): a Cancel is sent, its
 //                  reply read; a grant that raced with it is kept (the allocation succeeds). A
@@ -82,6 +92,8 @@ class DaemonBroker final : public Broker, private LinkOwner {
   void surplus(int slot, uint64_t in_use) override;
   bool driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) override;
   void gate_wait(uint32_t state) override;
+  /// True while the gates are open locally (the daemon is away).
+  bool gates_overridden() const { return gate_override_.load(std::memory_order_acquire); }
   void describe_refusal(int slot, Refusal why, char* out, size_t cap) override;
   void flush_launches() override;
   void after_fork_child() override;
@@ -112,6 +124,7 @@ class DaemonBroker final : public Broker, private LinkOwner {
   void fill_register(bool resume, proto::RegisterMsg* m) override;
   bool adopt(const proto::RegisterReplyMsg& reply, int control_fd, int stats_fd, bool resume) override;
   bool holds_grants() const override;
+  void on_lost() override;
   void register_now();
   Mode registered_mode();
   void set_floor(int slot);
@@ -137,6 +150,7 @@ class DaemonBroker final : public Broker, private LinkOwner {
   std::atomic<uint64_t> own_cap_{kNoLimit};
   std::atomic<uint64_t> launches_flushed_{0};
   std::atomic<bool> oom_warned_{false};  // the driver-OOM-inside-the-grant warning was printed
+  std::atomic<bool> gate_override_{false};  // the daemon is away: launches pass every gate
   SlotRecord slots_[kMaxDevices];
   // An Attach in flight: its device, so that a grant the daemon wrote on the control page just
   // before dying (reply lost) is found and kept at re-registration.

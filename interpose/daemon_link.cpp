@@ -520,6 +520,7 @@ void DaemonLink::lose(const char* why) {
       if (p.state.load(std::memory_order_relaxed) != kEntryFree) notify(&p);
     }
   }
+  if (owner_) owner_->on_lost();
   if (owner_ && owner_->holds_grants())
     logf(LogLevel::warn, "lost the connection to colocd (%s): running on the current grants, reconnecting", why);
   else  // nothing to run on: the first context (admission) waits for the reconnect

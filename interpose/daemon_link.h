@@ -55,6 +55,9 @@ class LinkOwner {
   /// Whether the process holds a grant on some device (one is attached): what it can run on while
   /// the daemon is away. Must not block or take a lock.
   virtual bool holds_grants() const = 0;
+  /// The connection was lost (the daemon died or hung up): called on the thread that noticed,
+  /// once per loss, before the reconnect. Must not block or take a lock.
+  virtual void on_lost() = 0;
 
  protected:
   ~LinkOwner() = default;

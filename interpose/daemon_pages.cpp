@@ -22,17 +22,24 @@ namespace coloc::interpose::daemon_pages {
 namespace {
 
 constexpr size_t kPage = pages::kPageSize;
-constexpr int kCounters = 8;
+constexpr int kSlotCounters = 8;                                // StatsSlot's
+constexpr int kCounters = kSlotCounters + 2 * int(pages::kGateStates);  // and GateStats' (layout 4)
 
 // The stats page's memfd, kept open while it is mapped over the stats area (-1: not a daemon page).
 constinit std::atomic<int> g_stats_fd{-1};
 // Set before the first MAP_FIXED: from then on a forked child must privatize the areas.
 constinit std::atomic<bool> g_mapped{false};
 
-std::atomic<uint64_t>* counters(pages::StatsSlot& s, int i) {
-  std::atomic<uint64_t>* all[kCounters] = {&s.in_use, &s.peak, &s.allocs, &s.frees, &s.failures,
-                                           &s.wait_memory_ns, &s.wait_admission_ns, &s.launches};
-  return all[i];
+// Counter `i` of `slot`: StatsSlot's eight, then GateStats' (in a page of an older layout the
+// gate counters are that page's zero tail: carried over, never read by its daemon).
+std::atomic<uint64_t>* counters(pages::StatsPage& p, int slot, int i) {
+  pages::StatsSlot& s = p.slots[slot];
+  std::atomic<uint64_t>* all[kSlotCounters] = {&s.in_use, &s.peak, &s.allocs, &s.frees, &s.failures,
+                                               &s.wait_memory_ns, &s.wait_admission_ns, &s.launches};
+  if (i < kSlotCounters) return all[i];
+  i -= kSlotCounters;
+  pages::GateStats& g = p.gates[slot];
+  return i < int(pages::kGateStates) ? &g.wait_ns[i] : &g.waits[i - int(pages::kGateStates)];
 }
 
 // Maps `fd` (one page) at a kernel-chosen address; nullptr on failure.
@@ -88,8 +95,8 @@ int adopt(int control_fd, int stats_fd) {
   uint64_t copied[kMaxDevices][kCounters];
   for (int slot = 0; slot < kMaxDevices; ++slot)
     for (int i = 0; i < kCounters; ++i) {
-      copied[slot][i] = counters(from.slots[slot], i)->load(std::memory_order_seq_cst);
-      counters(fresh->slots[slot], i)->store(copied[slot][i], std::memory_order_relaxed);
+      copied[slot][i] = counters(from, slot, i)->load(std::memory_order_seq_cst);
+      counters(*fresh, slot, i)->store(copied[slot][i], std::memory_order_relaxed);
     }
 
   // 3. Switch. Every update from here on lands in the new pages.
@@ -102,8 +109,8 @@ int adopt(int control_fd, int stats_fd) {
   if (old && s) {
     for (int slot = 0; slot < kMaxDevices; ++slot)
       for (int i = 0; i < kCounters; ++i) {
-        uint64_t final_value = counters(old->slots[slot], i)->load(std::memory_order_seq_cst);
-        std::atomic<uint64_t>* to = counters(stats().slots[slot], i);
+        uint64_t final_value = counters(*old, slot, i)->load(std::memory_order_seq_cst);
+        std::atomic<uint64_t>* to = counters(stats(), slot, i);
         if (i == 1) atomic_max(*to, final_value);  // peak
         else if (uint64_t delta = final_value - copied[slot][i]) to->fetch_add(delta, std::memory_order_seq_cst);
       }
@@ -131,6 +138,11 @@ void privatize() {
   std::memcpy(copy, area, kPage);
   map_fixed(area, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
   std::memcpy(area, copy, kPage);
+  // The child is nobody's to gate: its gates open (a child of a process that used CUDA cannot
+  // launch anyway; one that did not registers anew).
+  pages::ControlPage& c = control();
+  for (pages::SlotGate& g : c.gates) g.state.store(uint32_t(pages::GateState::kRun), std::memory_order_relaxed);
+  c.gate.store(uint32_t(pages::GateState::kRun), std::memory_order_release);
   map_fixed(&g_stats_area, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
   int fd = g_stats_fd.exchange(-1, std::memory_order_acq_rel);
   if (fd >= 0) ::close(fd);

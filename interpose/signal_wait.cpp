@@ -6,9 +6,12 @@
 #include "signal_wait.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "glibc_compat.h"
 #include "log.h"
@@ -109,6 +112,22 @@ int SignalWindow::wait_either(int fd0, int fd1, int timeout_ms, bool interruptib
   if (r < 0) stopped_ = true;
   check_notice();
   return r;
+}
+
+int SignalWindow::wait_futex(const void* word, uint32_t expected, int timeout_ms) {
+  if (stopped_ || stop_pending()) {
+    stopped_ = true;
+    return -1;
+  }
+  if (timeout_ms < 0 || timeout_ms > kSliceMs) timeout_ms = kSliceMs;
+  timespec ts{timeout_ms / 1000, long(timeout_ms % 1000) * 1000000L};
+  int saved = errno;
+  long rc = ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
+  int err = errno;
+  errno = saved;
+  check_notice();
+  if (rc == 0 || err == EAGAIN) return 1;  // woken, or the word had changed already
+  return 0;                                 // ETIMEDOUT, EINTR (another signal's handler)
 }
 
 bool SignalWindow::sleep(uint64_t ns) {

@@ -58,6 +58,13 @@ class SignalWindow {
   /// up, 2: fd1 readable), 0 when the time passed, -1 for a stop signal (never with
   /// `interruptible` false).
   int wait_either(int fd0, int fd1, int timeout_ms, bool interruptible);
+  /// Waits until the 32-bit word at `word` is woken (FUTEX_WAKE on a shared mapping: no
+  /// FUTEX_PRIVATE_FLAG) while it holds `expected`, `timeout_ms` passes (capped at kSliceMs), or a
+  /// stop signal is pending. SIGINT/SIGTERM stay blocked inside the futex wait (a futex takes no
+  /// signal mask, and one that came between the check and the wait would be lost): a stop signal
+  /// ends the wait at the next slice at the latest. Returns 1 (woken, or the word had changed),
+  /// 0 (time passed or another signal's handler ran) or -1 (a stop signal: stopped() is true).
+  int wait_futex(const void* word, uint32_t expected, int timeout_ms);
   /// Sleeps `ns` nanoseconds unless a stop signal comes first. False when one did.
   bool sleep(uint64_t ns);
   /// True once a SIGINT/SIGTERM ended a wait or was seen pending.

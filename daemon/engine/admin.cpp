@@ -104,6 +104,11 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
          {"user", user_name(job.key.uid)},
          {"priority", proto::priority_name(job.priority)},
          {"state", any_growth_wait ? "waiting" : any_admission_wait ? "admission-pending" : "running"},
+         {"compute_state", compute::compute_state_name(gates_.state(job.serial))},
+         {"paused_by", gates_.paused(job.serial) == compute::PausedBy::kNobody
+                           ? json(nullptr)
+                           : json(compute::paused_by_name(gates_.paused(job.serial)))},
+         {"ungated_processes", gates_.ungated(job.serial)},
          {"limit", bytes_or_null(job.limit)},
          {"on_full", job.on_full == proto::OnFull::kWait ? "wait" : "fail"},
          {"pids", pids},
@@ -129,6 +134,7 @@ json Admin::status(broker::Nanos now) const {
       entry["uid"] = jj["uid"];
       entry["user"] = jj["user"];
       entry["priority"] = jj["priority"];
+      entry["compute_state"] = jj["compute_state"];
       jobs_by_device[dev_of[k]].push_back(std::move(entry));
     }
     jobs.push_back(std::move(jj));
@@ -248,6 +254,33 @@ AdminAnswer Admin::set(const proto::AdminMsg& msg, const Caller& caller, broker:
   }
   json reply = job_json(broker_.jobs().at(serial));
   if (msg.set_fields & proto::kSetMem) reply["reservation_changes"] = reservation_changes_json(changes);
+  return {AdminStatus::kOk, reply.dump()};
+}
+
+AdminAnswer Admin::pause(const proto::AdminMsg& msg, const Caller& caller, bool pause) {
+  Found f = find_job(msg.job, caller);
+  if (!f.job) return {f.status, f.why};
+  const broker::Job& job = *f.job;
+  const bool admin = is_admin(caller);
+  if (!admin && job.key.uid != caller.uid)
+    return {AdminStatus::kNotAllowed, "job '" + job.key.id + "' belongs to " + user_name(job.key.uid) +
+                                          "; only root or the admin group may pause or resume other users' jobs"};
+  const compute::PausedBy was = gates_.paused(job.serial);
+  if (!pause && was == compute::PausedBy::kAdmin && !admin)
+    return {AdminStatus::kNotAllowed, "job '" + job.key.id + "' was paused by an admin; only root or the admin group may resume it"};
+  // An admin's pause stays an admin's when its owner pauses it again.
+  compute::PausedBy now_by = !pause ? compute::PausedBy::kNobody
+                             : admin ? compute::PausedBy::kAdmin
+                             : was == compute::PausedBy::kAdmin ? was : compute::PausedBy::kOwner;
+  if (now_by != was) {
+    gates_.set_paused(job.serial, now_by);
+    if (pause)
+      log::get("engine")->info("uid {} paused job {}{}", caller.uid, job.key.str(), admin ? " (as admin)" : "");
+    else
+      log::get("engine")->info("uid {} resumed job {}", caller.uid, job.key.str());
+  }
+  json reply = job_json(job);
+  reply["was"] = was == compute::PausedBy::kNobody ? json(nullptr) : json(compute::paused_by_name(was));
   return {AdminStatus::kOk, reply.dump()};
 }
 
@@ -394,6 +427,10 @@ AdminAnswer Admin::handle(const proto::AdminMsg& msg, const Caller& caller, brok
       return set(msg, caller, now);
     case proto::AdminOp::kReport:
       return report(msg.job, caller, now);
+    case proto::AdminOp::kPause:
+      return pause(msg, caller, true);
+    case proto::AdminOp::kResume:
+      return pause(msg, caller, false);
   }
   return {AdminStatus::kInvalid, "unknown admin operation"};
 }

@@ -1,7 +1,8 @@
-// daemon/engine/admin.h — the CLI's requests: status, jobs, set, report. Answers are JSON text
-// (shapes in docs/ARCHITECTURE.md). Reading status is open to every user; changing a job and
-// reading its report is for its owner (who may only lower its limit or priority) and for root or
-// members of --admin-group, checked against SO_PEERCRED / SO_PEERGROUPS.
+// daemon/engine/admin.h — the CLI's requests: status, jobs, set, pause, resume, report. Answers are
+// JSON text (shapes in docs/ARCHITECTURE.md). Reading status is open to every user; changing a job
+// and reading its report is for its owner (who may only lower its limit or priority, and may not
+// resume a pause an admin set) and for root or members of --admin-group, checked against
+// SO_PEERCRED / SO_PEERGROUPS.
 #pragma once
 
 #include <sys/types.h>
@@ -16,6 +17,7 @@
 
 #include "broker/broker.h"
 #include "coloc/protocol.h"
+#include "compute/gates.h"
 #include "report/job_recorder.h"
 #include "report/report_store.h"
 #include "report/report_writer.h"
@@ -54,9 +56,9 @@ struct AdminAnswer {
 
 class Admin {
  public:
-  Admin(broker::Broker& broker, std::map<broker::JobSerial, report::JobRecorder>& recorders,
+  Admin(broker::Broker& broker, compute::Gates& gates, std::map<broker::JobSerial, report::JobRecorder>& recorders,
         const report::ReportStore& store, const DaemonInfo& info)
-      : broker_(broker), recorders_(recorders), store_(store), info_(info) {}
+      : broker_(broker), gates_(gates), recorders_(recorders), store_(store), info_(info) {}
 
   /// Answers one request at monotonic time `now`.
   AdminAnswer handle(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
@@ -82,11 +84,14 @@ class Admin {
   /// Resolves "job" or "uid:job" for `caller`.
   Found find_job(const std::string& name, const Caller& caller) const;
   AdminAnswer set(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
+  /// kPause (`pause` true) or kResume: the job, as job_json, with "was" (who had paused it, or null).
+  AdminAnswer pause(const proto::AdminMsg& msg, const Caller& caller, bool pause);
   /// The report of `name`: a job id (or UID:ID), a report's file name (ID.2), or — with
   /// `newest_of_name` — a name coloc run suffixed (NAME: its newest job).
   AdminAnswer report(const std::string& name, const Caller& caller, broker::Nanos now, bool newest_of_name = true);
 
   broker::Broker& broker_;
+  compute::Gates& gates_;
   std::map<broker::JobSerial, report::JobRecorder>& recorders_;
   const report::ReportStore& store_;
   const DaemonInfo& info_;

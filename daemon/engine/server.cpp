@@ -251,7 +251,7 @@ Result<void> Server::start() {
     return memory_reader_ && dev < unreadable_.size() && unreadable_[dev];
   };
   writer_ = std::make_unique<report::ReportWriter>(store_);
-  admin_ = std::make_unique<Admin>(broker_, recorders_, store_, info_);
+  admin_ = std::make_unique<Admin>(broker_, gates_, recorders_, store_, info_);
   admin_->set_report_writer(writer_.get());
   if (!memory_reader_set_) {
     auto nvml = device::NvmlReader::open();
@@ -503,6 +503,7 @@ void Server::drop(Connection& c, const std::string& reason, std::optional<report
   }
   // The books first: the memory is free for others from this moment.
   broker_.remove_client(id, now());
+  gates_.remove_client(id);
   by_client_.erase(id);
   auto& same_pid = by_pid_[c.pid()];
   same_pid.erase(std::remove(same_pid.begin(), same_pid.end(), &c), same_pid.end());
@@ -715,6 +716,9 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   c.version = m.h.version;
   c.client = id;
   c.job = job.serial;
+  if (saved && gates_.paused(job.serial) == compute::PausedBy::kNobody)  // paused before the restart: still paused
+    if (auto by = compute::parse_paused_by(saved->paused.c_str())) gates_.set_paused(job.serial, *by);
+  gates_.add_client(id, job.serial, c.pages->control(), pages::layout_for_protocol(m.h.version));
   by_client_[id] = &c;
   by_pid_[c.pid()].push_back(&c);
   if (!spec.anchor) {  // an anchor does not re-register after a restart: none is expected back
@@ -784,8 +788,9 @@ void Server::on_admin(Connection& c, const proto::Message& m) {
   if (a.status != proto::AdminStatus::kOk)
     log::limited(log::get("engine"), spdlog::level::info, "admin uid " + std::to_string(c.uid()),
                  "admin request from {} refused: {}", c.describe(), a.text);
-  else if (proto::AdminOp(m.body.admin.op) == proto::AdminOp::kSet)
-    persist_jobs(now(), false, false);  // a new limit or priority outlives a daemon killed right after
+  else if (proto::AdminOp op = proto::AdminOp(m.body.admin.op);
+           op == proto::AdminOp::kSet || op == proto::AdminOp::kPause || op == proto::AdminOp::kResume)
+    persist_jobs(now(), false, false);  // a new limit, priority or pause outlives a daemon killed right after
   std::vector<unsigned char> buf(proto::kMaxMessage);
   size_t off = 0;
   do {
@@ -869,6 +874,7 @@ void Server::finalize_job(broker::JobSerial serial) {
   if (!broker_.find_job(rec->second.key())) job_states_.remove(rec->second.key());  // (not a new run of the same id)
   persisted_.erase(serial);
   continued_.erase(serial);
+  gates_.forget_job(serial);
   recorders_.erase(rec);
 }
 

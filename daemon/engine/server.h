@@ -19,6 +19,7 @@
 
 #include "broker/broker.h"
 #include "broker/priority_fifo_policy.h"
+#include "compute/gates.h"
 #include "config/config.h"
 #include "device/memory_reader.h"
 #include "engine/admin.h"
@@ -130,6 +131,7 @@ class Server {
   config::Config cfg_;
   broker::PriorityFifoPolicy policy_;
   broker::Broker broker_;
+  compute::Gates gates_;  ///< the compute side: pauses and every client's launch gates
   std::unique_ptr<EventLoop> loop_;
   UniqueFd signal_fd_, sample_timer_, deadline_timer_, lock_fd_;
   std::unique_ptr<Listener> listener_;
@@ -167,6 +169,7 @@ class Server {
     uint64_t revision = 0;
     broker::Bytes limit = 0;
     proto::Priority priority = proto::Priority::kNormal;
+    compute::PausedBy paused = compute::PausedBy::kNobody;
     Nanos at = 0;
     bool warned = false;
   };

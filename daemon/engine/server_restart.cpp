@@ -17,6 +17,7 @@ void Server::save_job(const broker::Job& job, const report::JobRecorder& rec, Na
   s.key = job.key;
   s.limit = job.limit;
   s.priority = proto::priority_name(job.priority);
+  s.paused = compute::paused_by_name(gates_.paused(job.serial));
   for (broker::ClientId id : job.clients) {
     const broker::Client* c = broker_.find_client(id);
     // The anchor (coloc run) too: while it lives, the job is not over (it registers again).
@@ -32,7 +33,7 @@ void Server::save_job(const broker::Job& job, const report::JobRecorder& rec, Na
     p.warned = true;
     return;
   }
-  p = {rec.revision(), job.limit, job.priority, t, false};
+  p = {rec.revision(), job.limit, job.priority, gates_.paused(job.serial), t, false};
 }
 
 void Server::persist_jobs(Nanos t, bool force, bool throttle) {
@@ -49,7 +50,8 @@ void Server::persist_jobs(Nanos t, bool force, bool throttle) {
     // processes' own start; see claim_saved.)
     if (throttle && !force && p == persisted_.end() && t - job.started < kEvery) continue;
     bool changed = p == persisted_.end() || p->second.revision != rec->second.revision() ||
-                   p->second.limit != job.limit || p->second.priority != job.priority;
+                   p->second.limit != job.limit || p->second.priority != job.priority ||
+                   p->second.paused != gates_.paused(job.serial);
     if (force || changed || t - p->second.at >= kRefresh) save_job(job, rec->second, t);
   }
   // The daemon is running: should it die now, the jobs it had were alive until about here.

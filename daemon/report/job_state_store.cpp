@@ -74,6 +74,7 @@ json JobStateStore::to_json(const SavedJob& j) {
           {"job", j.key.id},
           {"limit", j.limit},
           {"priority", j.priority},
+          {"paused", j.paused.empty() ? json(nullptr) : json(j.paused)},
           {"pids", pids},
           {"saved_mono_ns", j.saved_mono},
           {"saved_unix_ms", j.saved_unix_ms},
@@ -99,6 +100,11 @@ Result<SavedJob> JobStateStore::from_json(const json& j) {
   if (s.key.id.empty()) return bad("job is empty");
   s.limit = j["limit"].get<uint64_t>();
   s.priority = j["priority"].get<std::string>();
+  if (j.contains("paused") && !j["paused"].is_null()) {  // absent in states saved before pause existed
+    if (!j["paused"].is_string() || (j["paused"] != "owner" && j["paused"] != "admin"))
+      return bad("paused is not \"owner\", \"admin\" or null");
+    s.paused = j["paused"].get<std::string>();
+  }
   s.saved_mono = j["saved_mono_ns"].get<uint64_t>();
   s.saved_unix_ms = j["saved_unix_ms"].get<int64_t>();
   s.boot_id = j["boot_id"].get<std::string>();

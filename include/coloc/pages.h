@@ -6,8 +6,8 @@
 //   with F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL: from then on nobody can
 //   map it writable, mprotect a mapping writable, write(2) to it or change its size, so the job
 //   cannot raise its own limit or grant. The client maps it PROT_READ, MAP_SHARED.
-//   Daemon writes: magic, layout version, slot count and epoch once before sending; the gate
-//   state whenever a compute policy changes it (RUN in this release); the job's priority when it
+//   Daemon writes: magic, layout version, slot count and epoch once before sending; the gates
+//   whenever they change (the launch gate, below); the job's priority when it
 //   changes (coloc set); per slot, uuid then
 //   `attached` (release) when the device is attached, `limit` when the job's limit changes
 //   (coloc set), `grant` when the grant grows (before the GrowReply is sent) or shrinks.
@@ -31,6 +31,20 @@
 //   seq_cst store/load pairs cannot both miss each other), so no allocation slips past the books.
 //   Grants only grow in reply to a Grow/Attach, so a client never sees a grant it did not ask for
 //   except after re-registration.
+//
+// The launch gate (layout 4)
+//   Each slot has its own gate (SlotGate): a job on two devices may run on one and wait on the
+//   other. The page's `gate` is their summary: kRun exactly when every slot's state is kRun, so a
+//   launch in the common case costs one relaxed load (interpose/gate.h). The daemon changes a gate
+//   only like this:
+//       gates[s].state.store(new, release); summary.store(run-if-all-run, release);
+//       gates[s].seq.fetch_add(1, release); futex(&gates[s].seq, FUTEX_WAKE, INT_MAX)
+//   and a waiting client (the slot's state not kRun) like this:
+//       q = gates[s].seq.load(acquire); if (gates[s].state.load(acquire) == kRun) go;
+//       futex(&gates[s].seq, FUTEX_WAIT, q, timeout)   (shared: no FUTEX_PRIVATE_FLAG)
+//   The client cannot write to the page, so it cannot say that it waits: the daemon wakes on every
+//   change. A page of layout 3 or older has no gates: its summary stays kRun, and the client is
+//   served without gating.
 //
 // Rules for this header: it is compiled into libcoloc.so; glibc and standard headers only. The
 // fields every thread reads on a fast path are std::atomic, lock-free, read with relaxed loads
@@ -56,19 +70,33 @@ inline constexpr uint32_t kSlots = proto::kMaxDevices;
 ///      accepts both (in a layout-1 page the field is the zero reserved word: "not known").
 ///   3  ControlSlot::overhead (the slot's last 8 bytes, zero padding before). Layout 3 for
 ///      protocol v5; a client accepts all three (in an older page the word is zero: "none").
+///   4  ControlPage::gates (one SlotGate per slot, after the slots; zero = kRun, so an older page
+///      reads as "never gated"). Layout 4 for protocol v6; a client accepts all four.
 inline constexpr uint32_t kControlMagic = 0x50434c43u;  // "CLCP"
 inline constexpr uint32_t kStatsMagic = 0x53434c43u;    // "CLCS"
-inline constexpr uint16_t kLayoutVersion = 3;
+inline constexpr uint16_t kLayoutVersion = 4;
 inline constexpr uint16_t kMinLayoutVersion = 1;
 /// The page layout colocd makes for a client speaking protocol `version`.
-inline constexpr uint16_t layout_for_protocol(uint16_t version) { return version >= 5 ? 3 : version >= 4 ? 2 : 1; }
+inline constexpr uint16_t layout_for_protocol(uint16_t version) {
+  return version >= 6 ? 4 : version >= 5 ? 3 : version >= 4 ? 2 : 1;
+}
+/// The oldest layout with launch gates (ControlPage::gates).
+inline constexpr uint16_t kGatedLayout = 4;
 
-/// The launch gate. Only kRun exists in this release; the compute policies add the others.
+/// A launch gate's state. A launch waits in every state but kRun (interpose/gate.h); the state
+/// says why (the job report's gate wait by cause).
 enum class GateState : uint32_t {
   kRun = 0,        ///< launch freely
-  kThrottle = 1,   ///< (later) a local token bucket at the rate the daemon sets
-  kTimeslice = 2,  ///< (later) wait on a futex until this job holds the device
-  kPaused = 3,     ///< (later) wait
+  kThrottle = 1,   ///< (the priority policy) wait while the job's in-flight window is full
+  kTimeslice = 2,  ///< wait until this job holds the device (its quantum)
+  kPaused = 3,     ///< wait until `coloc resume`
+};
+inline constexpr uint32_t kGateStates = 4;
+
+/// (layout 4) One device's launch gate (see "The launch gate" above).
+struct SlotGate {
+  std::atomic<uint32_t> state;  ///< GateState of launches on the slot's device
+  std::atomic<uint32_t> seq;    ///< the futex word: bumped after every change of `state`
 };
 
 /// One device of the control page (one cache line).
@@ -96,11 +124,12 @@ struct ControlPage {
   uint16_t layout_version;   ///< kLayoutVersion
   uint16_t slot_count;       ///< kSlots
   uint64_t epoch;            ///< RegisterReply::epoch of the daemon that made the page
-  std::atomic<uint32_t> gate;      ///< GateState; the launch fast path reads it (relaxed)
-  std::atomic<uint32_t> gate_seq;  ///< bumped on every gate change (a futex word for later use)
+  std::atomic<uint32_t> gate;      ///< summary: kRun iff every gates[s].state is kRun (fast path, relaxed)
+  std::atomic<uint32_t> gate_seq;  ///< bumped on every change of any gate (informational)
   std::atomic<uint32_t> priority;  ///< the job's proto::Priority now (coloc set); sent back on re-registration
   uint8_t reserved[36];
   ControlSlot slots[kSlots];
+  SlotGate gates[kSlots];  ///< (layout 4) per slot; all zero (kRun) in older layouts
 };
 
 /// One device of the stats page (one cache line). All counters only grow, except in_use.
@@ -115,6 +144,13 @@ struct alignas(64) StatsSlot {
   std::atomic<uint64_t> launches;           ///< kernel launches (flushed from thread-local counts)
 };
 
+/// (layout 4) One device's launch-gate counters (one cache line), indexed by GateState (the
+/// kRun entries stay zero: a launch in RUN does not wait).
+struct alignas(64) GateStats {
+  std::atomic<uint64_t> wait_ns[kGateStates];  ///< time launches spent waiting at the gate, by why
+  std::atomic<uint64_t> waits[kGateStates];    ///< launches that waited, by why
+};
+
 /// The stats page (client writes, daemon reads). The header is written by the daemon before it
 /// sends the page; the client must not change it.
 struct StatsPage {
@@ -123,6 +159,7 @@ struct StatsPage {
   uint16_t slot_count;      ///< kSlots
   uint8_t reserved[56];
   StatsSlot slots[kSlots];
+  GateStats gates[kSlots];  ///< (layout 4) per slot; unused (zero) in older layouts
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "page counters must be lock-free");
@@ -140,7 +177,9 @@ static_assert(offsetof(ControlSlot, overhead) == 56);
 static_assert(offsetof(StatsPage, slots) == 64);
 static_assert(offsetof(StatsSlot, in_use) == 0);
 static_assert(offsetof(StatsSlot, launches) == 56);
-static_assert(sizeof(ControlPage) == 64 + 64 * kSlots && sizeof(ControlPage) <= kPageSize);
-static_assert(sizeof(StatsPage) == 64 + 64 * kSlots && sizeof(StatsPage) <= kPageSize);
+static_assert(sizeof(SlotGate) == 8 && offsetof(ControlPage, gates) == 64 + 64 * kSlots);
+static_assert(sizeof(ControlPage) == 64 + 72 * kSlots && sizeof(ControlPage) <= kPageSize);
+static_assert(sizeof(GateStats) == 64 && offsetof(StatsPage, gates) == 64 + 64 * kSlots);
+static_assert(sizeof(StatsPage) == 64 + 128 * kSlots && sizeof(StatsPage) <= kPageSize);
 
 }  // namespace coloc::pages

@@ -54,6 +54,10 @@
 //         right after the process's first context on a device, from which colocd estimates the
 //         driver overhead when it has no per-process figure (NVML). A v4 daemon refuses a v5
 //         client with kVersion: clients then speak v4 (without caps and footprints).
+//     v6  The pages' layout 4 (pages.h: a launch gate per slot, ControlPage::gates); a v5 client
+//         gets layout-3 pages and is served without gating. Admin ops kPause and kResume (below
+//         v6 they are malformed). Every message layout is identical in v5 and v6. A v5 daemon
+//         refuses a v6 client with kVersion: clients then speak v5 (never gated).
 //
 // Validation
 //   decode() checks everything a peer could get wrong: the header, the exact size for the type and
@@ -74,7 +78,7 @@
 namespace coloc::proto {
 
 /// The version this header speaks, and the oldest one a daemon built from it still accepts.
-inline constexpr uint16_t kVersion = 5;
+inline constexpr uint16_t kVersion = 6;
 inline constexpr uint16_t kMinVersion = 1;
 
 /// First four bytes of every message: "COLC" in memory order on little-endian machines.
@@ -158,8 +162,14 @@ inline constexpr uint16_t kRegResume = 1u << 0;  ///< re-registration after a da
 /// command's exit status, which becomes the job's.
 inline constexpr uint16_t kRegAnchor = 1u << 1;
 
-/// Admin operations (the CLI). Any user may read; kSet is checked against SO_PEERCRED.
-enum class AdminOp : uint32_t { kStatus = 1, kJobs = 2, kSet = 3, kReport = 4 };
+/// Admin operations (the CLI). Any user may read; kSet, kPause and kResume are checked against
+/// SO_PEERCRED. kPause (v6): the job's launches wait at the gate on every device until kResume
+/// (v6); its memory stays.
+enum class AdminOp : uint32_t { kStatus = 1, kJobs = 2, kSet = 3, kReport = 4, kPause = 5, kResume = 6 };
+/// The newest AdminOp of protocol `version`.
+inline constexpr uint32_t last_admin_op(uint16_t version) {
+  return version >= 6 ? uint32_t(AdminOp::kResume) : uint32_t(AdminOp::kReport);
+}
 /// AdminMsg::set_fields bits for kSet.
 inline constexpr uint32_t kSetMem = 1u << 0;
 inline constexpr uint32_t kSetPriority = 1u << 1;
@@ -786,11 +796,12 @@ inline Status validate(const GoodbyeMsg& m) noexcept {
   return {};
 }
 inline Status validate(const AdminMsg& m) noexcept {
-  if (m.op < uint32_t(AdminOp::kStatus) || m.op > uint32_t(AdminOp::kReport)) return detail::fail(Error::kBadEnum, "Admin.op");
+  if (m.op < uint32_t(AdminOp::kStatus) || m.op > last_admin_op(kVersion)) return detail::fail(Error::kBadEnum, "Admin.op");
   if (!detail::all_zero(m.reserved0)) return detail::fail(Error::kReserved, "Admin.reserved0");
   if (!detail::string_ok(m.job, detail::Charset::kJobId)) return detail::fail(Error::kBadString, "Admin.job");
   bool is_set = m.op == uint32_t(AdminOp::kSet);
-  bool needs_job = is_set || m.op == uint32_t(AdminOp::kReport);
+  bool needs_job = is_set || m.op == uint32_t(AdminOp::kReport) || m.op == uint32_t(AdminOp::kPause) ||
+                   m.op == uint32_t(AdminOp::kResume);
   if (needs_job != (m.job[0] != '\0')) return detail::fail(Error::kBadString, "Admin.job");
   if (!is_set) {
     if (m.set_fields != 0 || m.mem != 0 || m.priority != 0) return detail::fail(Error::kReserved, "Admin.set_fields");
@@ -941,6 +952,15 @@ inline Status decode_body(const void* data, size_t len, Message* out, ContextFoo
   return validate(*into);
 }
 
+/// Admin: one layout in every version; kPause and kResume are v6 ops.
+inline Status decode_body(const void* data, size_t len, Message* out, AdminMsg* into) noexcept {
+  if (len < sizeof *into) return fail(Error::kShort, "Admin");
+  if (len > sizeof *into) return fail(Error::kTooLong, "Admin");
+  std::memcpy(into, data, sizeof *into);
+  if (into->op > last_admin_op(out->h.version)) return fail(Error::kBadEnum, "Admin.op (pause and resume: v6)");
+  return validate(*into);
+}
+
 /// AdminReply: a fixed part, then `length` bytes of payload.
 inline Status decode_body(const void* data, size_t len, Message* out, AdminReplyMsg* into) noexcept {
   if (len < sizeof(AdminReplyMsg)) return fail(Error::kShort, "AdminReply");
@@ -1038,7 +1058,8 @@ inline Encoded write_layout(Old old, void* buf, size_t cap) noexcept {
 /// bytes). The body is validated first; `msg.h` is ignored. `version` must be in
 /// kMinVersion..kVersion; a Register at version 1 is written in the RegisterV1 layout, dropping
 /// wait_timeout_ns and cmdline; below version 5 an Attach is written in the AttachV4 layout and a
-/// Register's ledger caps as 0, dropping the caps; a ContextFootprint below 5 is kBadVersion.
+/// Register's ledger caps as 0, dropping the caps; a ContextFootprint below 5 and an Admin
+/// kPause/kResume below 6 are kBadVersion.
 template <class T>
 inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_t version) noexcept {
   Encoded r;
@@ -1048,6 +1069,9 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
   if (Status s = validate(copy); !s) { r.status = s; return r; }
   if constexpr (std::is_same_v<T, ContextFootprintMsg>) {
     if (version < 5) { r.status = detail::fail(Error::kBadVersion, "ContextFootprint (v5)"); return r; }
+  }
+  if constexpr (std::is_same_v<T, AdminMsg>) {
+    if (copy.op > last_admin_op(version)) { r.status = detail::fail(Error::kBadVersion, "Admin.op (pause and resume: v6)"); return r; }
   }
   if constexpr (std::is_same_v<T, AttachMsg>) {
     if (version < 5) {  // an older daemon knows no caps: they are left out

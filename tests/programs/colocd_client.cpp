@@ -24,7 +24,8 @@
 //     hold-file:PATH            hold until PATH exists
 //     close                     hang up without a goodbye (the process keeps running)
 //     wait-file:PATH            wait until PATH exists, without reading the connection
-//     fork-hold   goodbye:CODE   exit:CODE   status
+//     fork-hold   goodbye:CODE   exit:CODE
+//     status                    the attached slots (grant, limit, in use, launch gate) and the gate summary
 //     raw:HEX                   send raw bytes (malformed-input tests)
 //     sendfd                    send a valid Shrink carrying an unasked descriptor
 //     recv                      read one datagram and print it (e.g. the daemon's Error)
@@ -409,10 +410,13 @@ void step_status(Client& c) {
     s += std::string(first ? "" : ",") + "{\"slot\":" + std::to_string(i) +
          ",\"grant\":" + std::to_string(c.pages.control->slots[i].grant.load()) +
          ",\"limit\":" + std::to_string(c.pages.control->slots[i].limit.load()) +
-         ",\"in_use\":" + std::to_string(c.pages.stats->slots[i].in_use.load()) + "}";
+         ",\"in_use\":" + std::to_string(c.pages.stats->slots[i].in_use.load()) +
+         ",\"gate\":" + std::to_string(c.pages.control->gates[i].state.load()) +
+         ",\"gate_seq\":" + std::to_string(c.pages.control->gates[i].seq.load()) + "}";
     first = false;
   }
-  out(s + "]}");
+  // The page's launch-gate summary (pages.h; always 0, RUN, in pages older than layout 4).
+  out(s + "],\"gate\":" + std::to_string(c.pages.control->gate.load()) + "}");
 }
 
 void step_raw(Client& c, const std::string& hex) {

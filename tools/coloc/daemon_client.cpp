@@ -53,8 +53,9 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
   }
   proto::Status st;
   // Admin requests and replies are the same in every version since v1: sent as v2, so that a colocd
-  // of protocol v2 (older than this coloc) still answers coloc status, jobs, report and set.
-  constexpr uint16_t kAdminVersion = 2;
+  // of protocol v2 (older than this coloc) still answers coloc status, jobs, report and set. Pause
+  // and resume are v6 ops: sent as v6 (an older colocd refuses the version, and says so).
+  const uint16_t kAdminVersion = msg.op > proto::last_admin_op(2) ? 6 : 2;
   if (int rc = wire::send(fd, msg, 1, kAdminVersion, &st); rc != 0) {
     ::close(fd);
     a.kind = rc == -EINVAL ? Answer::Kind::kProtocol : Answer::Kind::kUnreachable;

@@ -139,7 +139,7 @@ std::string status_table(const json& s) {
     }
     Table j({"JOB", "USER", "PRIORITY", "STATE", "LIMIT", "RESERVED", "IN USE", "DRIVER OVERHEAD", "PEAK", "GRANTED"});
     for (const json& job : dev.at("jobs"))
-      j.add({str(job, "job"), str(job, "user"), str(job, "priority"), str(job, "state"), bytes_text(job["limit"]),
+      j.add({str(job, "job"), str(job, "user"), str(job, "priority"), job_state_text(job), bytes_text(job["limit"]),
              bytes_text(job["reserved"]), bytes_text(job["in_use"]), bytes_text(job.value("driver_overhead", json(0))),
              bytes_text(job["peak"]), bytes_text(job["granted"])});
     o << "\n" << j.render("  ");
@@ -166,6 +166,28 @@ std::string set_text(const json& r) {
   return o.str();
 }
 
+std::string pause_text(const json& r, bool pause) {
+  const std::string job = str(r, "job");
+  const json was = r.value("was", json(nullptr));
+  const json by = r.value("paused_by", json(nullptr));
+  std::ostringstream o;
+  if (pause) {
+    o << "job " << job << (was.is_null() ? " paused" : " was already paused")
+      << ": its launches wait on every device; its memory stays";
+    if (by == "admin") o << " (paused by an admin)";
+    o << ". `coloc resume " << job << "` lets it run again.\n";
+  } else {
+    o << "job " << job << (was.is_null() ? " was not paused" : " resumed") << "\n";
+  }
+  return o.str();
+}
+
+std::string job_state_text(const json& j) {
+  const std::string state = str(j, "state");
+  if (j.value("compute_state", std::string("running")) != "paused") return state;
+  return state == "running" ? "paused" : state + "+paused";
+}
+
 std::string jobs_table(const json& jobs) {
   const json& list = jobs.at("jobs");
   if (list.empty()) return "No jobs.\n";
@@ -184,7 +206,7 @@ std::string jobs_table(const json& jobs) {
         lower += (lower.empty() ? "" : ", ") + bytes_text(*dl) + " on " + short_uuid(str(d, "uuid"));
     }
     for (const json& p : j.at("pids")) pids += (pids.empty() ? "" : ",") + p.dump();
-    t.add({str(j, "job"), str(j, "user"), str(j, "priority"), str(j, "state"),
+    t.add({str(j, "job"), str(j, "user"), str(j, "priority"), job_state_text(j),
            bytes_text(j["limit"]) + (lower.empty() ? "" : " (" + lower + ")"), bytes_text(j["in_use"]),
            bytes_text(j.value("driver_overhead", json(0))), bytes_text(j["peak"]), bytes_text(j["granted"]),
            devs.empty() ? "-" : devs, pids});

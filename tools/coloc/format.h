@@ -29,6 +29,12 @@ std::string status_table(const nlohmann::json& status);
 /// reservation the new limit touched (`reservation_changes` of the reply: raised, lowered, or kept
 /// with the reason and what is available now).
 std::string set_text(const nlohmann::json& reply);
+/// `coloc pause` (`pause` true) or `coloc resume`: what changed, from the reply's job (as status
+/// shows it) and `was` (who had paused it, or null).
+std::string pause_text(const nlohmann::json& reply, bool pause);
+/// A job's STATE column: its memory state ("running", "waiting", "admission-pending"), or
+/// "paused" for a running job whose launches are held ("waiting+paused" etc. otherwise).
+std::string job_state_text(const nlohmann::json& job);
 /// `coloc jobs`: one line per job.
 std::string jobs_table(const nlohmann::json& jobs);
 /// The bytes a refused request of a report's `oom_events` entry asked for, alone. The daemon

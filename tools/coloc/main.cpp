@@ -362,8 +362,18 @@ int run_cli(int argc, char** argv) {
   set_cmd->add_option("--priority", set_priority, "high, normal or best-effort");
   set_cmd->add_flag("--json", json_out, "Print the daemon's JSON answer (the job, and reservation_changes)");
 
+  // pause, resume
+  CLI::App* pause_cmd = app.add_subcommand(
+      "pause", "Hold a running job's launches on every device until `coloc resume` (its memory stays)");
+  pause_cmd->add_option("job", job, "Job id, or UID:JOB")->required();
+  pause_cmd->add_flag("--json", json_out, "Print the daemon's JSON answer (the job, and who had paused it)");
+  pause_cmd->footer("Owners may pause and resume their own jobs; resuming a pause an admin set needs root or the admin group.");
+  CLI::App* resume_cmd = app.add_subcommand("resume", "Let a paused job launch again");
+  resume_cmd->add_option("job", job, "Job id, or UID:JOB")->required();
+  resume_cmd->add_flag("--json", json_out, "Print the daemon's JSON answer (the job, and who had paused it)");
+
   // Every subcommand's --help names the global option too (it may come before or after the subcommand).
-  for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, set_cmd})
+  for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, set_cmd, pause_cmd, resume_cmd})
     sub->footer((sub->get_footer().empty() ? std::string() : sub->get_footer() + "\n") +
                 "Global: --socket PATH  colocd's socket, before or after the subcommand (default: $COLOC_SOCKET, else "
                 "/run/coloc/colocd.sock)");
@@ -438,6 +448,13 @@ int run_cli(int argc, char** argv) {
     }
     if (!ask(socket, m, &j, &code)) return code;
     std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::set_text(j));
+    return kOk;
+  }
+  if (pause_cmd->parsed() || resume_cmd->parsed()) {
+    const bool pause = pause_cmd->parsed();
+    if (!ask(socket, admin_msg(pause ? coloc::proto::AdminOp::kPause : coloc::proto::AdminOp::kResume, job), &j, &code))
+      return code;
+    std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::pause_text(j, pause));
     return kOk;
   }
   return kUsage;

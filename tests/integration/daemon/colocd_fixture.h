@@ -3,6 +3,8 @@
 // the daemon for its books.
 #pragma once
 
+#include <dirent.h>
+
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -116,6 +118,21 @@ class Colocd {
   std::string socket_, state_, old_logs_;
   std::unique_ptr<Proc> proc_;
 };
+
+/// The saved state of job `id` in <state>/jobs (null when none).
+inline nlohmann::json saved_job(const Colocd& d, const std::string& id) {
+  nlohmann::json found;
+  if (DIR* dir = ::opendir((d.state() + "/jobs").c_str())) {
+    while (dirent* e = ::readdir(dir)) {
+      std::string n = e->d_name;
+      if (n.size() < 5 || n.compare(n.size() - 5, 5, ".json") != 0) continue;
+      auto j = nlohmann::json::parse(read_file(d.state() + "/jobs/" + n), nullptr, false);
+      if (!j.is_discarded() && j.is_object() && j.value("job", "") == id) found = j;
+    }
+    ::closedir(dir);
+  }
+  return found;
+}
 
 /// The last JSON line of a client's stdout whose "event" is `event` (null when none yet).
 inline nlohmann::json event_of(const Proc& p, const std::string& event) {

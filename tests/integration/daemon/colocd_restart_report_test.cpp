@@ -26,21 +26,6 @@ namespace {
 constexpr uint64_t MiB = 1ull << 20;
 constexpr uint64_t GiB = 1ull << 30;
 
-/// The saved state of job `id` in <state>/jobs (null when none).
-json saved_job(const Colocd& d, const std::string& id) {
-  json found;
-  if (DIR* dir = ::opendir((d.state() + "/jobs").c_str())) {
-    while (dirent* e = ::readdir(dir)) {
-      std::string n = e->d_name;
-      if (n.size() < 5 || n.compare(n.size() - 5, 5, ".json") != 0) continue;
-      json j = json::parse(read_file(d.state() + "/jobs/" + n), nullptr, false);
-      if (!j.is_discarded() && j.is_object() && j.value("job", "") == id) found = j;
-    }
-    ::closedir(dir);
-  }
-  return found;
-}
-
 /// The running job's report as `coloc report` shows it.
 json live_report(const Colocd& d, const std::string& job) {
   coloc::cli::Answer a = d.ask(coloc::proto::AdminOp::kReport, job);

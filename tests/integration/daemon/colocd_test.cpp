@@ -204,16 +204,16 @@ TEST_CASE("colocd: the previous protocol version is accepted") {
   CHECK(d.log().find("[protocol v1]") != std::string::npos);
 }
 
-TEST_CASE("colocd: each protocol version gets the page layout it knows (v3: layout 1, v4: layout 2, v5: layout 3)") {
+TEST_CASE("colocd: each protocol version gets the page layout it knows (v3: 1, v4: 2, v5: 3, v6: 4)") {
   Colocd d;
-  for (int v : {3, 4, 5}) {
+  for (int v : {3, 4, 5, 6}) {
     CAPTURE(v);
     auto c = d.client({"--proto", std::to_string(v), "--job", "layout-" + std::to_string(v), "attach:1:10GiB:100MiB",
                        "alloc:0:1GiB", "goodbye:0", "exit:0"});
     ProcResult r = c->wait(10s);
     REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
-    CHECK(event_of(*c, "registered")["layout"] == (v >= 5 ? 3 : v >= 4 ? 2 : 1));
-    CHECK(event_of(*c, "registered")["stats_layout"] == (v >= 5 ? 3 : v >= 4 ? 2 : 1));
+    CHECK(event_of(*c, "registered")["layout"] == v - 2);
+    CHECK(event_of(*c, "registered")["stats_layout"] == v - 2);
     CHECK(event_of(*c, "alloc")["ok"] == true);
   }
 }

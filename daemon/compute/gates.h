@@ -1,0 +1,76 @@
+// daemon/compute/gates.h — the compute side's books: which jobs are paused, and the launch gate on
+// every registered client's control page (coloc/pages.h, "The launch gate").
+//
+// The engine tells Gates about clients as they register and leave, and about pauses (coloc pause,
+// coloc resume). Gates decides each client's gate from its job's state and writes it, in the order
+// pages.h gives, waking the client's waiters (a shared futex on the page) on every change. A client
+// whose page is older than pages::kGatedLayout has no gates: it is served without gating, and
+// counted as such (status shows it).
+//
+// Single-threaded (the event loop). Pure but for the page writes and the futex wake.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+
+#include "broker/types.h"
+#include "coloc/pages.h"
+
+namespace coloc::compute {
+
+using broker::ClientId;
+using broker::JobSerial;
+
+/// Who paused a job: resuming a pause that an admin set needs an admin.
+enum class PausedBy : uint8_t { kNobody = 0, kOwner = 1, kAdmin = 2 };
+
+/// "owner", "admin" (kNobody: null in JSON, so not named here).
+const char* paused_by_name(PausedBy p);
+/// The inverse of paused_by_name; nullopt for anything else.
+std::optional<PausedBy> parse_paused_by(const char* s);
+
+/// The gate state a job's launches are in now (status' compute_state).
+enum class ComputeState : uint8_t { kRunning, kPaused };
+const char* compute_state_name(ComputeState s);
+
+class Gates {
+ public:
+  /// A client registered: `page` is its control page (the engine owns it; valid until
+  /// remove_client) of layout `layout`. Its gates are written at once from its job's state.
+  void add_client(ClientId id, JobSerial job, pages::ControlPage* page, uint16_t layout);
+  /// The client left: its page is no longer written.
+  void remove_client(ClientId id);
+  /// The job ended: its state is forgotten (a later job of the same id starts unpaused).
+  void forget_job(JobSerial job);
+
+  /// Pauses the job (by != kNobody) or resumes it (kNobody), writing every client's gates on
+  /// every device. A job unknown so far is remembered (its clients to come start paused).
+  void set_paused(JobSerial job, PausedBy by);
+  PausedBy paused(JobSerial job) const;
+  ComputeState state(JobSerial job) const;
+  /// The job's clients on pages without gates (served ungated).
+  size_t ungated(JobSerial job) const;
+
+ private:
+  struct ClientEntry {
+    JobSerial job = 0;
+    pages::ControlPage* page = nullptr;
+    uint16_t layout = 0;
+  };
+  struct JobEntry {
+    PausedBy paused = PausedBy::kNobody;
+  };
+  void apply(const ClientEntry& c) const;
+  pages::GateState wanted(JobSerial job) const;
+
+  std::map<ClientId, ClientEntry> clients_;
+  std::map<JobSerial, JobEntry> jobs_;
+};
+
+/// Writes `state` to every gate of `page` and its summary, in pages.h's order, and wakes the
+/// waiters of each slot whose state changed. Returns how many slots changed.
+int write_gates(pages::ControlPage& page, pages::GateState state);
+
+}  // namespace coloc::compute
