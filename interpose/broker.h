@@ -37,6 +37,7 @@
 #include <cstdint>
 
 #include "coloc/pages.h"
+#include "cuda_api.h"
 #include "job_share.h"
 #include "mutex.h"
 #include "options.h"
@@ -156,9 +157,11 @@ class Broker {
     if (cap) out[0] = '\0';
   }
 
-  /// Called by a launch when control().gate is not pages::GateState::kRun, with the state read.
-  /// May block (timeslice, paused); returns when the launch may go ahead.
-  virtual void gate_wait(uint32_t state) = 0;
+  /// Called by a launch when control().gate is not pages::GateState::kRun, with the state read,
+  /// the stream the launch goes to and whether the entry point is a `_ptsz` one (its stream 0 is
+  /// the per-thread default stream). May block (timeslice, paused); returns when the launch may go
+  /// ahead. A launch into a capturing stream never waits (it records, it does not execute).
+  virtual void gate_wait(uint32_t state, CUstream stream, bool per_thread) = 0;
 
   /// Called now and then by launches (every kLaunchFlushEvery launches of one entry point on one
   /// thread) and before the process ends: adds the launches counted since the last flush to the
@@ -218,7 +221,7 @@ class LocalBroker final : public Broker {
   void surplus(int slot, uint64_t in_use) override;
   bool driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) override;
   void describe_refusal(int slot, Refusal why, char* out, size_t cap) override;
-  void gate_wait(uint32_t state) override;
+  void gate_wait(uint32_t state, CUstream stream, bool per_thread) override;
   uint64_t job_others(int slot) override;
   void at_exit() override;
   void after_fork_child() override;

@@ -709,13 +709,18 @@ void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap
 }
 
 // The daemon sets only RUN in this release (pages.h); a launch never waits.
-void DaemonBroker::gate_wait(uint32_t) {
+void DaemonBroker::gate_wait(uint32_t, CUstream stream, bool per_thread) {
   if (mode_.load(std::memory_order_acquire) != Mode::daemon || gate_override_.load(std::memory_order_acquire)) return;
-  const int slot = devices().known_current_slot();
+  const bool default_stream = stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
+  const int slot = default_stream ? devices().known_current_slot() : devices().of_stream(stream).slot;
   if (slot < 0 || slot >= kMaxDevices) return;  // not a context of ours: ungated (daemon_broker.h)
   const pages::SlotGate& g = control().gates[slot];
   uint32_t state = g.state.load(std::memory_order_acquire);
   if (state == uint32_t(pages::GateState::kRun) || state >= pages::kGateStates) return;
+  // A capture in progress is never disturbed: the launch only records into the graph.
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult cr = per_thread ? call<Fn::cuStreamIsCapturing_ptsz>(stream, &cs) : call<Fn::cuStreamIsCapturing>(stream, &cs);
+  if (cr == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (cr == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE)) return;
   const uint64_t t0 = monotonic_ns();
   const uint32_t why = state;  // the state it first waited in (a pause that turns into a quantum wait: the pause)
   {

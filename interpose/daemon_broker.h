@@ -43,8 +43,12 @@
 //                  open locally (the link thread wakes every waiter) until the next registration
 //                  maps the new daemon's pages: a job never sleeps on a dead daemon's word. The
 //                  time each launch waited goes to the stats page's GateStats, by the state.
-//                  A launch on a context whose slot is not known (not created through the hooks)
-//                  is not gated.
+//                  The launch's device is its stream's context's (the current context's for the
+//                  null, legacy and per-thread streams); one on a context whose slot is not known
+//                  (not created through the hooks) is not gated. A launch into a capturing stream
+//                  (cuStreamIsCapturing: ACTIVE or INVALIDATED, or CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+//                  for the legacy stream during a global capture) passes: it records, it does not
+//                  run, and waiting would stall the capture.
 //   exit           on_exit: launches flushed, Goodbye with the exit status.
 //   waits          a pending SIGINT/SIGTERM ends any wait (signal_wait.h): a Cancel is sent, its
 //                  reply read; a grant that raced with it is kept (the allocation succeeds). A
@@ -91,7 +95,7 @@ class DaemonBroker final : public Broker, private LinkOwner {
   Refusal grow(int slot, uint64_t wanted) override;
   void surplus(int slot, uint64_t in_use) override;
   bool driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) override;
-  void gate_wait(uint32_t state) override;
+  void gate_wait(uint32_t state, CUstream stream, bool per_thread) override;
   /// True while the gates are open locally (the daemon is away).
   bool gates_overridden() const { return gate_override_.load(std::memory_order_acquire); }
   void describe_refusal(int slot, Refusal why, char* out, size_t cap) override;

@@ -4,7 +4,7 @@
 // never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
 // limits exactly as it was.
 //
-// Fast path of every launch: one relaxed load of the gate word on the control page, and one
+// Fast path of every launch: one relaxed load of the gate summary on the control page, and one
 // increment of a counter in this thread's own block. Nothing is written to a cache line another
 // thread writes. Each thread's block is allocated at its first hook call and registered in a
 // lock-free list; at thread exit the block is handed to the next new thread (its counts stay:
@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <tuple>
 
 #include "broker.h"
 #include "hook_table.h"
@@ -56,10 +57,32 @@ inline void count_launch(Fn id) {
 /// Launches so far in this process, every launch entry point and thread summed.
 uint64_t total_launches();
 
-/// Waits at the launch gate when the control page says so (never in state RUN).
-inline void gate_pass() {
+/// The stream argument of launch entry point `id` called with `args`.
+template <Fn id, class... A>
+inline CUstream launch_stream(const A&... args) {
+  auto t = std::forward_as_tuple(args...);
+  if constexpr (id == Fn::cuLaunchKernelEx || id == Fn::cuLaunchKernelEx_ptsz) {
+    const CUlaunchConfig* c = std::get<0>(t);
+    return c ? c->hStream : nullptr;
+  } else if constexpr (id == Fn::cuGraphLaunch || id == Fn::cuGraphLaunch_ptsz) {
+    return std::get<1>(t);
+  } else {  // cuLaunchKernel, cuLaunchCooperativeKernel (and _ptsz): hStream is the ninth
+    return std::get<8>(t);
+  }
+}
+/// Whether `id` is a per-thread-default-stream (_ptsz) entry point.
+template <Fn id>
+inline constexpr bool per_thread_launch = id == Fn::cuLaunchKernel_ptsz || id == Fn::cuLaunchKernelEx_ptsz ||
+                                          id == Fn::cuLaunchCooperativeKernel_ptsz || id == Fn::cuGraphLaunch_ptsz;
+
+/// Waits at the launch gate when the control page says so (never in state RUN): the launch of
+/// entry point `id` with its arguments `args` (its stream picks the device and says whether it
+/// is capturing; only read off the fast path).
+template <Fn id, class... A>
+inline void gate_pass(const A&... args) {
   uint32_t state = control().gate.load(std::memory_order_relaxed);
-  if (state != uint32_t(pages::GateState::kRun)) [[unlikely]] broker().gate_wait(state);
+  if (state != uint32_t(pages::GateState::kRun)) [[unlikely]]
+    broker().gate_wait(state, launch_stream<id>(args...), per_thread_launch<id>);
 }
 
 /// Calls of hook `id` so far in this process, summed over all threads (live and exited).

@@ -510,7 +510,7 @@ CUresult launch(CUgraphExec exec, CUstream stream) {
   if (g_mem_execs.load(std::memory_order_relaxed) > 0) [[unlikely]] {
     if (CUresult r = bind_exec(exec, kFnName[index(id)], &t); r != CUDA_SUCCESS) return r;
   }
-  gate_pass();
+  gate_pass<id>(exec, stream);
   CUresult r = call<id>(exec, stream);
   if (t.active) bind_end(t, r);
   return r;

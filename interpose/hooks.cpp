@@ -24,7 +24,7 @@ namespace ci = coloc::interpose;
 #define COLOC_DEFINE_launch(name, params, args)         \
   extern "C" COLOC_EXPORT CUresult CUDAAPI name params { \
     ci::count_launch(ci::Fn::name);                      \
-    ci::gate_pass();                                     \
+    ci::gate_pass<ci::Fn::name> args;                    \
     return ci::call<ci::Fn::name> args;                  \
   }
 

@@ -122,12 +122,19 @@ int SignalWindow::wait_futex(const void* word, uint32_t expected, int timeout_ms
   if (timeout_ms < 0 || timeout_ms > kSliceMs) timeout_ms = kSliceMs;
   timespec ts{timeout_ms / 1000, long(timeout_ms % 1000) * 1000000L};
   int saved = errno;
+  sigset_t window;
+  pthread_sigmask(SIG_SETMASK, &inside_, &window);
   long rc = ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
   int err = errno;
+  pthread_sigmask(SIG_SETMASK, &window, nullptr);
   errno = saved;
   check_notice();
   if (rc == 0 || err == EAGAIN) return 1;  // woken, or the word had changed already
-  return 0;                                 // ETIMEDOUT, EINTR (another signal's handler)
+  if (err == EINTR) {                      // only SIGINT/SIGTERM were deliverable: one was
+    stopped_ = true;
+    return -1;
+  }
+  return 0;  // ETIMEDOUT
 }
 
 bool SignalWindow::sleep(uint64_t ns) {

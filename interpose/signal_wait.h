@@ -60,10 +60,14 @@ class SignalWindow {
   int wait_either(int fd0, int fd1, int timeout_ms, bool interruptible);
   /// Waits until the 32-bit word at `word` is woken (FUTEX_WAKE on a shared mapping: no
   /// FUTEX_PRIVATE_FLAG) while it holds `expected`, `timeout_ms` passes (capped at kSliceMs), or a
-  /// stop signal is pending. SIGINT/SIGTERM stay blocked inside the futex wait (a futex takes no
-  /// signal mask, and one that came between the check and the wait would be lost): a stop signal
-  /// ends the wait at the next slice at the latest. Returns 1 (woken, or the word had changed),
-  /// 0 (time passed or another signal's handler ran) or -1 (a stop signal: stopped() is true).
+  /// SIGINT/SIGTERM comes. A futex takes no signal mask, so the thread's mask is set around the
+  /// call to the one ppoll uses (everything blocked but the SIGINT/SIGTERM it accepted before the
+  /// window): a process-directed Ctrl-C goes to this thread, and an EINTR can only be theirs. One
+  /// that lands in the few instructions between the mask change and the system call (either
+  /// side) runs its handler without ending this wait; the wait then ends when the word changes.
+  /// A SIGINT/SIGTERM the thread blocked before the window ends it at the next slice (sigpending).
+  /// Returns 1 (woken, or the word had changed), 0 (time passed) or -1 (a stop signal: stopped()
+  /// is true from then on).
   int wait_futex(const void* word, uint32_t expected, int timeout_ms);
   /// Sleeps `ns` nanoseconds unless a stop signal comes first. False when one did.
   bool sleep(uint64_t ns);

@@ -115,6 +115,38 @@ TEST_CASE("coloc pause: a paused job's launches wait, its memory stays, and noth
   for (uint64_t s : starts) CHECK(s >= resumed_at);  // everything ran after the resume
 }
 
+TEST_CASE("coloc pause: every launch path waits at the gate: Ex, _ptsz, cooperative, and a graph captured while paused") {
+  if (simulated_only()) return;
+  Node n;
+  const std::vector<std::string> paths = {"launch-ex", "launch-ptsz", "launch-coop", "graph-launch"};
+  std::vector<std::string> script = {client(), "init", "ctx", "0", "touch", n.file("ready")};
+  for (const std::string& p : paths)
+    for (const std::string& w : {std::string("hold-file"), n.file("go-" + p), p, std::string("2"), std::string("touch"),
+                                 n.file("done-" + p)})
+      script.push_back(w);
+  auto proc = n.run({"--job", "paths"}, script);
+  REQUIRE(wait_until([&] { return file_exists(n.file("ready")); }));
+  auto [id, pid] = job_and_pid(n, "paths");
+  for (const std::string& p : paths) {
+    CAPTURE(p);
+    REQUIRE(n.cli({"pause", id}).exit_code == 0);
+    write_file(n.file("go-" + p), "");
+    // graph-launch captures first (a launch into a capturing stream passes the gate: it only
+    // records), then its cuGraphLaunch waits.
+    REQUIRE_MESSAGE(waits_at_gate(pid), n.log());
+    CHECK_FALSE(file_exists(n.file("done-" + p)));
+    REQUIRE(n.cli({"resume", id}).exit_code == 0);
+    REQUIRE(wait_until([&] { return file_exists(n.file("done-" + p)); }));
+  }
+  ProcResult r = finish(*proc);
+  for (const std::string& p : paths) {
+    CAPTURE(p);
+    json s = step(r.out, p);
+    CHECK(s["rc_name"] == "CUDA_SUCCESS");  // the graph's capture was not invalidated, and it replayed
+    CHECK(s["launched"] == 2);
+  }
+}
+
 TEST_CASE("coloc pause: a SIGINT ends a launch's wait at the gate: that launch proceeds and the handler runs") {
   if (simulated_only()) return;
   Node n;

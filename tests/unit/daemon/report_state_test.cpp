@@ -410,6 +410,7 @@ TEST_CASE("job state store: saved whole, loaded back; a corrupt file is named, k
   a.key = {1000, "../weird id"};
   a.limit = 4 * GiB;
   a.priority = "high";
+  a.paused = "admin";
   a.pids = {{4242, 123456}, {4243, 123999}};
   a.saved_mono = 130 * kSec;
   a.saved_unix_ms = 1700000030000;
@@ -445,6 +446,7 @@ TEST_CASE("job state store: saved whole, loaded back; a corrupt file is named, k
     CHECK(j.key.id == "../weird id");
     CHECK(j.limit == 6 * GiB);
     CHECK(j.priority == "high");
+    CHECK(j.paused == "admin");
     CHECK(j.pids == a.pids);
     CHECK(j.saved_mono == a.saved_mono);
     CHECK(j.saved_unix_ms == a.saved_unix_ms);
@@ -522,3 +524,24 @@ TEST_CASE("resume state: a process's start time on the daemon's clocks") {
 }
 
 }  // TEST_SUITE
+
+TEST_CASE("job state store: the saved pause is owner, admin or null (absent: a state saved before pauses existed)") {
+  SavedJob a;
+  a.key = {0, "j"};
+  a.priority = "normal";
+  a.boot_id = "b";
+  a.recorder = nlohmann::json::object();
+  nlohmann::json j = JobStateStore::to_json(a);
+  CHECK(j["paused"].is_null());
+  CHECK(JobStateStore::from_json(j).value().paused.empty());
+  j.erase("paused");
+  CHECK(JobStateStore::from_json(j).value().paused.empty());
+  j["paused"] = "owner";
+  CHECK(JobStateStore::from_json(j).value().paused == "owner");
+  for (nlohmann::json bad : {nlohmann::json("root"), nlohmann::json(1), nlohmann::json(true), nlohmann::json("")}) {
+    j["paused"] = bad;
+    auto r = JobStateStore::from_json(j);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message().find("paused") != std::string::npos);
+  }
+}
