@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "broker.h"
+#include "driver.h"
 #include "hook_table.h"
 
 namespace coloc::interpose {
@@ -75,14 +76,43 @@ template <Fn id>
 inline constexpr bool per_thread_launch = id == Fn::cuLaunchKernel_ptsz || id == Fn::cuLaunchKernelEx_ptsz ||
                                           id == Fn::cuLaunchCooperativeKernel_ptsz || id == Fn::cuGraphLaunch_ptsz;
 
+/// The gate summary when it is not RUN (a launch must see the broker first), else 0.
+inline uint32_t gate_closed() { return control().gate.load(std::memory_order_relaxed); }
+
 /// Waits at the launch gate when the control page says so (never in state RUN): the launch of
 /// entry point `id` with its arguments `args` (its stream picks the device and says whether it
 /// is capturing; only read off the fast path).
 template <Fn id, class... A>
 inline void gate_pass(const A&... args) {
-  uint32_t state = control().gate.load(std::memory_order_relaxed);
-  if (state != uint32_t(pages::GateState::kRun)) [[unlikely]]
+  if (uint32_t state = gate_closed(); state != uint32_t(pages::GateState::kRun)) [[unlikely]]
     broker().gate_wait(state, launch_stream<id>(args...), per_thread_launch<id>);
+}
+
+/// The fast path of a plain launch hook: counts the launch of `id` on this thread and returns the
+/// driver's entry point when nothing else is to be done (a block exists, no flush is due, the
+/// gate summary is RUN, the driver is loaded), so the hook tail-calls it; otherwise counts
+/// nothing and returns null (launch_slow does it all). So the hook calls no function of ours on
+/// the fast path and keeps no argument alive.
+template <Fn id>
+inline auto launch_fast() -> decltype(real<id>()) {
+  ThreadCalls* t = tl_calls;
+  if (!t) [[unlikely]] return nullptr;
+  std::atomic<uint64_t>& c = t->calls[index(id)];
+  const uint64_t n = c.load(std::memory_order_relaxed) + 1;
+  if ((n & (kLaunchFlushEvery - 1)) == 0) [[unlikely]] return nullptr;
+  if (gate_closed() != uint32_t(pages::GateState::kRun)) [[unlikely]] return nullptr;
+  auto fn = real<id>();
+  if (fn) [[likely]] c.store(n, std::memory_order_relaxed);
+  return fn;
+}
+
+/// The rest of a plain launch hook, out of line: counts (allocating the thread's block, flushing
+/// the counts when due), waits at the gate, then calls the driver.
+template <Fn id, class... A>
+[[gnu::noinline, gnu::cold]] CUresult launch_slow(A... args) {
+  count_launch(id);
+  gate_pass<id>(args...);
+  return call<id>(args...);
 }
 
 /// Calls of hook `id` so far in this process, summed over all threads (live and exited).

@@ -8,8 +8,9 @@
 // cuda_api.h makes cuda.h declare every real export name; each definition below must match that
 // declaration exactly (extern "C" functions cannot be overloaded), so the compiler checks every
 // signature in hooks.def. Policies:
-//   launch   count on this thread (every 4096th also flushes launch counts to the stats page), pass
-//            the launch gate, call the driver (no other work);
+//   launch   count on this thread and, in state RUN, tail-call the driver (launch_fast); the rest
+//            out of line (launch_slow): the thread's first count, every 4096th (which flushes the
+//            launch counts to the stats page), and the launch gate;
 //   graph_launch  count as a launch, then coloc::interpose::graph_launch::<name> (charge, gate, call);
 //   others   HookScope (count, lazy init, nesting), then coloc::interpose::<policy>::<name> (handlers.h).
 #include "driver.h"
@@ -23,9 +24,9 @@ namespace ci = coloc::interpose;
 
 #define COLOC_DEFINE_launch(name, params, args)         \
   extern "C" COLOC_EXPORT CUresult CUDAAPI name params { \
-    ci::count_launch(ci::Fn::name);                      \
-    ci::gate_pass<ci::Fn::name> args;                    \
-    return ci::call<ci::Fn::name> args;                  \
+    if (auto fn = ci::launch_fast<ci::Fn::name>()) [[likely]] \
+      return fn args;                                    \
+    return ci::launch_slow<ci::Fn::name> args;           \
   }
 
 // graph_launch: counted as a launch, then graph_launch::name charges graph memory, passes the
