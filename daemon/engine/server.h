@@ -108,7 +108,13 @@ class Server {
   void finalize_job(broker::JobSerial serial);
   void fold_stats(Connection& c);
   void rearm_deadline();
-  // Job state across restarts (<state-dir>/jobs/, report/job_state_store.h).
+  // Job state across restarts (<state-dir>/jobs/, report/job_state_store.h; server_restart.cpp).
+  /// At start: loads the previous run's saved jobs into away_ (those none of whose processes is
+  /// alive into dead_at_start_). Errors: the jobs directory cannot be made.
+  Result<void> load_saved_jobs();
+  /// A registration of `job` continued `saved`: its pause holds again, and (for the first of its
+  /// processes) its report continues from the saved state.
+  void continue_saved(const broker::Job& job, const report::SavedJob& saved, Nanos t);
   /// Saves the live jobs' report state: changed ones at most once a second (every one when
   /// `force`), unchanged ones every 10 s.
   void persist_jobs(Nanos t, bool force, bool throttle = true);

@@ -12,6 +12,59 @@ namespace coloc::engine {
 
 // ---- job state across restarts -------------------------------------------------------------------
 
+Result<void> Server::load_saved_jobs() {
+  // The running jobs' report state of the previous run: continued when their processes
+  // re-register, reported as ended while the daemon was away when they do not.
+  if (auto r = job_states_.prepare(); !r) return r;
+  boot_id_ = report::boot_id();
+  report::JobStateStore::Loaded saved = job_states_.load();
+  for (const std::string& p : saved.problems) log::get("report")->error("{}", p);
+  // The previous daemon saw its jobs alive until it last said it was running (a job that died
+  // while it ran would have been noticed), which is often later than a job's last save.
+  restart_wall_ms_ = wall_ms();
+  const std::optional<report::DaemonAlive> alive = job_states_.load_alive();
+  for (report::SavedJob& j : saved.jobs) {
+    if (alive && alive->boot_id == j.boot_id && alive->mono > j.saved_mono) {
+      j.saved_mono = alive->mono;
+      j.saved_unix_ms = std::max(j.saved_unix_ms, alive->unix_ms);
+    }
+    bool any = false;
+    if (j.boot_id == boot_id_)
+      for (auto& [pid, start] : j.pids) {
+        auto now = process_start_time(pid);
+        any |= now && *now == start;
+      }
+    if (!any) dead_at_start_.insert(j.key);
+    away_.emplace(j.key, std::move(j));
+  }
+  if (!away_.empty())
+    log::get("report")->info("restart: {} job(s) were running when colocd stopped; their reports continue", away_.size());
+  return {};
+}
+
+void Server::continue_saved(const broker::Job& job, const report::SavedJob& saved, Nanos t) {
+  auto lg = log::get("engine");
+  if (gates_.paused(job.serial) == compute::PausedBy::kNobody)  // paused before the restart: still paused
+    if (auto by = compute::parse_paused_by(saved.paused.c_str())) gates_.set_paused(job.serial, *by);
+  if (!recorders_.count(job.serial)) {
+    // Continue the report from before the restart: start, timeline, counters, waits.
+    auto rec = report::JobRecorder::from_state(saved.recorder, job.serial);
+    if (rec) {
+      // Waits open then stay open until their requests come back (re-sent right after the
+      // re-registration): one row spans the restart. Those that do not come back are closed
+      // where the daemon last saw them, once the resume grace is over (at least a second later).
+      rec.value().daemon_restarted(saved.saved_mono);
+      restart_waits_[job.serial] = std::max(away_deadline_, t + 1'000'000'000);
+      recorders_.emplace(job.serial, std::move(rec.value()));
+      continued_.insert(job.serial);
+      lg->info("job {}: continuing its report from before the restart", job.key.str());
+    } else {
+      lg->error("job {}: its saved report state is unusable ({}); the report starts over", job.key.str(),
+                rec.error().message());
+    }
+  }
+}
+
 void Server::save_job(const broker::Job& job, const report::JobRecorder& rec, Nanos t) {
   report::SavedJob s;
   s.key = job.key;
