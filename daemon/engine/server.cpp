@@ -507,13 +507,7 @@ void Server::fold_stats(Connection& c) {
   for (uint32_t s = 0; s < pages::kSlots; ++s) {
     if (!client->slots[s].attached) continue;
     const pages::StatsSlot& st = c.pages->stats()->slots[s];
-    report::Counters k;
-    k.allocs = st.allocs.load(std::memory_order_relaxed);
-    k.frees = st.frees.load(std::memory_order_relaxed);
-    k.failures = st.failures.load(std::memory_order_relaxed);
-    k.launches = st.launches.load(std::memory_order_relaxed);
-    k.wait_memory_ns = st.wait_memory_ns.load(std::memory_order_relaxed);
-    k.wait_admission_ns = st.wait_admission_ns.load(std::memory_order_relaxed);
+    const report::Counters k = report::counters_of(*c.pages->stats(), s);
     const broker::Device& d = broker_.devices()[client->slots[s].device];
     rec->second.fold(d.uuid, k, std::min(st.peak.load(std::memory_order_relaxed), d.capacity));
   }
@@ -929,12 +923,7 @@ void Server::sample_job(const broker::Job& job, Nanos t) {
         ds.in_use += broker_.client_in_use(*client, s);
         ds.driver_overhead += client->slots[s].overhead;
         ds.peak_hint = std::max(ds.peak_hint, std::min(st.peak.load(std::memory_order_relaxed), d.capacity));
-        ds.live.allocs += st.allocs.load(std::memory_order_relaxed);
-        ds.live.frees += st.frees.load(std::memory_order_relaxed);
-        ds.live.failures += st.failures.load(std::memory_order_relaxed);
-        ds.live.launches += st.launches.load(std::memory_order_relaxed);
-        ds.live.wait_memory_ns += st.wait_memory_ns.load(std::memory_order_relaxed);
-        ds.live.wait_admission_ns += st.wait_admission_ns.load(std::memory_order_relaxed);
+        ds.live += report::counters_of(*client->stats, s);
       }
     }
     rec->second.sample(d.uuid, t, ds);

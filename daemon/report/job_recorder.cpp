@@ -16,7 +16,28 @@ Counters& Counters::operator+=(const Counters& o) {
   launches += o.launches;
   wait_memory_ns += o.wait_memory_ns;
   wait_admission_ns += o.wait_admission_ns;
+  for (uint32_t i = 0; i < pages::kGateStates; ++i) {
+    gate_wait_ns[i] += o.gate_wait_ns[i];
+    gate_waits[i] += o.gate_waits[i];
+  }
   return *this;
+}
+
+Counters counters_of(const pages::StatsPage& page, uint32_t slot) {
+  const pages::StatsSlot& st = page.slots[slot];
+  Counters k;
+  k.allocs = st.allocs.load(std::memory_order_relaxed);
+  k.frees = st.frees.load(std::memory_order_relaxed);
+  k.failures = st.failures.load(std::memory_order_relaxed);
+  k.launches = st.launches.load(std::memory_order_relaxed);
+  k.wait_memory_ns = st.wait_memory_ns.load(std::memory_order_relaxed);
+  k.wait_admission_ns = st.wait_admission_ns.load(std::memory_order_relaxed);
+  if (page.layout_version >= pages::kGatedLayout)
+    for (uint32_t i = 1; i < pages::kGateStates; ++i) {
+      k.gate_wait_ns[i] = page.gates[slot].wait_ns[i].load(std::memory_order_relaxed);
+      k.gate_waits[i] = page.gates[slot].waits[i].load(std::memory_order_relaxed);
+    }
+  return k;
 }
 
 std::string iso8601_utc(int64_t unix_ms) {
@@ -367,6 +388,16 @@ json JobRecorder::to_json(Nanos now) const {
     // also count time spent while the daemon was away).
     dj["wait_memory_s"] = secs(std::max<Nanos>(wait_mem, c.wait_memory_ns));
     dj["wait_admission_s"] = secs(std::max<Nanos>(wait_adm, c.wait_admission_ns));
+    // The launch gate: time waited and launches that waited, by cause (the clients' measure).
+    json gate_wait = json::object(), gate_waited = json::object();
+    for (auto [state, name] : {std::pair{pages::GateState::kTimeslice, "quantum"},
+                               std::pair{pages::GateState::kThrottle, "window"},
+                               std::pair{pages::GateState::kPaused, "pause"}}) {
+      gate_wait[name] = secs(c.gate_wait_ns[uint32_t(state)]);
+      gate_waited[name] = c.gate_waits[uint32_t(state)];
+    }
+    dj["gate_wait_s"] = gate_wait;
+    dj["gate_waited_launches"] = gate_waited;
     dj["waits"] = waits;
     dj["waits_omitted"] = d.waits_omitted;
     dj["oom_events"] = ooms;
@@ -384,7 +415,10 @@ json JobRecorder::to_json(Nanos now) const {
 namespace {
 
 json counters_state(const Counters& c) {
-  return json::array({c.allocs, c.frees, c.failures, c.launches, c.wait_memory_ns, c.wait_admission_ns});
+  json a = json::array({c.allocs, c.frees, c.failures, c.launches, c.wait_memory_ns, c.wait_admission_ns});
+  for (uint64_t v : c.gate_wait_ns) a.push_back(v);
+  for (uint64_t v : c.gate_waits) a.push_back(v);
+  return a;
 }
 
 json opt_u64(const std::optional<Nanos>& v) { return v ? json(*v) : json(nullptr); }
@@ -445,7 +479,10 @@ struct Reader {
 };
 
 Counters counters_from(const json& v, const std::string& name) {
-  if (!v.is_array() || v.size() != 6) throw StateError{name + " is not an array of 6 counters"};
+  // 6 counters; 6 + 2 per gate state since the launch gate (a state saved before it has 6).
+  constexpr size_t kWithGates = 6 + 2 * pages::kGateStates;
+  if (!v.is_array() || (v.size() != 6 && v.size() != kWithGates))
+    throw StateError{name + " is not an array of 6 or " + std::to_string(kWithGates) + " counters"};
   Counters c;
   c.allocs = Reader::as_u64(v[0], name);
   c.frees = Reader::as_u64(v[1], name);
@@ -453,6 +490,11 @@ Counters counters_from(const json& v, const std::string& name) {
   c.launches = Reader::as_u64(v[3], name);
   c.wait_memory_ns = Reader::as_u64(v[4], name);
   c.wait_admission_ns = Reader::as_u64(v[5], name);
+  if (v.size() == kWithGates)
+    for (uint32_t i = 0; i < pages::kGateStates; ++i) {
+      c.gate_wait_ns[i] = Reader::as_u64(v[6 + i], name);
+      c.gate_waits[i] = Reader::as_u64(v[6 + pages::kGateStates + i], name);
+    }
   return c;
 }
 

@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -20,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "broker/types.h"
+#include "coloc/pages.h"
 #include "report/timeline.h"
 #include "util/result.h"
 
@@ -36,9 +38,17 @@ struct Counters {
   uint64_t launches = 0;
   uint64_t wait_memory_ns = 0;     ///< as the clients measured it
   uint64_t wait_admission_ns = 0;  ///< as the clients measured it
+  /// Time launches waited at the launch gate, and launches that waited, by the gate's state then
+  /// (pages::GateState: index 0, RUN, stays 0). Layout-4 pages only (pages::GateStats).
+  std::array<uint64_t, pages::kGateStates> gate_wait_ns{};
+  std::array<uint64_t, pages::kGateStates> gate_waits{};
   Counters& operator+=(const Counters& o);
   bool operator==(const Counters&) const = default;
 };
+
+/// The counters of `slot` on a client's stats page (the gate's only from a page of layout 4 or
+/// later). Untrusted figures: they only ever reach the client's own job's report.
+Counters counters_of(const pages::StatsPage& page, uint32_t slot);
 
 /// One sample of a job on one device.
 struct DeviceSample {

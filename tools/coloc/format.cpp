@@ -263,6 +263,20 @@ std::string report_table(const json& r) {
       }
     o << e.render("  ");
   }
+  // Launches held at the launch gate (coloc pause; time-slicing), by cause, where any waited.
+  std::ostringstream gate;
+  for (const json& d : r.at("devices")) {
+    const json gw = d.value("gate_wait_s", json::object()), gn = d.value("gate_waited_launches", json::object());
+    std::string parts;
+    for (const char* cause : {"quantum", "window", "pause"}) {
+      const uint64_t n = gn.value(cause, uint64_t(0));
+      if (n == 0) continue;
+      parts += std::string(parts.empty() ? "" : ", ") + cause + " " + duration_text(gw.value(cause, 0.0)) + " (" +
+               std::to_string(n) + (n == 1 ? " launch)" : " launches)");
+    }
+    if (!parts.empty()) gate << "  " << short_uuid(str(d, "uuid")) << ": " << parts << "\n";
+  }
+  if (!gate.str().empty()) o << "\nLaunches held at the gate:\n" << gate.str();
   if (any_wait) {
     o << "\nWaits:\n";
     Table w({"FROM", "TO", "DEVICE", "FOR", "OUTCOME"});

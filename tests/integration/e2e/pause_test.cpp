@@ -113,6 +113,13 @@ TEST_CASE("coloc pause: a paused job's launches wait, its memory stays, and noth
   auto starts = slice_starts(trace, pid);
   CHECK(starts.size() >= 3);
   for (uint64_t s : starts) CHECK(s >= resumed_at);  // everything ran after the resume
+  // The report: one launch waited, paused, for at least the three 150 ms looks of waits_at_gate.
+  json dev = n.report("pz")["devices"][0];
+  CHECK(dev["gate_waited_launches"]["pause"] == 1);
+  CHECK(dev["gate_wait_s"]["pause"].get<double>() >= 0.3);
+  CHECK(dev["gate_waited_launches"]["quantum"] == 0);
+  ProcResult shown = n.cli({"report", id});
+  CHECK(shown.out.find("Launches held at the gate") != std::string::npos);
 }
 
 TEST_CASE("coloc pause: every launch path waits at the gate: Ex, _ptsz, cooperative, and a graph captured while paused") {

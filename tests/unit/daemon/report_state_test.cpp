@@ -177,6 +177,7 @@ TEST_CASE("job recorder: bad saved state is an error naming the field") {
       {"reason", [](json& j) { j["devices"][0]["ooms"][0][1] = 99; }, "recorder.devices[0].ooms[0]"},
       {"process", [](json& j) { j["processes"][0] = "x"; }, "recorder.processes[0]"},
       {"not an object", [](json& j) { j = json::array(); }, "recorder.uid is missing"},
+      {"counters", [](json& j) { j["devices"][0]["live"].push_back(1); }, "recorder.devices[0].live is not an array of 6 or 14"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -544,4 +545,21 @@ TEST_CASE("job state store: the saved pause is owner, admin or null (absent: a s
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().message().find("paused") != std::string::npos);
   }
+}
+
+TEST_CASE("job recorder: a state saved before the launch gate (6 counters) loads, with no gate waits") {
+  json j = busy_recorder().state();
+  REQUIRE(j["devices"][0]["live"].size() == 6 + 2 * coloc::pages::kGateStates);
+  for (json& d : j["devices"])
+    for (const char* k : {"folded", "live"}) {
+      json old = json::array();
+      for (size_t i = 0; i < 6; ++i) old.push_back(d[k][i]);
+      d[k] = old;
+    }
+  auto r = JobRecorder::from_state(j, 1);
+  REQUIRE_MESSAGE(r.ok(), r.error().message());
+  json rep = r.value().to_json(200 * kSec);
+  CHECK(rep["devices"][0]["gate_waited_launches"]["pause"] == 0);
+  CHECK(rep["devices"][0]["gate_wait_s"]["pause"] == 0.0);
+  CHECK(rep["devices"][0]["kernel_launches"] == busy_recorder().to_json(200 * kSec)["devices"][0]["kernel_launches"]);
 }
