@@ -241,6 +241,7 @@ bool DaemonBroker::adopt(const proto::RegisterReplyMsg& reply, int control_fd, i
          rc == -EPROTO ? "they are not the layout this library knows" : std::strerror(-rc));
     return false;
   }
+  for (auto& r : released_) r.store(0, std::memory_order_relaxed);  // a release was of the old pages' gates
   gate_override_.store(false, std::memory_order_release);  // the new daemon's gates hold from here on
   job_limit_.store(reply.limit, std::memory_order_relaxed);
   if (!resume && registered_limit_.load(std::memory_order_relaxed) == 0)
@@ -712,8 +713,18 @@ void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap
 void DaemonBroker::gate_wait(uint32_t, CUstream stream, bool per_thread) {
   if (mode_.load(std::memory_order_acquire) != Mode::daemon || gate_override_.load(std::memory_order_acquire)) return;
   const bool default_stream = stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
-  const int slot = default_stream ? devices().known_current_slot() : devices().of_stream(stream).slot;
-  if (slot < 0 || slot >= kMaxDevices) return;  // not a context of ours: ungated (daemon_broker.h)
+  int slot = -1;
+  if (default_stream) {
+    slot = devices().known_current_slot();
+  } else {
+    CUcontext ctx = nullptr;
+    if (call<Fn::cuStreamGetCtx>(stream, &ctx) == CUDA_SUCCESS) slot = devices().known_slot_of(ctx);
+  }
+  // A context the hooks never saw (so no slot is known, and finding one could wait for an
+  // admission inside a launch): the first closed gate holds it (a pause closes every slot).
+  for (int s = 0; s < kMaxDevices && (slot < 0 || slot >= kMaxDevices); ++s)
+    if (control().gates[s].state.load(std::memory_order_acquire) != uint32_t(pages::GateState::kRun)) slot = s;
+  if (slot < 0 || slot >= kMaxDevices) return;
   const pages::SlotGate& g = control().gates[slot];
   uint32_t state = g.state.load(std::memory_order_acquire);
   if (state == uint32_t(pages::GateState::kRun) || state >= pages::kGateStates) return;
@@ -721,6 +732,8 @@ void DaemonBroker::gate_wait(uint32_t, CUstream stream, bool per_thread) {
   CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
   CUresult cr = per_thread ? call<Fn::cuStreamIsCapturing_ptsz>(stream, &cs) : call<Fn::cuStreamIsCapturing>(stream, &cs);
   if (cr == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (cr == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE)) return;
+  const uint64_t released = released_[slot].load(std::memory_order_acquire);
+  if (released && released == ((uint64_t(1) << 32) | g.seq.load(std::memory_order_acquire))) return;
   const uint64_t t0 = monotonic_ns();
   const uint32_t why = state;  // the state it first waited in (a pause that turns into a quantum wait: the pause)
   {
@@ -730,7 +743,10 @@ void DaemonBroker::gate_wait(uint32_t, CUstream stream, bool per_thread) {
       const uint32_t seq = g.seq.load(std::memory_order_acquire);
       state = g.state.load(std::memory_order_acquire);
       if (state == uint32_t(pages::GateState::kRun)) break;
-      if (w.wait_futex(&g.seq, seq, SignalWindow::kSliceMs) < 0) break;  // SIGINT/SIGTERM: this launch proceeds
+      if (w.wait_futex(&g.seq, seq, SignalWindow::kSliceMs) < 0) {  // SIGINT/SIGTERM: launches proceed
+        released_[slot].store((uint64_t(1) << 32) | seq, std::memory_order_release);
+        break;
+      }
     }
   }
   pages::GateStats& gs = stats().gates[slot];

@@ -39,13 +39,15 @@
 //                  context's slot (pages.h, "The launch gate"): a shared futex on the control
 //                  page, in slices of SignalWindow::kSliceMs. A pending SIGINT/SIGTERM ends the
 //                  wait (the launch proceeds: one launch is harmless, and the application's
-//                  handler runs when the hook returns). When the connection is lost the gates
+//                  handler runs when the hook returns); from then on the process's launches pass
+//                  that gate until colocd changes it, so the handler can save and exit. When the connection is lost the gates
 //                  open locally (the link thread wakes every waiter) until the next registration
 //                  maps the new daemon's pages: a job never sleeps on a dead daemon's word. The
 //                  time each launch waited goes to the stats page's GateStats, by the state.
 //                  The launch's device is its stream's context's (the current context's for the
 //                  null, legacy and per-thread streams); one on a context whose slot is not known
-//                  (not created through the hooks) is not gated. A launch into a capturing stream
+//                  (not created through the hooks; finding it could wait for an admission) waits
+//                  at the first closed gate. A launch into a capturing stream
 //                  (cuStreamIsCapturing: ACTIVE or INVALIDATED, or CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
 //                  for the legacy stream during a global capture) passes: it records, it does not
 //                  run, and waiting would stall the capture.
@@ -155,6 +157,9 @@ class DaemonBroker final : public Broker, private LinkOwner {
   std::atomic<uint64_t> launches_flushed_{0};
   std::atomic<bool> oom_warned_{false};  // the driver-OOM-inside-the-grant warning was printed
   std::atomic<bool> gate_override_{false};  // the daemon is away: launches pass every gate
+  // Per slot: a SIGINT/SIGTERM ended a wait at the gate while its futex word read `seq`: launches
+  // pass that gate until the daemon changes it ((1 << 32) | seq; 0 = none).
+  std::atomic<uint64_t> released_[kMaxDevices] = {};
   SlotRecord slots_[kMaxDevices];
   // An Attach in flight: its device, so that a grant the daemon wrote on the control page just
   // before dying (reply lost) is found and kept at re-registration.

@@ -511,6 +511,8 @@ void DaemonLink::lose(const char* why) {
   if (was) state_.store(kLost, std::memory_order_release);
   pthread_rwlock_unlock(&conn_lock_);
   if (!was) return;
+  // The next daemon may be newer than the one that made us speak an older version: start from ours.
+  version_.store(proto::kVersion, std::memory_order_relaxed);
   lost_at_ns_.store(monotonic_ns(), std::memory_order_relaxed);
   {
     MutexLock g(table_mutex_);

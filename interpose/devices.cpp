@@ -177,6 +177,12 @@ int Devices::known_current_slot() {
   return lookup_context(ctx);
 }
 
+int Devices::known_slot_of(CUcontext ctx) {
+  if (!ctx) return -1;
+  if (tl_ctx.ctx == ctx && tl_ctx.epoch == epoch_.load(std::memory_order_acquire)) return tl_ctx.slot;
+  return lookup_context(ctx);
+}
+
 int Devices::slot_of_context(CUcontext ctx) {
   if (!ctx) return -1;
   uint32_t epoch = epoch_.load(std::memory_order_acquire);

@@ -64,6 +64,9 @@ class Devices {
   int known_current_slot();
   /// The slot of context `ctx`, current or not; -1 when unknown to the driver.
   int slot_of_context(CUcontext ctx);
+  /// The slot of context `ctx` if it is known (created or retained through the hooks), else -1.
+  /// Never attaches, never waits: for a launch.
+  int known_slot_of(CUcontext ctx);
   /// The context and slot a stream's work runs on (null stream handles: the current context).
   Where of_stream(CUstream stream);
 

@@ -122,11 +122,16 @@ int SignalWindow::wait_futex(const void* word, uint32_t expected, int timeout_ms
   if (timeout_ms < 0 || timeout_ms > kSliceMs) timeout_ms = kSliceMs;
   timespec ts{timeout_ms / 1000, long(timeout_ms % 1000) * 1000000L};
   int saved = errno;
-  sigset_t window;
-  pthread_sigmask(SIG_SETMASK, &inside_, &window);
+  // The kernel's mask, set directly: glibc's pthread_sigmask would leave its own SIGCANCEL and
+  // SIGSETXID deliverable, and their handlers' EINTR would read as a stop. Everything blocked but
+  // the SIGINT/SIGTERM the thread accepted before the window (as inside_ for ppoll).
+  uint64_t inside = ~uint64_t(0), window = 0;
+  for (int sig : {SIGINT, SIGTERM})
+    if (!sigismember(&inside_, sig)) inside &= ~(uint64_t(1) << (sig - 1));
+  ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &inside, &window, sizeof inside);
   long rc = ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
   int err = errno;
-  pthread_sigmask(SIG_SETMASK, &window, nullptr);
+  ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &window, nullptr, sizeof window);
   errno = saved;
   check_notice();
   if (rc == 0 || err == EAGAIN) return 1;  // woken, or the word had changed already

@@ -507,7 +507,8 @@ void Server::fold_stats(Connection& c) {
   for (uint32_t s = 0; s < pages::kSlots; ++s) {
     if (!client->slots[s].attached) continue;
     const pages::StatsSlot& st = c.pages->stats()->slots[s];
-    const report::Counters k = report::counters_of(*c.pages->stats(), s);
+    const report::Counters k =
+        report::counters_of(*c.pages->stats(), s, pages::layout_for_protocol(c.version) >= pages::kGatedLayout);
     const broker::Device& d = broker_.devices()[client->slots[s].device];
     rec->second.fold(d.uuid, k, std::min(st.peak.load(std::memory_order_relaxed), d.capacity));
   }
@@ -923,7 +924,9 @@ void Server::sample_job(const broker::Job& job, Nanos t) {
         ds.in_use += broker_.client_in_use(*client, s);
         ds.driver_overhead += client->slots[s].overhead;
         ds.peak_hint = std::max(ds.peak_hint, std::min(st.peak.load(std::memory_order_relaxed), d.capacity));
-        ds.live += report::counters_of(*client->stats, s);
+        auto conn = by_client_.find(id);
+        const bool gated = conn != by_client_.end() && pages::layout_for_protocol(conn->second->version) >= pages::kGatedLayout;
+        ds.live += report::counters_of(*client->stats, s, gated);
       }
     }
     rec->second.sample(d.uuid, t, ds);

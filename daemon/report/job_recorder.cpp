@@ -23,7 +23,7 @@ Counters& Counters::operator+=(const Counters& o) {
   return *this;
 }
 
-Counters counters_of(const pages::StatsPage& page, uint32_t slot) {
+Counters counters_of(const pages::StatsPage& page, uint32_t slot, bool gated) {
   const pages::StatsSlot& st = page.slots[slot];
   Counters k;
   k.allocs = st.allocs.load(std::memory_order_relaxed);
@@ -32,7 +32,7 @@ Counters counters_of(const pages::StatsPage& page, uint32_t slot) {
   k.launches = st.launches.load(std::memory_order_relaxed);
   k.wait_memory_ns = st.wait_memory_ns.load(std::memory_order_relaxed);
   k.wait_admission_ns = st.wait_admission_ns.load(std::memory_order_relaxed);
-  if (page.layout_version >= pages::kGatedLayout)
+  if (gated)
     for (uint32_t i = 1; i < pages::kGateStates; ++i) {
       k.gate_wait_ns[i] = page.gates[slot].wait_ns[i].load(std::memory_order_relaxed);
       k.gate_waits[i] = page.gates[slot].waits[i].load(std::memory_order_relaxed);

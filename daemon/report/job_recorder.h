@@ -46,9 +46,10 @@ struct Counters {
   bool operator==(const Counters&) const = default;
 };
 
-/// The counters of `slot` on a client's stats page (the gate's only from a page of layout 4 or
-/// later). Untrusted figures: they only ever reach the client's own job's report.
-Counters counters_of(const pages::StatsPage& page, uint32_t slot);
+/// The counters of `slot` on a client's stats page; the gate's only when `gated` (the daemon made
+/// the page in layout 4 or later: the page's own header is the client's to overwrite). Untrusted
+/// figures: they only ever reach the client's own job's report.
+Counters counters_of(const pages::StatsPage& page, uint32_t slot, bool gated);
 
 /// One sample of a job on one device.
 struct DeviceSample {

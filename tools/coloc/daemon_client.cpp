@@ -91,8 +91,24 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
   return a;
 }
 
+namespace {
+
+int register_anchor_as(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms, bool resume,
+                       bool* busy, uint16_t version);
+
+}  // namespace
+
 int register_anchor(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms, bool resume,
                     bool* busy) {
+  return register_anchor_as(socket, spec, why, timeout_ms, resume, busy, proto::kVersion);
+}
+
+namespace {
+
+// At `version`; a colocd that refuses it but speaks v3 (anchors) or later is asked again in its
+// newest version (a coloc newer than the node's colocd).
+int register_anchor_as(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms, bool resume,
+                       bool* busy, uint16_t version) {
   int fd = -1;
   bool busy_local = false;
   bool& is_busy = busy ? *busy : busy_local;
@@ -117,7 +133,7 @@ int register_anchor(const std::string& socket, const AnchorSpec& spec, std::stri
   r.cmdline_hash = cmd.hash;
   std::memcpy(r.cmdline, cmd.text, sizeof r.cmdline);
   proto::Status st;
-  if (int rc = wire::send(fd, r, 1, proto::kVersion, &st); rc != 0) {
+  if (int rc = wire::send(fd, r, 1, version, &st); rc != 0) {
     ::close(fd);
     *why = rc == -EINVAL ? std::string("invalid registration: ") + proto::error_name(st.error) + " (" + st.field + ")"
                          : std::string("colocd at ") + socket + " closed the connection before answering: " +
@@ -143,11 +159,16 @@ int register_anchor(const std::string& socket, const AnchorSpec& spec, std::stri
     if (m.type() == proto::MsgType::kError) {
       ::close(fd);
       *why = std::string("colocd refused the registration: ") + m.body.error.text;
+      const proto::ErrorMsg& e = m.body.error;
+      if (e.code == uint32_t(proto::ErrorCode::kVersion) && e.max_version >= 3 && e.max_version < version)
+        return register_anchor_as(socket, spec, why, timeout_ms, resume, busy, e.max_version);
       return -1;
     }
     if (m.type() == proto::MsgType::kRegisterReply && m.h.seq == 1) return fd;
   }
 }
+
+}  // namespace
 
 void anchor_goodbye(int fd, int exit_status) {
   if (fd < 0) return;

@@ -176,6 +176,9 @@ std::string pause_text(const json& r, bool pause) {
       << ": its launches wait on every device; its memory stays";
     if (by == "admin") o << " (paused by an admin)";
     o << ". `coloc resume " << job << "` lets it run again.\n";
+    if (uint64_t n = r.value("ungated_processes", uint64_t(0)); n > 0)
+      o << "warning: " << n << (n == 1 ? " process" : " processes") << " of the job speak an older protocol "
+        << "(libcoloc.so older than colocd, protocol v5 or below) and are not held by the pause\n";
   } else {
     o << "job " << job << (was.is_null() ? " was not paused" : " resumed") << "\n";
   }

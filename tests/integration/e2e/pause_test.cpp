@@ -154,13 +154,15 @@ TEST_CASE("coloc pause: every launch path waits at the gate: Ex, _ptsz, cooperat
   }
 }
 
-TEST_CASE("coloc pause: a SIGINT ends a launch's wait at the gate: that launch proceeds and the handler runs") {
+TEST_CASE("coloc pause: a SIGINT ends the wait at the gate: the launches proceed (until colocd changes the gate) and the handler runs") {
   if (simulated_only()) return;
   Node n;
   const std::string ready = n.file("ready"), go = n.file("go"), done = n.file("done");
+  // Two launches: after the signal the process's launches pass the gate (its handler may need
+  // the GPU to save and exit), not just the one that was waiting.
   auto p = n.run({"--job", "pint"},
-                 {client(), "init", "ctx", "0", "catch-signals", "touch", ready, "hold-file", go, "launch", "1", "touch",
-                  done, "signals"});
+                 {client(), "init", "ctx", "0", "catch-signals", "touch", ready, "hold-file", go, "launch", "2", "launch",
+                  "1", "touch", done, "signals"});
   REQUIRE(wait_until([&] { return file_exists(ready); }));
   auto [id, pid] = job_and_pid(n, "pint");
   REQUIRE(n.cli({"pause", id}).exit_code == 0);
@@ -169,7 +171,8 @@ TEST_CASE("coloc pause: a SIGINT ends a launch's wait at the gate: that launch p
   CHECK_FALSE(file_exists(done));
   ::kill(pid_t(pid), SIGINT);
   ProcResult r = finish(*p);
-  CHECK(step(r.out, "launch")["launched"] == 1);
+  CHECK(step(r.out, "launch")["launched"] == 2);
+  CHECK(step(r.out, "launch", 1)["launched"] == 1);
   CHECK(step(r.out, "signals")["sigint"] == 1);  // delivered once, after the wait
   CHECK(n.job("pint").is_null());
 }
