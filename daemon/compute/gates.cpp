@@ -57,10 +57,38 @@ void Gates::add_client(ClientId id, JobSerial job, pages::ControlPage* page, uin
 
 void Gates::remove_client(ClientId id) { clients_.erase(id); }
 
-void Gates::forget_job(JobSerial job) { jobs_.erase(job); }
+void Gates::forget_job(JobSerial job, broker::Nanos now) {
+  for (auto it = jobs_.begin(); it != jobs_.end();)  // ended pauses nobody came back for
+    it = it->second.ended_at && now - it->second.ended_at > kEndedPauseNs ? jobs_.erase(it) : std::next(it);
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return;
+  if (it->second.paused == PausedBy::kNobody) jobs_.erase(it);
+  else it->second.ended_at = now ? now : 1;
+}
 
-void Gates::set_paused(JobSerial job, PausedBy by) {
-  jobs_[job].paused = by;
+bool Gates::inherit(JobSerial job, const broker::JobKey& key, broker::Nanos now) {
+  if (paused(job) != PausedBy::kNobody) return false;
+  for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
+    const JobEntry& e = it->second;
+    if (it->first == job || e.key != key || e.paused == PausedBy::kNobody) continue;
+    bool ended = e.ended_at != 0;
+    if (!ended) {  // its last process may have left a moment ago (the job's end is not final yet)
+      ended = true;
+      for (const auto& [id, c] : clients_) ended &= c.job != it->first;
+    }
+    if (!ended || (e.ended_at && now - e.ended_at > kEndedPauseNs)) continue;
+    const PausedBy by = e.paused;
+    jobs_.erase(it);
+    set_paused(job, key, by);
+    return true;
+  }
+  return false;
+}
+
+void Gates::set_paused(JobSerial job, const broker::JobKey& key, PausedBy by) {
+  JobEntry& e = jobs_[job];
+  e.paused = by;
+  e.key = key;
   for (const auto& [id, c] : clients_)
     if (c.job == job) apply(c);
 }

@@ -42,12 +42,22 @@ class Gates {
   void add_client(ClientId id, JobSerial job, pages::ControlPage* page, uint16_t layout);
   /// The client left: its page is no longer written.
   void remove_client(ClientId id);
-  /// The job ended: its state is forgotten (a later job of the same id starts unpaused).
-  void forget_job(JobSerial job);
+  /// The job ended at `now` (monotonic ns). Its pause, if any, is kept for kEndedPauseNs for
+  /// inherit(); otherwise its state is forgotten.
+  void forget_job(JobSerial job, broker::Nanos now);
+  /// A process of a job that was registered before (a re-registration after its connection
+  /// dropped) started job `job` of key `key` anew: it takes over the pause of an ended job of the
+  /// same key from the last kEndedPauseNs, so dropping the connection does not lift a pause.
+  /// True when it did.
+  bool inherit(JobSerial job, const broker::JobKey& key, broker::Nanos now);
 
-  /// Pauses the job (by != kNobody) or resumes it (kNobody), writing every client's gates on
-  /// every device. A job unknown so far is remembered (its clients to come start paused).
-  void set_paused(JobSerial job, PausedBy by);
+  /// How long an ended job's pause waits for a process of it to come back (ns).
+  static constexpr broker::Nanos kEndedPauseNs = 60'000'000'000;
+
+  /// Pauses the job `job` (of key `key`) (by != kNobody) or resumes it (kNobody), writing every
+  /// client's gates on every device. A job unknown so far is remembered (its clients to come start
+  /// paused).
+  void set_paused(JobSerial job, const broker::JobKey& key, PausedBy by);
   PausedBy paused(JobSerial job) const;
   ComputeState state(JobSerial job) const;
   /// The job's clients on pages without gates (served ungated).
@@ -61,6 +71,8 @@ class Gates {
   };
   struct JobEntry {
     PausedBy paused = PausedBy::kNobody;
+    broker::JobKey key;
+    broker::Nanos ended_at = 0;  ///< 0: live; else when it ended (kept for inherit())
   };
   void apply(const ClientEntry& c) const;
   pages::GateState wanted(JobSerial job) const;

@@ -273,7 +273,7 @@ AdminAnswer Admin::pause(const proto::AdminMsg& msg, const Caller& caller, bool 
                              : admin ? compute::PausedBy::kAdmin
                              : was == compute::PausedBy::kAdmin ? was : compute::PausedBy::kOwner;
   if (now_by != was) {
-    gates_.set_paused(job.serial, now_by);
+    gates_.set_paused(job.serial, job.key, now_by);
     if (pause)
       log::get("engine")->info("uid {} paused job {}{}", caller.uid, job.key.str(), admin ? " (as admin)" : "");
     else

@@ -686,6 +686,9 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   c.version = m.h.version;
   c.client = id;
   c.job = job.serial;
+  // Its connection dropped and its job ended meanwhile: a pause holds for the job it starts anew.
+  if (resume && !saved && gates_.inherit(job.serial, job.key, t))
+    lg->info("job {}: still paused (a process of it came back after its connection dropped)", job.key.str());
   gates_.add_client(id, job.serial, c.pages->control(), pages::layout_for_protocol(m.h.version));
   by_client_[id] = &c;
   by_pid_[c.pid()].push_back(&c);
@@ -826,7 +829,7 @@ void Server::finalize_job(broker::JobSerial serial) {
   if (!broker_.find_job(rec->second.key())) job_states_.remove(rec->second.key());  // (not a new run of the same id)
   persisted_.erase(serial);
   continued_.erase(serial);
-  gates_.forget_job(serial);
+  gates_.forget_job(serial, now());
   recorders_.erase(rec);
 }
 

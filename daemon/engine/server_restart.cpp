@@ -45,7 +45,7 @@ Result<void> Server::load_saved_jobs() {
 void Server::continue_saved(const broker::Job& job, const report::SavedJob& saved, Nanos t) {
   auto lg = log::get("engine");
   if (gates_.paused(job.serial) == compute::PausedBy::kNobody)  // paused before the restart: still paused
-    if (auto by = compute::parse_paused_by(saved.paused.c_str())) gates_.set_paused(job.serial, *by);
+    if (auto by = compute::parse_paused_by(saved.paused.c_str())) gates_.set_paused(job.serial, job.key, *by);
   if (!recorders_.count(job.serial)) {
     // Continue the report from before the restart: start, timeline, counters, waits.
     auto rec = report::JobRecorder::from_state(saved.recorder, job.serial);

@@ -26,6 +26,7 @@
 //     wait-file:PATH            wait until PATH exists, without reading the connection
 //     fork-hold   goodbye:CODE   exit:CODE
 //     status                    the attached slots (grant, limit, in use, launch gate) and the gate summary
+//     rejoin                    drop the connection and re-register with the ledger (as after a restart)
 //     raw:HEX                   send raw bytes (malformed-input tests)
 //     sendfd                    send a valid Shrink carrying an unasked descriptor
 //     recv                      read one datagram and print it (e.g. the daemon's Error)
@@ -580,6 +581,7 @@ int main(int argc, char** argv) {
     } else if (op == "goodbye") goodbye(c, std::atoi(f.at(1).c_str()));
     else if (op == "exit") std::exit(std::atoi(f.at(1).c_str()));
     else if (op == "status") step_status(c);
+    else if (op == "rejoin") reconnect(c);  // drop the connection, connect again, re-register (resume)
     else if (op == "raw") step_raw(c, f.at(1));
     else if (op == "sendfd") step_sendfd(c);
     else if (op == "recv") step_recv(c);

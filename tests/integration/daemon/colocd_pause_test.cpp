@@ -175,6 +175,19 @@ TEST_CASE("colocd restart: a paused job is still paused after colocd restarts, o
   CHECK(event_of(*a, "status")["gate"] == kPaused);  // the restarted daemon's page
 }
 
+TEST_CASE("colocd: a pause holds when the job's only process drops its connection and registers again") {
+  Colocd d;
+  const std::string go = d.dir() / "go";
+  auto a = d.client({"--job", "pdrop", "attach:1:10GiB:1GiB", "hold-file:" + go, "rejoin", "status", "goodbye:0", "exit:0"});
+  REQUIRE(wait_until([&] { return has_event(*a, "attach"); }));
+  ok_json(d.ask(AdminOp::kPause, "pdrop"));
+  write_file(go, "");  // it hangs up (its job ends) and comes back as a new run of the same job
+  REQUIRE(wait_until([&] { return has_event(*a, "reregistered"); }));
+  ProcResult r = a->wait(10s);
+  REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
+  CHECK(event_of(*a, "status")["gate"] == kPaused);
+}
+
 TEST_CASE("colocd: a protocol v5 client has no gates: a pause leaves its page open, and status counts it ungated") {
   Colocd d;
   const std::string go = d.dir() / "go";

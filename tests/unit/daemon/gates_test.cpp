@@ -14,6 +14,7 @@ namespace pages = coloc::pages;
 
 namespace {
 
+const coloc::broker::JobKey key10{0, "ten"}, key7{0, "seven"}, key5{1000, "five"};
 constexpr uint32_t kRun = uint32_t(pages::GateState::kRun);
 constexpr uint32_t kPaused = uint32_t(pages::GateState::kPaused);
 
@@ -38,7 +39,7 @@ TEST_CASE("gates: a pause closes every slot of every page of the job and bumps e
   CHECK(a->gates[0].seq.load() == 0);  // nothing changed: nothing written
   CHECK(g.state(10) == ComputeState::kRunning);
 
-  g.set_paused(10, PausedBy::kOwner);
+  g.set_paused(10, key10, PausedBy::kOwner);
   for (auto* p : {a.get(), b.get()}) {
     CHECK(p->gate.load() == kPaused);
     CHECK(all_slots(*p, kPaused));
@@ -51,11 +52,11 @@ TEST_CASE("gates: a pause closes every slot of every page of the job and bumps e
   CHECK(g.paused(10) == PausedBy::kOwner);
   CHECK(g.state(10) == ComputeState::kPaused);
 
-  g.set_paused(10, PausedBy::kAdmin);  // the same gate state: nothing is written again
+  g.set_paused(10, key10, PausedBy::kAdmin);  // the same gate state: nothing is written again
   CHECK(a->gates[0].seq.load() == 1);
   CHECK(g.paused(10) == PausedBy::kAdmin);
 
-  g.set_paused(10, PausedBy::kNobody);
+  g.set_paused(10, key10, PausedBy::kNobody);
   CHECK(a->gate.load() == kRun);
   CHECK(all_slots(*a, kRun));
   CHECK(a->gates[3].seq.load() == 2);
@@ -64,20 +65,51 @@ TEST_CASE("gates: a pause closes every slot of every page of the job and bumps e
 
 TEST_CASE("gates: a process joining a paused job starts paused; a job's end forgets its pause") {
   Gates g;
-  g.set_paused(7, PausedBy::kAdmin);  // e.g. restored from the saved state before its processes return
+  g.set_paused(7, key7, PausedBy::kAdmin);  // e.g. restored from the saved state before its processes return
   auto a = page();
   g.add_client(1, 7, a.get(), pages::kLayoutVersion);
   CHECK(a->gate.load() == kPaused);
   CHECK(all_slots(*a, kPaused));
   g.remove_client(1);
-  g.set_paused(7, PausedBy::kNobody);
+  g.set_paused(7, key7, PausedBy::kNobody);
   CHECK(a->gate.load() == kPaused);  // a client that left is not written any more
-  g.set_paused(7, PausedBy::kOwner);
-  g.forget_job(7);
-  CHECK(g.paused(7) == PausedBy::kNobody);
+  g.set_paused(7, key7, PausedBy::kOwner);
+  g.forget_job(7, 1000);
+  CHECK(g.paused(7) == PausedBy::kOwner);  // kept a while for a process that comes back
+  CHECK(g.state(7) == ComputeState::kPaused);
+  // A new run of the same job id (not a re-registration) starts unpaused.
   auto b = page();
-  g.add_client(2, 7, b.get(), pages::kLayoutVersion);
+  g.add_client(2, 8, b.get(), pages::kLayoutVersion);
   CHECK(b->gate.load() == kRun);
+  // A process of the ended job that re-registers (job 9, same key) takes the pause over.
+  CHECK_FALSE(g.inherit(9, {0, "other"}, 2000));
+  CHECK(g.inherit(9, key7, 2000));
+  auto c = page();
+  g.add_client(3, 9, c.get(), pages::kLayoutVersion);  // the process that came back
+  CHECK(c->gate.load() == kPaused);
+  CHECK(g.paused(9) == PausedBy::kOwner);
+  CHECK(g.paused(7) == PausedBy::kNobody);  // taken over, not shared
+  CHECK_FALSE(g.inherit(10, key7, 3000));  // job 9 is live (it has its process)
+  // After kEndedPauseNs nobody inherits it.
+  g.set_paused(11, key7, PausedBy::kAdmin);
+  g.forget_job(11, 5000);
+  CHECK_FALSE(g.inherit(12, key7, 5000 + Gates::kEndedPauseNs + 1));
+  g.forget_job(12, 5000 + Gates::kEndedPauseNs + 1);  // and it is dropped
+  CHECK(g.paused(11) == PausedBy::kNobody);
+}
+
+TEST_CASE("gates: a re-registration inherits the pause of a job whose last process left a moment ago") {
+  Gates g;
+  auto a = page();
+  g.add_client(1, 20, a.get(), pages::kLayoutVersion);
+  g.set_paused(20, key10, PausedBy::kAdmin);
+  CHECK_FALSE(g.inherit(21, key10, 100));  // job 20 still has its process
+  g.remove_client(1);                     // it left; the job's end is not final yet
+  auto b = page();
+  CHECK(g.inherit(21, key10, 200));
+  g.add_client(2, 21, b.get(), pages::kLayoutVersion);
+  CHECK(b->gate.load() == kPaused);
+  CHECK(g.paused(21) == PausedBy::kAdmin);
 }
 
 TEST_CASE("gates: a page without gates (layout 3) is never written, and counts as ungated") {
@@ -87,7 +119,7 @@ TEST_CASE("gates: a page without gates (layout 3) is never written, and counts a
   g.add_client(2, 5, fresh.get(), pages::kGatedLayout);
   CHECK(g.ungated(5) == 1);
   CHECK(g.ungated(6) == 0);
-  g.set_paused(5, PausedBy::kOwner);
+  g.set_paused(5, key5, PausedBy::kOwner);
   CHECK(old->gate.load() == kRun);
   CHECK(all_slots(*old, kRun));
   CHECK(old->gate_seq.load() == 0);
