@@ -226,14 +226,22 @@ Admin::Found Admin::find_job(const std::string& name, const Caller& caller) cons
   return f;
 }
 
+Admin::Found Admin::find_own_job(const std::string& name, const Caller& caller, const char* doing) const {
+  Found f = find_job(name, caller);
+  if (f.job && !is_admin(caller) && f.job->key.uid != caller.uid) {
+    f.status = AdminStatus::kNotAllowed;
+    f.why = "job '" + f.job->key.id + "' belongs to " + user_name(f.job->key.uid) + "; only root or the admin group may " +
+            doing + " other users' jobs";
+    f.job = nullptr;
+  }
+  return f;
+}
+
 AdminAnswer Admin::set(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now) {
-  Found f = find_job(msg.job, caller);
+  Found f = find_own_job(msg.job, caller, "change");
   if (!f.job) return {f.status, f.why};
   const broker::Job& job = *f.job;
   const bool admin = is_admin(caller);
-  if (!admin && job.key.uid != caller.uid)
-    return {AdminStatus::kNotAllowed, "job '" + job.key.id + "' belongs to " + user_name(job.key.uid) +
-                                          "; only root or the admin group may change other users' jobs"};
   if ((msg.set_fields & proto::kSetMem) && !admin && msg.mem > job.limit)
     return {AdminStatus::kNotAllowed, "only root or the admin group may raise a job's limit"};
   if ((msg.set_fields & proto::kSetPriority) && !admin && msg.priority > uint8_t(job.priority))
@@ -258,13 +266,10 @@ AdminAnswer Admin::set(const proto::AdminMsg& msg, const Caller& caller, broker:
 }
 
 AdminAnswer Admin::pause(const proto::AdminMsg& msg, const Caller& caller, bool pause) {
-  Found f = find_job(msg.job, caller);
+  Found f = find_own_job(msg.job, caller, "pause or resume");
   if (!f.job) return {f.status, f.why};
   const broker::Job& job = *f.job;
   const bool admin = is_admin(caller);
-  if (!admin && job.key.uid != caller.uid)
-    return {AdminStatus::kNotAllowed, "job '" + job.key.id + "' belongs to " + user_name(job.key.uid) +
-                                          "; only root or the admin group may pause or resume other users' jobs"};
   const compute::PausedBy was = gates_.paused(job.serial);
   if (!pause && was == compute::PausedBy::kAdmin && !admin)
     return {AdminStatus::kNotAllowed, "job '" + job.key.id + "' was paused by an admin; only root or the admin group may resume it"};

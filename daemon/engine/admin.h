@@ -83,6 +83,9 @@ class Admin {
   };
   /// Resolves "job" or "uid:job" for `caller`.
   Found find_job(const std::string& name, const Caller& caller) const;
+  /// find_job, refused (kNotAllowed, "... may `doing` other users' jobs") unless the job is the
+  /// caller's or the caller is an admin.
+  Found find_own_job(const std::string& name, const Caller& caller, const char* doing) const;
   AdminAnswer set(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
   /// kPause (`pause` true) or kResume: the job, as job_json, with "was" (who had paused it, or null).
   AdminAnswer pause(const proto::AdminMsg& msg, const Caller& caller, bool pause);

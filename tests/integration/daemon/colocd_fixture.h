@@ -4,6 +4,8 @@
 #pragma once
 
 #include <dirent.h>
+#include <pwd.h>
+#include <sys/wait.h>
 
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -118,6 +120,32 @@ class Colocd {
   std::string socket_, state_, old_logs_;
   std::unique_ptr<Proc> proc_;
 };
+
+/// Sends admin request `m` to `d` as user `pw` (a forked child drops to its uid and gid, asks,
+/// and reports back through a pipe): 0 when answered ok, else 10 + the AdminStatus; 99 when the
+/// child could not become the user, 999 when it said nothing.
+inline uint32_t ask_as(const Colocd& d, const struct passwd* pw, const proto::AdminMsg& m) {
+  int pipefd[2];
+  REQUIRE(::pipe(pipefd) == 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    uint32_t st = 99;
+    if (::setgid(pw->pw_gid) == 0 && ::setuid(pw->pw_uid) == 0) {
+      auto a = cli::admin_request(d.socket(), m, 5000);
+      st = a.kind == cli::Answer::Kind::kOk ? 0 : uint32_t(a.status) + 10;
+    }
+    (void)!::write(pipefd[1], &st, sizeof st);
+    _exit(0);
+  }
+  ::close(pipefd[1]);
+  uint32_t st = 999;
+  (void)!::read(pipefd[0], &st, sizeof st);
+  ::close(pipefd[0]);
+  int ws;
+  ::waitpid(pid, &ws, 0);
+  return st;
+}
 
 /// The saved state of job `id` in <state>/jobs (null when none).
 inline nlohmann::json saved_job(const Colocd& d, const std::string& id) {

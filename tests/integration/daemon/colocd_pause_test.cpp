@@ -107,30 +107,13 @@ TEST_CASE("colocd: owners pause and resume their own jobs; an admin's pause only
   auto root_job = d.client({"--job", "rootjob", "attach:1:10GiB:1GiB", "hold"});
   auto nobody_job = d.client({"--as-user", "nobody", "--job", "nobodyjob", "attach:1:10GiB:1GiB", "hold"});
   REQUIRE(wait_until([&] { return has_event(*root_job, "holding") && has_event(*nobody_job, "holding"); }));
-  // Ask as nobody: fork, drop to nobody, ask; the status (0 = ok, else 10 + AdminStatus).
+  // Ask as nobody: the status (0 = ok, else 10 + AdminStatus).
   auto as_nobody = [&](AdminOp op, const std::string& job) {
-    int pipefd[2];
-    REQUIRE(::pipe(pipefd) == 0);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(pipefd[0]);
-      if (::setgid(nobody->pw_gid) != 0 || ::setuid(nobody->pw_uid) != 0) _exit(99);
-      coloc::proto::AdminMsg m;
-      std::memset(&m, 0, sizeof m);
-      m.op = uint32_t(op);
-      coloc::proto::set_string(m.job, job.c_str());
-      auto a = coloc::cli::admin_request(d.socket(), m, 5000);
-      uint32_t st = a.kind == coloc::cli::Answer::Kind::kOk ? 0 : uint32_t(a.status) + 10;
-      (void)!::write(pipefd[1], &st, sizeof st);
-      _exit(0);
-    }
-    ::close(pipefd[1]);
-    uint32_t st = 999;
-    (void)!::read(pipefd[0], &st, sizeof st);
-    ::close(pipefd[0]);
-    int ws;
-    ::waitpid(pid, &ws, 0);
-    return st;
+    coloc::proto::AdminMsg m;
+    std::memset(&m, 0, sizeof m);
+    m.op = uint32_t(op);
+    coloc::proto::set_string(m.job, job.c_str());
+    return ask_as(d, nobody, m);
   };
   const uint32_t not_allowed = 10 + uint32_t(AdminStatus::kNotAllowed);
   CHECK(as_nobody(AdminOp::kPause, "rootjob") == not_allowed);  // not theirs

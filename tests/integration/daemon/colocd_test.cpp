@@ -300,30 +300,13 @@ TEST_CASE("colocd: users: anyone registers their own processes; only root or the
   CHECK(nj["uid"] == nobody->pw_uid);  // from SO_PEERCRED, not from the message
   // An admin request from another uid: fork, drop to nobody, ask.
   auto ask_as_nobody = [&](const std::string& job, uint64_t mem) {
-    int pipefd[2];
-    REQUIRE(::pipe(pipefd) == 0);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(pipefd[0]);
-      if (::setgid(nobody->pw_gid) != 0 || ::setuid(nobody->pw_uid) != 0) _exit(99);
-      coloc::proto::AdminMsg m;
-      std::memset(&m, 0, sizeof m);
-      m.op = uint32_t(coloc::proto::AdminOp::kSet);
-      m.set_fields = coloc::proto::kSetMem;
-      m.mem = mem;
-      coloc::proto::set_string(m.job, job.c_str());
-      auto a = coloc::cli::admin_request(d.socket(), m, 5000);
-      uint32_t st = a.kind == coloc::cli::Answer::Kind::kOk ? 0 : uint32_t(a.status) + 10;
-      (void)!::write(pipefd[1], &st, sizeof st);
-      _exit(0);
-    }
-    ::close(pipefd[1]);
-    uint32_t st = 999;
-    (void)!::read(pipefd[0], &st, sizeof st);
-    ::close(pipefd[0]);
-    int ws;
-    ::waitpid(pid, &ws, 0);
-    return st;
+    coloc::proto::AdminMsg m;
+    std::memset(&m, 0, sizeof m);
+    m.op = uint32_t(coloc::proto::AdminOp::kSet);
+    m.set_fields = coloc::proto::kSetMem;
+    m.mem = mem;
+    coloc::proto::set_string(m.job, job.c_str());
+    return ask_as(d, nobody, m);
   };
   CHECK(ask_as_nobody("rootjob", 1 * GiB) == 10 + uint32_t(coloc::proto::AdminStatus::kNotAllowed));
   CHECK(d.job("rootjob")["limit"] == 4 * GiB);                 // unchanged
