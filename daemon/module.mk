@@ -17,6 +17,9 @@ DAEMON_CORE_SRCS := \
   daemon/broker/outside.cpp \
   daemon/broker/priority_fifo_policy.cpp \
   daemon/compute/gates.cpp \
+  daemon/compute/compute_policy.cpp \
+  daemon/compute/scheduler.cpp \
+  daemon/compute/policy_store.cpp \
   daemon/report/timeline.cpp \
   daemon/report/job_recorder.cpp \
   daemon/report/report_store.cpp \
@@ -44,6 +47,7 @@ DAEMON_SRCS := \
   daemon/engine/admin.cpp \
   daemon/engine/server.cpp \
   daemon/engine/server_restart.cpp \
+  daemon/engine/server_compute.cpp \
   daemon/main.cpp
 DAEMON_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_SRCS)) $(DAEMON_IO_OBJS)
 

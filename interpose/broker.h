@@ -163,6 +163,15 @@ class Broker {
   /// ahead. A launch into a capturing stream never waits (it records, it does not execute).
   virtual void gate_wait(uint32_t state, CUstream stream, bool per_thread) = 0;
 
+  /// Called by an async copy or memset (cuMemcpyAsync, cuMemsetD8Async, ... and _ptsz) when
+  /// control().gate is not pages::GateState::kRun: waits while its stream's device is held by
+  /// another job under the timeslice policy (a copy on the device's engines is device time too).
+  /// A copy into a capturing stream never waits. Never waits for a pause or the in-flight window.
+  virtual void copy_wait(CUstream stream, bool per_thread) {
+    (void)stream;
+    (void)per_thread;
+  }
+
   /// Called now and then by launches (every kLaunchFlushEvery launches of one entry point on one
   /// thread) and before the process ends: adds the launches counted since the last flush to the
   /// stats page. Must not block.

@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -26,34 +27,101 @@ std::optional<PausedBy> parse_paused_by(const char* s) {
 
 const char* compute_state_name(ComputeState s) { return s == ComputeState::kPaused ? "paused" : "running"; }
 
-int write_gates(pages::ControlPage& page, pages::GateState state) {
-  const uint32_t want = uint32_t(state);
+namespace {
+void wake(std::atomic<uint32_t>& word) {
+  // Shared (no FUTEX_PRIVATE_FLAG): the waiters are in the client, on its read-only mapping.
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+}  // namespace
+
+int write_gates(pages::ControlPage& page, const pages::GateState (&states)[pages::kSlots], bool wake_summary) {
   bool changed[pages::kSlots] = {};
   int n = 0;
-  for (uint32_t s = 0; s < pages::kSlots; ++s)
+  bool all_run = true;
+  uint32_t first_closed = uint32_t(pages::GateState::kRun);
+  for (uint32_t s = 0; s < pages::kSlots; ++s) {
+    const uint32_t want = uint32_t(states[s]);
+    if (want != uint32_t(pages::GateState::kRun) && all_run) first_closed = want;
+    all_run &= want == uint32_t(pages::GateState::kRun);
     if (page.gates[s].state.load(std::memory_order_relaxed) != want) {
       page.gates[s].state.store(want, std::memory_order_release);
       changed[s] = true;
       ++n;
     }
+  }
   if (n == 0) return 0;
-  // Every slot has the same state here, so the summary is that state.
-  page.gate.store(want, std::memory_order_release);
+  // The summary: kRun only when every slot is (the fast path's one load); else a closed state.
+  page.gate.store(all_run ? uint32_t(pages::GateState::kRun) : first_closed, std::memory_order_release);
   page.gate_seq.fetch_add(1, std::memory_order_release);
   for (uint32_t s = 0; s < pages::kSlots; ++s) {
     if (!changed[s]) continue;
     page.gates[s].seq.fetch_add(1, std::memory_order_release);
-    // Shared (no FUTEX_PRIVATE_FLAG): the waiters are in the client, on its read-only mapping.
-    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&page.gates[s].seq), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+    wake(page.gates[s].seq);
   }
+  if (wake_summary) wake(page.gate_seq);
   return n;
 }
 
-void Gates::add_client(ClientId id, JobSerial job, pages::ControlPage* page, uint16_t layout) {
+int write_gates(pages::ControlPage& page, pages::GateState state) {
+  pages::GateState states[pages::kSlots];
+  for (auto& s : states) s = state;
+  return write_gates(page, states, false);
+}
+
+void Gates::add_client(ClientId id, JobSerial job, pages::ControlPage* page, uint16_t layout,
+                       const pages::StatsPage* stats) {
   ClientEntry& c = clients_[id];
-  c = ClientEntry{job, page, layout};
+  c = ClientEntry{job, page, stats, layout};
   apply(c);
 }
+
+int Gates::refresh() {
+  int n = 0;
+  for (const auto& [id, c] : clients_) n += apply(c);
+  return n;
+}
+
+namespace {
+bool slot_uuid(const pages::ControlPage& page, uint32_t s, broker::Uuid* out) {
+  if (!page.slots[s].attached.load(std::memory_order_acquire)) return false;
+  *out = broker::Uuid::from(page.slots[s].uuid);
+  return true;
+}
+}  // namespace
+
+Usage Gates::usage(JobSerial job, const Uuid& dev) const {
+  Usage u;
+  u.drained = true;
+  for (const auto& [id, c] : clients_) {
+    if (c.job != job || !c.page || !c.stats || c.layout < pages::kTrackedLayout) continue;
+    for (uint32_t s = 0; s < pages::kSlots; ++s) {
+      Uuid d;
+      if (!slot_uuid(*c.page, s, &d) || d != dev) continue;
+      const pages::TrackStats& t = c.stats->track[s];
+      u.present = true;
+      u.wants |= t.waiting.load(std::memory_order_acquire) > 0;
+      u.drained &= t.marks_done.load(std::memory_order_acquire) >= t.marks.load(std::memory_order_acquire) &&
+                   t.tail.load(std::memory_order_acquire) == 0;
+      u.last_activity = std::max<Nanos>(u.last_activity, t.last_launch_ns.load(std::memory_order_relaxed));
+      u.busy_ns += t.busy_ns.load(std::memory_order_relaxed);
+    }
+  }
+  return u;
+}
+
+std::vector<std::pair<JobSerial, Uuid>> Gates::present() const {
+  std::vector<std::pair<JobSerial, Uuid>> out;
+  for (const auto& [id, c] : clients_) {
+    if (!c.page || !c.stats || c.layout < pages::kTrackedLayout) continue;
+    for (uint32_t s = 0; s < pages::kSlots; ++s) {
+      Uuid d;
+      if (slot_uuid(*c.page, s, &d)) out.emplace_back(c.job, d);
+    }
+  }
+  return out;
+}
+
+uint64_t Gates::busy_ns(JobSerial job, const Uuid& dev) const { return usage(job, dev).busy_ns; }
 
 void Gates::remove_client(ClientId id) { clients_.erase(id); }
 
@@ -98,7 +166,7 @@ PausedBy Gates::paused(JobSerial job) const {
   return it == jobs_.end() ? PausedBy::kNobody : it->second.paused;
 }
 
-ComputeState Gates::state(JobSerial job) const {
+ComputeState Gates::state(JobSerial job) const {  // (the scheduler's waits: Admin asks it)
   return paused(job) == PausedBy::kNobody ? ComputeState::kRunning : ComputeState::kPaused;
 }
 
@@ -108,13 +176,32 @@ size_t Gates::ungated(JobSerial job) const {
   return n;
 }
 
-pages::GateState Gates::wanted(JobSerial job) const {
-  return paused(job) == PausedBy::kNobody ? pages::GateState::kRun : pages::GateState::kPaused;
+pages::GateState Gates::wanted(JobSerial job, const ClientEntry& c, uint32_t slot) const {
+  if (paused(job) != PausedBy::kNobody) return pages::GateState::kPaused;
+  Uuid d;
+  if (!scheduler_ || c.layout < pages::kTrackedLayout || !slot_uuid(*c.page, slot, &d)) return pages::GateState::kRun;
+  return scheduler_->state(job, d);
 }
 
-void Gates::apply(const ClientEntry& c) const {
-  if (!c.page || c.layout < pages::kGatedLayout) return;  // no gates on the page: never gated
-  write_gates(*c.page, wanted(c.job));
+int Gates::apply(const ClientEntry& c) const {
+  if (!c.page || c.layout < pages::kGatedLayout) return 0;  // no gates on the page: never gated
+  pages::GateState states[pages::kSlots];
+  for (uint32_t s = 0; s < pages::kSlots; ++s) states[s] = wanted(c.job, c, s);
+  const bool tracked = c.layout >= pages::kTrackedLayout;
+  if (tracked && scheduler_)
+    for (uint32_t s = 0; s < pages::kSlots; ++s) {
+      Uuid d;
+      Nanos window = 0, end = 0;
+      if (slot_uuid(*c.page, s, &d)) {
+        window = scheduler_->window(d);
+        end = scheduler_->turn_end(c.job, d);
+      }
+      if (c.page->compute[s].window_ns.load(std::memory_order_relaxed) != window)
+        c.page->compute[s].window_ns.store(window, std::memory_order_relaxed);
+      if (c.page->compute[s].turn_end_ns.load(std::memory_order_relaxed) != end)
+        c.page->compute[s].turn_end_ns.store(end, std::memory_order_relaxed);
+    }
+  return write_gates(*c.page, states, tracked);
 }
 
 }  // namespace coloc::compute

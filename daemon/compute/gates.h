@@ -2,10 +2,14 @@
 // every registered client's control page (coloc/pages.h, "The launch gate").
 //
 // The engine tells Gates about clients as they register and leave, and about pauses (coloc pause,
-// coloc resume). Gates decides each client's gate from its job's state and writes it, in the order
-// pages.h gives, waking the client's waiters (a shared futex on the page) on every change. A client
-// whose page is older than pages::kGatedLayout has no gates: it is served without gating, and
-// counted as such (status shows it).
+// coloc resume). Gates decides each slot's gate of each client from its job's state and the
+// scheduler's wish for the slot's device (compute/scheduler.h: kRun, kWindow for a timeslice's
+// holder, kTimeslice for the others), and writes it, in the order pages.h gives, waking the
+// client's waiters (a shared futex on the page) on every change. A client whose page is older than
+// pages::kGatedLayout has no gates: it is served without gating, and counted as such (status shows
+// it); one older than pages::kTrackedLayout is paused but never timesliced (it cannot report its
+// drain). Gates also sums what the clients' stats pages say of each job's work on each device
+// (usage()), for the scheduler.
 //
 // Single-threaded (the event loop). Pure but for the page writes and the futex wake.
 #pragma once
@@ -17,6 +21,7 @@
 
 #include "broker/types.h"
 #include "coloc/pages.h"
+#include "compute/scheduler.h"
 
 namespace coloc::compute {
 
@@ -37,9 +42,22 @@ const char* compute_state_name(ComputeState s);
 
 class Gates {
  public:
-  /// A client registered: `page` is its control page (the engine owns it; valid until
-  /// remove_client) of layout `layout`. Its gates are written at once from its job's state.
-  void add_client(ClientId id, JobSerial job, pages::ControlPage* page, uint16_t layout);
+  /// The scheduler whose wishes the gates follow (null: every device is shared).
+  void set_scheduler(const Scheduler* s) { scheduler_ = s; }
+  /// A client registered: `page` and `stats` are its pages (the engine owns them; valid until
+  /// remove_client; `stats` may be null) of layout `layout`. Its gates are written at once from
+  /// its job's state.
+  void add_client(ClientId id, JobSerial job, pages::ControlPage* page, uint16_t layout,
+                  const pages::StatsPage* stats = nullptr);
+  /// Rewrites every client's gates from the job states and the scheduler (after a tick, an
+  /// attach, a policy change); writes only what changed. Returns how many slots changed.
+  int refresh();
+  /// The job's work on `dev`, summed over its tracked clients attached there.
+  Usage usage(JobSerial job, const Uuid& dev) const;
+  /// Every (job, device) with a tracked client attached (layout >= kTrackedLayout).
+  std::vector<std::pair<JobSerial, Uuid>> present() const;
+  /// Device time (ns) of `job`'s completed work on `dev` so far, summed over its live clients.
+  uint64_t busy_ns(JobSerial job, const Uuid& dev) const;
   /// The client left: its page is no longer written.
   void remove_client(ClientId id);
   /// The job ended at `now` (monotonic ns). Its pause, if any, is kept for kEndedPauseNs for
@@ -67,6 +85,7 @@ class Gates {
   struct ClientEntry {
     JobSerial job = 0;
     pages::ControlPage* page = nullptr;
+    const pages::StatsPage* stats = nullptr;
     uint16_t layout = 0;
   };
   struct JobEntry {
@@ -74,15 +93,20 @@ class Gates {
     broker::JobKey key;
     broker::Nanos ended_at = 0;  ///< 0: live; else when it ended (kept for inherit())
   };
-  void apply(const ClientEntry& c) const;
-  pages::GateState wanted(JobSerial job) const;
+  int apply(const ClientEntry& c) const;
+  pages::GateState wanted(JobSerial job, const ClientEntry& c, uint32_t slot) const;
 
   std::map<ClientId, ClientEntry> clients_;
   std::map<JobSerial, JobEntry> jobs_;
+  const Scheduler* scheduler_ = nullptr;
 };
 
 /// Writes `state` to every gate of `page` and its summary, in pages.h's order, and wakes the
 /// waiters of each slot whose state changed. Returns how many slots changed.
 int write_gates(pages::ControlPage& page, pages::GateState state);
+/// Writes `states[s]` to each slot's gate, then the summary, in pages.h's order, and wakes the
+/// waiters of each changed slot (and, when `wake_summary`, of `gate_seq`: layout 5). Returns how
+/// many slots changed.
+int write_gates(pages::ControlPage& page, const pages::GateState (&states)[pages::kSlots], bool wake_summary);
 
 }  // namespace coloc::compute

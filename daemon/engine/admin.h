@@ -1,8 +1,9 @@
-// daemon/engine/admin.h — the CLI's requests: status, jobs, set, pause, resume, report. Answers are
-// JSON text (shapes in docs/ARCHITECTURE.md). Reading status is open to every user; changing a job
-// and reading its report is for its owner (who may only lower its limit or priority, and may not
-// resume a pause an admin set) and for root or members of --admin-group, checked against
-// SO_PEERCRED / SO_PEERGROUPS.
+// daemon/engine/admin.h — the CLI's requests: status, jobs, set, pause, resume, report, policy.
+// Answers are JSON text (shapes in docs/daemon.md, "Admin answers"). Reading status is open to every
+// user; changing a job and reading its report is for its owner (who may only lower its limit,
+// priority or weight, and may not resume a pause an admin set) and for root or members of
+// --admin-group, checked against SO_PEERCRED / SO_PEERGROUPS; a device's compute policy is for
+// root and the admin group only.
 #pragma once
 
 #include <sys/types.h>
@@ -18,6 +19,8 @@
 #include "broker/broker.h"
 #include "coloc/protocol.h"
 #include "compute/gates.h"
+#include "compute/policy_store.h"
+#include "compute/scheduler.h"
 #include "report/job_recorder.h"
 #include "report/report_store.h"
 #include "report/report_writer.h"
@@ -47,6 +50,12 @@ struct DaemonInfo {
   /// True when colocd reads devices itself (NVML) and cannot read broker device `i` (one it knows
   /// only from clients: of an old simgpu state directory, or gone). Null: every device is seen.
   std::function<bool(uint32_t)> unseen;
+  /// The devices colocd reads itself (NVML), in NVML's index order; null, or nullopt from it:
+  /// none (devices are then numbered in the broker's order).
+  std::function<std::optional<std::vector<broker::Uuid>>()> nvml_devices;
+  /// A job's share of a device's time over the last 10 s (0..1); null: not measured (status
+  /// shows null).
+  std::function<double(broker::JobSerial, const broker::Uuid&)> gpu_share;
 };
 
 struct AdminAnswer {
@@ -56,9 +65,10 @@ struct AdminAnswer {
 
 class Admin {
  public:
-  Admin(broker::Broker& broker, compute::Gates& gates, std::map<broker::JobSerial, report::JobRecorder>& recorders,
-        const report::ReportStore& store, const DaemonInfo& info)
-      : broker_(broker), gates_(gates), recorders_(recorders), store_(store), info_(info) {}
+  Admin(broker::Broker& broker, compute::Gates& gates, compute::Scheduler& scheduler,
+        std::map<broker::JobSerial, report::JobRecorder>& recorders, const report::ReportStore& store,
+        const DaemonInfo& info)
+      : broker_(broker), gates_(gates), scheduler_(scheduler), recorders_(recorders), store_(store), info_(info) {}
 
   /// Answers one request at monotonic time `now`.
   AdminAnswer handle(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
@@ -74,6 +84,23 @@ class Admin {
   bool is_admin(const Caller& c) const;
   /// The writer of reports still on their way to disk: reading reports waits for it first.
   void set_report_writer(report::ReportWriter* w) { writer_ = w; }
+  /// Where `coloc policy` saves what it sets (loaded and applied by the engine at start); null:
+  /// policies are set live only.
+  void set_policy_store(compute::PolicyStore* s) { policies_ = s; }
+
+  /// A device as `coloc policy` and `coloc status` number it: NVML's devices by their NVML index,
+  /// then the devices only the broker knows (from clients; of NVML's count on) in the broker's
+  /// order; devices known only from a saved policy have no index.
+  struct DeviceRow {
+    broker::Uuid uuid;
+    std::optional<uint32_t> index;
+    const char* index_from = nullptr;         ///< "nvml", "colocd", or null (no index)
+    std::optional<uint32_t> broker_device;    ///< its index in the broker's devices
+  };
+  std::vector<DeviceRow> device_rows() const;
+  /// The "policies" object of status: {default, devices: [{index, index_from, uuid, policy,
+  /// holder, seen}]}.
+  nlohmann::json policies_json() const;
 
  private:
   struct Found {
@@ -89,16 +116,31 @@ class Admin {
   AdminAnswer set(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
   /// kPause (`pause` true) or kResume: the job, as job_json, with "was" (who had paused it, or null).
   AdminAnswer pause(const proto::AdminMsg& msg, const Caller& caller, bool pause);
+  /// kPolicy: sets the policy of the device(s) `msg.job` names (admin only); answers
+  /// {device, all, default, devices: [{index, index_from, uuid, policy, was}]}.
+  AdminAnswer policy(const proto::AdminMsg& msg, const Caller& caller);
+  /// The device `selector` names ("all" is the caller's): an index, a UUID or a unique prefix of
+  /// one (with or without "GPU-"). nullptr and *why when none or several match.
+  const DeviceRow* resolve_device(const std::string& selector, const std::vector<DeviceRow>& rows, std::string* why) const;
+  /// {mode, quantum_ms} of the device now.
+  nlohmann::json policy_json(const broker::Uuid& dev) const;
+  /// The id of the job holding `dev` under an exclusive policy, or null.
+  nlohmann::json holder_json(const broker::Uuid& dev) const;
+  /// The job's compute state on `dev` (`dev` null: on any device): "paused", "waiting-quantum",
+  /// "running".
+  const char* compute_state(const broker::Job& job, const broker::Uuid* dev) const;
   /// The report of `name`: a job id (or UID:ID), a report's file name (ID.2), or — with
   /// `newest_of_name` — a name coloc run suffixed (NAME: its newest job).
   AdminAnswer report(const std::string& name, const Caller& caller, broker::Nanos now, bool newest_of_name = true);
 
   broker::Broker& broker_;
   compute::Gates& gates_;
+  compute::Scheduler& scheduler_;
   std::map<broker::JobSerial, report::JobRecorder>& recorders_;
   const report::ReportStore& store_;
   const DaemonInfo& info_;
   report::ReportWriter* writer_ = nullptr;
+  compute::PolicyStore* policies_ = nullptr;
 };
 
 /// The user name of `uid`, or the number as text.

@@ -84,7 +84,9 @@ Server::Server(config::Config cfg)
       store_(cfg_.state_dir + "/reports"),
       resume_(cfg_.state_dir + "/clients"),
       job_states_(cfg_.state_dir + "/jobs"),
-      rx_(proto::kMaxMessage) {}
+      rx_(proto::kMaxMessage) {
+  gates_.set_scheduler(&scheduler_);
+}
 
 Server::~Server() {
   // Connections before the loop their callbacks live in.
@@ -117,6 +119,9 @@ Result<void> Server::open_state_dir() {
   info_.admin_gid = admin_gid;
   if (auto r = store_.prepare(admin_gid ? int(*admin_gid) : -1); !r) return r;
   if (auto r = resume_.load(); !r) return r;
+  // The devices' compute policies, as coloc policy last set them (a bad file: every device shares).
+  for (const std::string& p : policies_.load()) log::get("engine")->error("{}", p);
+  policies_.apply(scheduler_);
   // The running jobs' report state of the previous run (server_restart.cpp).
   return load_saved_jobs();
 }
@@ -194,7 +199,7 @@ Result<void> Server::open_signals_and_timers() {
   if (::timerfd_settime(st, 0, &its, nullptr) != 0) return Error::from_errno("timerfd_settime");
   if (auto r2 = loop_->add(st, EPOLLIN, [this](uint32_t) { on_sample(); }); !r2) return r2.error();
   if (auto r3 = loop_->add(dt, EPOLLIN, [this](uint32_t) { on_deadline(); }); !r3) return r3.error();
-  return {};
+  return open_compute_timer();
 }
 
 Result<void> Server::start() {
@@ -226,8 +231,12 @@ Result<void> Server::start() {
     return memory_reader_ && dev < unreadable_.size() && unreadable_[dev];
   };
   writer_ = std::make_unique<report::ReportWriter>(store_);
-  admin_ = std::make_unique<Admin>(broker_, gates_, recorders_, store_, info_);
+  admin_ = std::make_unique<Admin>(broker_, gates_, scheduler_, recorders_, store_, info_);
   admin_->set_report_writer(writer_.get());
+  admin_->set_policy_store(&policies_);
+  info_.nvml_devices = [this]() -> std::optional<std::vector<broker::Uuid>> {
+    return memory_reader_ ? memory_reader_->devices() : std::nullopt;
+  };
   if (!memory_reader_set_) {
     auto nvml = device::NvmlReader::open();
     if (nvml) {
@@ -479,6 +488,7 @@ void Server::drop(Connection& c, const std::string& reason, std::optional<report
   // The books first: the memory is free for others from this moment.
   broker_.remove_client(id, now());
   gates_.remove_client(id);
+  compute_dirty_ = true;
   by_client_.erase(id);
   auto& same_pid = by_pid_[c.pid()];
   same_pid.erase(std::remove(same_pid.begin(), same_pid.end(), &c), same_pid.end());
@@ -689,7 +699,8 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   // Its connection dropped and its job ended meanwhile: a pause holds for the job it starts anew.
   if (resume && !saved && gates_.inherit(job.serial, job.key, t))
     lg->info("job {}: still paused (a process of it came back after its connection dropped)", job.key.str());
-  gates_.add_client(id, job.serial, c.pages->control(), pages::layout_for_protocol(m.h.version));
+  gates_.add_client(id, job.serial, c.pages->control(), pages::layout_for_protocol(m.h.version), c.pages->stats());
+  compute_dirty_ = true;
   by_client_[id] = &c;
   by_pid_[c.pid()].push_back(&c);
   if (!spec.anchor) {  // an anchor does not re-register after a restart: none is expected back
@@ -735,6 +746,9 @@ void Server::on_admin(Connection& c, const proto::Message& m) {
   AdminAnswer a;
   try {
     a = admin_->handle(m.body.admin, caller, now());
+    // A pause, a weight or a policy may have changed: the gates follow before the answer goes.
+    if (m.body.admin.op >= uint32_t(proto::AdminOp::kSet) && m.body.admin.op != uint32_t(proto::AdminOp::kReport))
+      compute_tick(now());
   } catch (const std::exception& e) {  // e.g. a report file that is not what we wrote
     a = {proto::AdminStatus::kInternal, std::string("colocd could not answer: ") + e.what()};
     log::limited(log::get("engine"), spdlog::level::err, "admin error", "admin request from {}: {}", c.describe(),
@@ -830,6 +844,7 @@ void Server::finalize_job(broker::JobSerial serial) {
   persisted_.erase(serial);
   continued_.erase(serial);
   gates_.forget_job(serial, now());
+  scheduler_.forget_job(serial);
   recorders_.erase(rec);
 }
 
@@ -839,6 +854,9 @@ void Server::settle() {
   for (int round = 0; round < 1000; ++round) {
     auto replies = broker_.take_replies();
     auto events = broker_.take_events();
+    // A device just attached may be timesliced: its gate is written before the reply goes out.
+    for (const broker::Reply& r : replies) compute_dirty_ |= r.kind == broker::Reply::Kind::kAttach && r.granted;
+    if (compute_dirty_) compute_tick(now());
     for (const broker::Reply& r : replies) send_reply(r);
     for (const broker::Event& e : events) on_broker_event(e);
     if (doomed_.empty() && replies.empty() && events.empty()) break;

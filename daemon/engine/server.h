@@ -20,6 +20,8 @@
 #include "broker/broker.h"
 #include "broker/priority_fifo_policy.h"
 #include "compute/gates.h"
+#include "compute/policy_store.h"
+#include "compute/scheduler.h"
 #include "config/config.h"
 #include "device/memory_reader.h"
 #include "engine/admin.h"
@@ -87,6 +89,12 @@ class Server {
   void sample_job(const broker::Job& job, Nanos t);
   void sample_job(broker::JobSerial serial, Nanos t);
   void on_deadline();
+  // The compute side (server_compute.cpp).
+  Result<void> open_compute_timer();
+  /// Advances the scheduler to `t` (pauses, who is on which device, drains), rewrites the gates
+  /// that changed, logs handovers that timed out, and re-arms the compute timer.
+  void compute_tick(Nanos t);
+  void on_compute_timer();
   /// Reads the free memory of broker device `device` through memory_reader_ (if any) and hands
   /// it to the broker (Broker::refresh_outside). `prompted`: asked for by a client's message
   /// (rate-limited), not the sample timer.
@@ -138,8 +146,12 @@ class Server {
   broker::PriorityFifoPolicy policy_;
   broker::Broker broker_;
   compute::Gates gates_;  ///< the compute side: pauses and every client's launch gates
+  compute::Scheduler scheduler_;  ///< the compute side: who holds each exclusive device (timeslice)
   std::unique_ptr<EventLoop> loop_;
   UniqueFd signal_fd_, sample_timer_, deadline_timer_, lock_fd_;
+  UniqueFd compute_timer_;              ///< the scheduler's ticks (armed only while a device is contended)
+  Nanos compute_armed_ = broker::kNever;  ///< what compute_timer_ is set to
+  bool compute_dirty_ = false;          ///< clients or pauses changed since the last compute_tick
   std::unique_ptr<Listener> listener_;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;  ///< by connection id
   /// Connections not yet past their first message, oldest first: (accepted at, connection id).
@@ -160,6 +172,8 @@ class Server {
   std::unique_ptr<report::ReportWriter> writer_;  ///< writes ended jobs' reports off the loop
   ResumeState resume_;
   report::JobStateStore job_states_;
+  /// The devices' compute policies (coloc policy), saved by UUID in <state-dir>/policies.json.
+  compute::PolicyStore policies_{cfg_.state_dir + "/policies.json"};
   std::string boot_id_;
   std::map<broker::JobKey, report::SavedJob> away_;  ///< saved jobs of the previous run, not (yet) continued
   Nanos away_deadline_ = 0;       ///< the resume grace ends: away_ is swept from then on
@@ -178,6 +192,7 @@ class Server {
     compute::PausedBy paused = compute::PausedBy::kNobody;
     Nanos at = 0;
     bool warned = false;
+    uint32_t weight = proto::kDefaultWeight;
   };
   std::map<broker::JobSerial, Persisted> persisted_;
   Nanos next_persist_ = 0;

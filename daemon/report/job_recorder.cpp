@@ -391,7 +391,7 @@ json JobRecorder::to_json(Nanos now) const {
     // The launch gate: time waited and launches that waited, by cause (the clients' measure).
     json gate_wait = json::object(), gate_waited = json::object();
     for (auto [state, name] : {std::pair{pages::GateState::kTimeslice, "quantum"},
-                               std::pair{pages::GateState::kThrottle, "window"},
+                               std::pair{pages::GateState::kWindow, "window"},
                                std::pair{pages::GateState::kPaused, "pause"}}) {
       gate_wait[name] = secs(c.gate_wait_ns[uint32_t(state)]);
       gate_waited[name] = c.gate_waits[uint32_t(state)];

@@ -44,7 +44,16 @@
 //       futex(&gates[s].seq, FUTEX_WAIT, q, timeout)   (shared: no FUTEX_PRIVATE_FLAG)
 //   The client cannot write to the page, so it cannot say that it waits: the daemon wakes on every
 //   change. A page of layout 3 or older has no gates: its summary stays kRun, and the client is
-//   served without gating.
+//   served without gating. From layout 5 the daemon also wakes `gate_seq` (bumped on every
+//   change of any gate), so one thread of the client can watch every gate at once.
+//
+// Completion tracking and the in-flight window (layout 5)
+//   In state kWindow a launch goes ahead while the job's work in flight on the device is below
+//   the slot's `window_ns` of estimated device time. The client knows what is in flight from
+//   events it records on the streams it launches on (from a pool, every few launches, never one
+//   per launch) and that its own thread sees complete; it publishes the counts in the stats
+//   page's TrackStats. The daemon hands a timeslice over only when the holder's TrackStats say
+//   it has drained: every mark done, and no launch left without a mark after it (`tail` 0).
 //
 // Rules for this header: it is compiled into libcoloc.so; glibc and standard headers only. The
 // fields every thread reads on a fast path are std::atomic, lock-free, read with relaxed loads
@@ -72,22 +81,32 @@ inline constexpr uint32_t kSlots = proto::kMaxDevices;
 ///      protocol v5; a client accepts all three (in an older page the word is zero: "none").
 ///   4  ControlPage::gates (one SlotGate per slot, after the slots; zero = kRun, so an older page
 ///      reads as "never gated"). Layout 4 for protocol v6; a client accepts all four.
+///   5  ControlPage::compute (the in-flight window per slot), StatsPage::track (completion
+///      tracking per slot), GateState::kWindow given meaning, `gate_seq` woken on every change.
+///      Layout 5 for protocol v7; a client accepts all five. A layout-4 client is paused but
+///      never timesliced (it could not report its drain).
 inline constexpr uint32_t kControlMagic = 0x50434c43u;  // "CLCP"
 inline constexpr uint32_t kStatsMagic = 0x53434c43u;    // "CLCS"
-inline constexpr uint16_t kLayoutVersion = 4;
+inline constexpr uint16_t kLayoutVersion = 5;
 inline constexpr uint16_t kMinLayoutVersion = 1;
 /// The page layout colocd makes for a client speaking protocol `version`.
 inline constexpr uint16_t layout_for_protocol(uint16_t version) {
-  return version >= 6 ? 4 : version >= 5 ? 3 : version >= 4 ? 2 : 1;
+  return version >= 7 ? 5 : version >= 6 ? 4 : version >= 5 ? 3 : version >= 4 ? 2 : 1;
 }
 /// The oldest layout with launch gates (ControlPage::gates).
 inline constexpr uint16_t kGatedLayout = 4;
+/// The oldest layout with completion tracking (ControlPage::compute, StatsPage::track): a client
+/// whose page is older cannot report its drain and is never timesliced.
+inline constexpr uint16_t kTrackedLayout = 5;
 
 /// A launch gate's state. A launch waits in every state but kRun (interpose/gate.h); the state
 /// says why (the job report's gate wait by cause).
 enum class GateState : uint32_t {
   kRun = 0,        ///< launch freely
-  kThrottle = 1,   ///< (the priority policy) wait while the job's in-flight window is full
+  /// (layout 5) launch while the job's work in flight on the device is under the slot's
+  /// `window_ns`, tracking completions (the holder of a timeslice; a throttled job under the
+  /// priority policy); wait for completions while it is over
+  kWindow = 1,
   kTimeslice = 2,  ///< wait until this job holds the device (its quantum)
   kPaused = 3,     ///< wait until `coloc resume`
 };
@@ -97,6 +116,16 @@ inline constexpr uint32_t kGateStates = 4;
 struct SlotGate {
   std::atomic<uint32_t> state;  ///< GateState of launches on the slot's device
   std::atomic<uint32_t> seq;    ///< the futex word: bumped after every change of `state`
+};
+
+/// (layout 5) One device's compute settings (daemon writes).
+struct SlotCompute {
+  /// The in-flight window in kWindow: estimated device time (ns) the job may have queued on the
+  /// device; 0 = no bound.
+  std::atomic<uint64_t> window_ns;
+  /// CLOCK_MONOTONIC ns at which this job's turn on the device ends (timeslice holder), else 0.
+  /// Informational: the daemon, not the client, ends the turn.
+  std::atomic<uint64_t> turn_end_ns;
 };
 
 /// One device of the control page (one cache line).
@@ -130,6 +159,7 @@ struct ControlPage {
   uint8_t reserved[36];
   ControlSlot slots[kSlots];
   SlotGate gates[kSlots];  ///< (layout 4) per slot; all zero (kRun) in older layouts
+  SlotCompute compute[kSlots];  ///< (layout 5) per slot; zero in older layouts
 };
 
 /// One device of the stats page (one cache line). All counters only grow, except in_use.
@@ -151,6 +181,19 @@ struct alignas(64) GateStats {
   std::atomic<uint64_t> waits[kGateStates];    ///< launches that waited, by why
 };
 
+/// (layout 5) One device's completion tracking (one cache line; client writes, daemon reads and
+/// treats as untrusted: a lying client only hurts its own turns, never another job's gates).
+struct alignas(64) TrackStats {
+  std::atomic<uint64_t> marks;       ///< events recorded after the job's launches on the device
+  std::atomic<uint64_t> marks_done;  ///< of those, seen complete (never above `marks`)
+  std::atomic<uint64_t> busy_ns;     ///< device time of the completed work, stamped on the host (ns)
+  std::atomic<uint64_t> launches;    ///< launches made in kWindow (tracked)
+  std::atomic<uint64_t> tail;        ///< streams with launches that no mark follows yet
+  std::atomic<uint64_t> waiting;     ///< threads waiting at the gate now (the job wants the device)
+  std::atomic<uint64_t> last_launch_ns;  ///< CLOCK_MONOTONIC ns of the last tracked launch or gate wait
+  std::atomic<uint64_t> window_waits;    ///< launches that waited for the in-flight window
+};
+
 /// The stats page (client writes, daemon reads). The header is written by the daemon before it
 /// sends the page; the client must not change it.
 struct StatsPage {
@@ -160,6 +203,7 @@ struct StatsPage {
   uint8_t reserved[56];
   StatsSlot slots[kSlots];
   GateStats gates[kSlots];  ///< (layout 4) per slot; unused (zero) in older layouts
+  TrackStats track[kSlots];  ///< (layout 5) per slot; unused (zero) in older layouts
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "page counters must be lock-free");
@@ -178,8 +222,10 @@ static_assert(offsetof(StatsPage, slots) == 64);
 static_assert(offsetof(StatsSlot, in_use) == 0);
 static_assert(offsetof(StatsSlot, launches) == 56);
 static_assert(sizeof(SlotGate) == 8 && offsetof(ControlPage, gates) == 64 + 64 * kSlots);
-static_assert(sizeof(ControlPage) == 64 + 72 * kSlots && sizeof(ControlPage) <= kPageSize);
+static_assert(sizeof(SlotCompute) == 16 && offsetof(ControlPage, compute) == 64 + 72 * kSlots);
+static_assert(sizeof(ControlPage) == 64 + 88 * kSlots && sizeof(ControlPage) <= kPageSize);
 static_assert(sizeof(GateStats) == 64 && offsetof(StatsPage, gates) == 64 + 64 * kSlots);
-static_assert(sizeof(StatsPage) == 64 + 128 * kSlots && sizeof(StatsPage) <= kPageSize);
+static_assert(sizeof(TrackStats) == 64 && offsetof(StatsPage, track) == 64 + 128 * kSlots);
+static_assert(sizeof(StatsPage) == 64 + 192 * kSlots && sizeof(StatsPage) <= kPageSize);
 
 }  // namespace coloc::pages

@@ -58,6 +58,12 @@
 //         gets layout-3 pages and is served without gating. Admin ops kPause and kResume (below
 //         v6 they are malformed). Every message layout is identical in v5 and v6. A v5 daemon
 //         refuses a v6 client with kVersion: clients then speak v5 (never gated).
+//     v7  The pages' layout 5 (pages.h: completion tracking, the in-flight window, kWindow); a v6
+//         client gets layout-4 pages (paused, never timesliced). Admin gave meaning to bytes of
+//         its reserved0: `weight` (kSet with the new kSetWeight bit), `mode` and `quantum_ms`
+//         (the new op kPolicy, whose `job` names a device: a UUID or a unique prefix of one, an
+//         NVML index, or "all"). Below v7 those bytes must be zero and kPolicy is malformed. A
+//         v6 daemon refuses a v7 client with kVersion: clients then speak v6.
 //
 // Validation
 //   decode() checks everything a peer could get wrong: the header, the exact size for the type and
@@ -78,7 +84,7 @@
 namespace coloc::proto {
 
 /// The version this header speaks, and the oldest one a daemon built from it still accepts.
-inline constexpr uint16_t kVersion = 6;
+inline constexpr uint16_t kVersion = 7;
 inline constexpr uint16_t kMinVersion = 1;
 
 /// First four bytes of every message: "COLC" in memory order on little-endian machines.
@@ -165,14 +171,25 @@ inline constexpr uint16_t kRegAnchor = 1u << 1;
 /// Admin operations (the CLI). Any user may read; kSet, kPause and kResume are checked against
 /// SO_PEERCRED. kPause (v6): the job's launches wait at the gate on every device until kResume
 /// (v6); its memory stays.
-enum class AdminOp : uint32_t { kStatus = 1, kJobs = 2, kSet = 3, kReport = 4, kPause = 5, kResume = 6 };
+/// kPolicy (v7, admin only): sets the compute policy of the device(s) `job` names.
+enum class AdminOp : uint32_t { kStatus = 1, kJobs = 2, kSet = 3, kReport = 4, kPause = 5, kResume = 6, kPolicy = 7 };
 /// The newest AdminOp of protocol `version`.
 inline constexpr uint32_t last_admin_op(uint16_t version) {
-  return version >= 6 ? uint32_t(AdminOp::kResume) : uint32_t(AdminOp::kReport);
+  return version >= 7   ? uint32_t(AdminOp::kPolicy)
+         : version >= 6 ? uint32_t(AdminOp::kResume)
+                        : uint32_t(AdminOp::kReport);
 }
 /// AdminMsg::set_fields bits for kSet.
 inline constexpr uint32_t kSetMem = 1u << 0;
 inline constexpr uint32_t kSetPriority = 1u << 1;
+inline constexpr uint32_t kSetWeight = 1u << 2;  ///< (v7)
+/// A job's weight under the timeslice policy: quanta per round (coloc set --weight).
+inline constexpr uint8_t kMinWeight = 1, kMaxWeight = 100, kDefaultWeight = 1;
+/// A device's compute policy (coloc policy). kPriority belongs to the priority policy (not yet
+/// served: a daemon refuses it as kBadRequest).
+enum class PolicyMode : uint8_t { kShare = 0, kTimeslice = 1, kPriority = 2 };
+/// The timeslice quantum (AdminMsg::quantum_ms): 0 = the default, else kMinQuantumMs..kMaxQuantumMs.
+inline constexpr uint32_t kDefaultQuantumMs = 100, kMinQuantumMs = 1, kMaxQuantumMs = 60000;
 
 /// Admin reply status.
 enum class AdminStatus : uint32_t {
@@ -421,7 +438,10 @@ struct AdminMsg {
   uint32_t set_fields;  ///< kSet: kSetMem | kSetPriority, at least one; else 0
   uint64_t mem;         ///< kSet with kSetMem: the new limit in bytes (> 0); else 0
   uint8_t priority;     ///< kSet with kSetPriority: Priority; else 0
-  uint8_t reserved0[7];
+  uint8_t weight;       ///< (v7) kSet with kSetWeight: kMinWeight..kMaxWeight; else 0
+  uint8_t mode;         ///< (v7) kPolicy: PolicyMode; else 0
+  uint8_t reserved0;
+  uint32_t quantum_ms;  ///< (v7) kPolicy with kTimeslice: 0 (default) or kMinQuantumMs..kMaxQuantumMs; else 0
   char job[kJobIdSize];  ///< kSet, kReport: "job" or "uid:job"; else ""
 };
 
@@ -797,17 +817,32 @@ inline Status validate(const GoodbyeMsg& m) noexcept {
 }
 inline Status validate(const AdminMsg& m) noexcept {
   if (m.op < uint32_t(AdminOp::kStatus) || m.op > last_admin_op(kVersion)) return detail::fail(Error::kBadEnum, "Admin.op");
-  if (!detail::all_zero(m.reserved0)) return detail::fail(Error::kReserved, "Admin.reserved0");
+  if (m.reserved0 != 0) return detail::fail(Error::kReserved, "Admin.reserved0");
+  if (m.op == uint32_t(AdminOp::kPolicy)) {
+    if (m.set_fields != 0 || m.mem != 0 || m.priority != 0 || m.weight != 0)
+      return detail::fail(Error::kReserved, "Admin.set_fields");
+    if (m.mode > uint8_t(PolicyMode::kPriority)) return detail::fail(Error::kBadEnum, "Admin.mode");
+    if (m.mode != uint8_t(PolicyMode::kTimeslice) ? m.quantum_ms != 0
+                                                   : m.quantum_ms != 0 && (m.quantum_ms < kMinQuantumMs || m.quantum_ms > kMaxQuantumMs))
+      return detail::fail(Error::kBadValue, "Admin.quantum_ms");
+    if (m.job[0] == '\0') return detail::fail(Error::kBadString, "Admin.job (the device)");
+    return {};
+  }
+  if (m.mode != 0 || m.quantum_ms != 0) return detail::fail(Error::kReserved, "Admin.mode");
   if (!detail::string_ok(m.job, detail::Charset::kJobId)) return detail::fail(Error::kBadString, "Admin.job");
   bool is_set = m.op == uint32_t(AdminOp::kSet);
   bool needs_job = is_set || m.op == uint32_t(AdminOp::kReport) || m.op == uint32_t(AdminOp::kPause) ||
                    m.op == uint32_t(AdminOp::kResume);
   if (needs_job != (m.job[0] != '\0')) return detail::fail(Error::kBadString, "Admin.job");
   if (!is_set) {
-    if (m.set_fields != 0 || m.mem != 0 || m.priority != 0) return detail::fail(Error::kReserved, "Admin.set_fields");
+    if (m.set_fields != 0 || m.mem != 0 || m.priority != 0 || m.weight != 0)
+      return detail::fail(Error::kReserved, "Admin.set_fields");
     return {};
   }
-  if (m.set_fields == 0 || (m.set_fields & ~(kSetMem | kSetPriority))) return detail::fail(Error::kBadValue, "Admin.set_fields");
+  if (m.set_fields == 0 || (m.set_fields & ~(kSetMem | kSetPriority | kSetWeight)))
+    return detail::fail(Error::kBadValue, "Admin.set_fields");
+  if ((m.set_fields & kSetWeight) ? (m.weight < kMinWeight || m.weight > kMaxWeight) : (m.weight != 0))
+    return detail::fail(Error::kBadValue, "Admin.weight");
   if ((m.set_fields & kSetMem) ? (m.mem == 0) : (m.mem != 0)) return detail::fail(Error::kBadValue, "Admin.mem");
   if (m.set_fields & kSetPriority) {
     if (m.priority > uint8_t(Priority::kHigh)) return detail::fail(Error::kBadEnum, "Admin.priority");
@@ -952,12 +987,15 @@ inline Status decode_body(const void* data, size_t len, Message* out, ContextFoo
   return validate(*into);
 }
 
-/// Admin: one layout in every version; kPause and kResume are v6 ops.
+/// Admin: one layout in every version; kPause and kResume are v6 ops, kPolicy and the weight, mode
+/// and quantum fields v7.
 inline Status decode_body(const void* data, size_t len, Message* out, AdminMsg* into) noexcept {
   if (len < sizeof *into) return fail(Error::kShort, "Admin");
   if (len > sizeof *into) return fail(Error::kTooLong, "Admin");
   std::memcpy(into, data, sizeof *into);
-  if (into->op > last_admin_op(out->h.version)) return fail(Error::kBadEnum, "Admin.op (pause and resume: v6)");
+  if (into->op > last_admin_op(out->h.version)) return fail(Error::kBadEnum, "Admin.op (pause and resume: v6; policy: v7)");
+  if (out->h.version < 7 && (into->weight != 0 || into->mode != 0 || into->reserved0 != 0 || into->quantum_ms != 0))
+    return fail(Error::kReserved, "Admin.reserved0 (weight, mode, quantum: v7)");
   return validate(*into);
 }
 

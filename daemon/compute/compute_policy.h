@@ -1,0 +1,116 @@
+// daemon/compute/compute_policy.h — the decisions the compute scheduler delegates: whether a
+// device is shared exclusively, whose turn comes next, how long a turn lasts, and how much work a
+// holder may keep in flight.
+//
+// Lifecycle: the Scheduler owns one policy object per device (made by make_policy from the
+// device's PolicySettings when `coloc policy` sets it, or at start from the saved settings) and
+// replaces it when the settings change. It calls it only on the daemon's loop thread, from inside
+// its own methods. A policy is a pure function of its arguments and its settings: no I/O, no
+// clock, no state that changes between calls (the scheduler keeps every job's virtual time), so
+// decisions are reproducible with a fake clock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "broker/types.h"
+#include "coloc/protocol.h"
+
+namespace coloc::compute {
+
+using broker::JobSerial;
+using broker::Nanos;
+
+/// A device's compute policy as `coloc policy` sets it (and colocd saves, by UUID).
+struct PolicySettings {
+  proto::PolicyMode mode = proto::PolicyMode::kShare;
+  Nanos quantum = Nanos(proto::kDefaultQuantumMs) * 1'000'000;  ///< timeslice: one quantum (ns)
+  bool operator==(const PolicySettings&) const = default;
+};
+
+/// "share", "timeslice", "priority".
+const char* mode_name(proto::PolicyMode m);
+
+/// A job that wants the device, as the policy sees it.
+struct TurnCandidate {
+  JobSerial job = 0;
+  uint32_t weight = proto::kDefaultWeight;  ///< coloc set --weight, 1..100
+  Nanos vtime = 0;     ///< the job's virtual time: device time held, divided by its weight (ns)
+  uint64_t order = 0;  ///< arrival number: smaller came first
+};
+
+class ComputePolicy {
+ public:
+  virtual ~ComputePolicy() = default;
+
+  /// A short name for logs and status ("share", "timeslice").
+  virtual const char* name() const = 0;
+
+  /// Whether only one job's work may run on the device at a time (jobs take turns). When false
+  /// the scheduler leaves every gate open (RUN) and only observes.
+  virtual bool exclusive() const = 0;
+
+  /// Called when a turn is to be given, to sort the jobs that want the device. True when `a`
+  /// must go before `b`; a strict weak ordering.
+  virtual bool before(const TurnCandidate& a, const TurnCandidate& b) const = 0;
+
+  /// The length of a turn of a job of `weight` (ns, > 0). The holder keeps the device past it
+  /// only while nobody else wants it.
+  virtual Nanos turn(uint32_t weight) const = 0;
+
+  /// What a turn that held the device for `held` ns adds to the job's virtual time.
+  virtual Nanos charge(Nanos held, uint32_t weight) const = 0;
+
+  /// The in-flight window of the holder: estimated device time (ns) it may keep queued (0 = no
+  /// bound). Bounds how long a handover waits for the holder's queue to drain.
+  virtual Nanos window() const = 0;
+
+  /// How long past the end of its turn a holder may take to drain before the next job's gate
+  /// opens anyway (ns).
+  virtual Nanos grace() const = 0;
+};
+
+/// share: no gating; the device is shared as the driver shares it.
+class SharePolicy final : public ComputePolicy {
+ public:
+  const char* name() const override { return "share"; }
+  bool exclusive() const override { return false; }
+  bool before(const TurnCandidate& a, const TurnCandidate& b) const override { return a.order < b.order; }
+  Nanos turn(uint32_t) const override { return 0; }
+  Nanos charge(Nanos, uint32_t) const override { return 0; }
+  Nanos window() const override { return 0; }
+  Nanos grace() const override { return 0; }
+};
+
+/// timeslice: exclusive turns of `weight` quanta each, in order of virtual time (the job that has
+/// held the device least for its weight goes first; ties by arrival). A turn of weight × quantum
+/// charges the same virtual time whatever the weight, so over a round a job of weight W holds the
+/// device W times as long as a job of weight 1 (weighted round robin; stride scheduling,
+/// Waldspurger & Weihl 1995, with the turn as the stride's unit).
+class TimeslicePolicy final : public ComputePolicy {
+ public:
+  explicit TimeslicePolicy(Nanos quantum) : quantum_(quantum > 0 ? quantum : 1) {}
+  const char* name() const override { return "timeslice"; }
+  bool exclusive() const override { return true; }
+  bool before(const TurnCandidate& a, const TurnCandidate& b) const override {
+    return a.vtime != b.vtime ? a.vtime < b.vtime : a.order < b.order;
+  }
+  Nanos turn(uint32_t weight) const override { return quantum_ * Nanos(weight ? weight : 1); }
+  Nanos charge(Nanos held, uint32_t weight) const override { return held / Nanos(weight ? weight : 1); }
+  /// A quarter of the quantum: a handover then waits for at most about that much queued work
+  /// (nvshare's unbounded queue made its handovers take seconds; a quarter keeps the device
+  /// busy between the holder's submissions while bounding the handover to 25 ms at 100 ms).
+  Nanos window() const override { return quantum_ / 4; }
+  /// One quantum past the turn's end (the quantum + grace: a stuck kernel loses the
+  /// device after at most two quanta).
+  Nanos grace() const override { return quantum_; }
+
+ private:
+  Nanos quantum_;
+};
+
+/// The policy for `s` (never null).
+std::unique_ptr<ComputePolicy> make_policy(const PolicySettings& s);
+
+}  // namespace coloc::compute

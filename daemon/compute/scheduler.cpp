@@ -1,0 +1,276 @@
+#include "compute/scheduler.h"
+
+#include <algorithm>
+
+namespace coloc::compute {
+
+Scheduler::Scheduler() = default;
+
+// ---- settings ------------------------------------------------------------------------------------
+
+void Scheduler::set_policy(const Uuid& dev, const PolicySettings& s) {
+  if (s == PolicySettings{}) settings_.erase(dev);
+  else settings_[dev] = s;
+  device(dev).policy = make_policy(s);
+}
+
+PolicySettings Scheduler::policy(const Uuid& dev) const {
+  auto it = settings_.find(dev);
+  return it == settings_.end() ? PolicySettings{} : it->second;
+}
+
+void Scheduler::set_weight(JobSerial job, uint32_t weight) {
+  jobs_[job].weight = std::clamp<uint32_t>(weight, proto::kMinWeight, proto::kMaxWeight);
+  if (!jobs_[job].order) jobs_[job].order = next_order_++;
+}
+
+uint32_t Scheduler::weight(JobSerial job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? proto::kDefaultWeight : it->second.weight;
+}
+
+void Scheduler::set_paused(JobSerial job, bool paused) {
+  JobState& j = jobs_[job];
+  if (!j.order) j.order = next_order_++;
+  j.paused = paused;
+}
+
+void Scheduler::forget_job(JobSerial job) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return;
+  for (const Uuid& d : it->second.held) {
+    auto dv = devices_.find(d);
+    if (dv != devices_.end() && dv->second.owner == job) dv->second.owner = 0;
+  }
+  jobs_.erase(it);
+  present_.erase(job);
+}
+
+Scheduler::DeviceState& Scheduler::device(const Uuid& dev) {
+  DeviceState& d = devices_[dev];
+  if (!d.policy) d.policy = make_policy(policy(dev));
+  return d;
+}
+
+const ComputePolicy& Scheduler::policy_of(const Uuid& dev) const {
+  auto it = devices_.find(dev);
+  if (it != devices_.end() && it->second.policy) return *it->second.policy;
+  return share_;
+}
+
+// ---- queries ------------------------------------------------------------------------------------
+
+pages::GateState Scheduler::state(JobSerial job, const Uuid& dev) const {
+  auto dv = devices_.find(dev);
+  if (dv == devices_.end() || !dv->second.policy || !dv->second.policy->exclusive()) return pages::GateState::kRun;
+  if (dv->second.owner == job) {
+    auto j = jobs_.find(job);
+    if (j != jobs_.end() && j->second.holding && !j->second.draining) return pages::GateState::kWindow;
+  }
+  return pages::GateState::kTimeslice;
+}
+
+Nanos Scheduler::window(const Uuid& dev) const { return policy_of(dev).window(); }
+
+Nanos Scheduler::turn_end(JobSerial job, const Uuid& dev) const {
+  auto j = jobs_.find(job);
+  if (j == jobs_.end() || !j->second.holding || j->second.draining || !j->second.held.count(dev)) return 0;
+  return j->second.turn_start + j->second.turn_len;
+}
+
+JobSerial Scheduler::holder(const Uuid& dev) const {
+  auto dv = devices_.find(dev);
+  return dv == devices_.end() ? 0 : dv->second.owner;
+}
+
+std::vector<SchedEvent> Scheduler::take_events() {
+  std::vector<SchedEvent> out;
+  out.swap(events_);
+  return out;
+}
+
+Nanos Scheduler::next_tick(Nanos now) const {
+  // Contended: some exclusive device has two jobs on it, or a turn is draining.
+  std::map<Uuid, int> on;
+  for (const auto& [job, devs] : present_)
+    for (const Uuid& d : devs) ++on[d];
+  for (const auto& [d, n] : on)
+    if (n > 1) return now + kTickNs;
+  for (const auto& [job, j] : jobs_)
+    if (j.draining || (j.holding && j.held.empty())) return now + kTickNs;
+  return broker::kNever;
+}
+
+// ---- the state machine ------------------------------------------------------------------------------
+
+void Scheduler::end_turn(JobSerial, JobState& j, Nanos now, TurnEnd why) {
+  j.draining = true;
+  j.drain_start = now;
+  j.why = why;
+}
+
+void Scheduler::release(JobSerial job, JobState& j, Nanos now, bool timed_out) {
+  Nanos held = now > j.turn_start ? now - j.turn_start : 0;
+  uint32_t w = j.weight;
+  Nanos charge = 0;
+  for (const Uuid& d : j.held) {
+    charge = std::max(charge, policy_of(d).charge(held, w));
+    auto dv = devices_.find(d);
+    if (dv != devices_.end() && dv->second.owner == job) dv->second.owner = 0;
+  }
+  j.vtime += charge;
+  SchedEvent e;
+  e.kind = timed_out ? SchedEvent::Kind::kDrainTimeout : SchedEvent::Kind::kDrained;
+  e.job = job;
+  e.devices.assign(j.held.begin(), j.held.end());
+  e.at = now;
+  e.waited = j.draining && now > j.drain_start ? now - j.drain_start : 0;
+  e.why = j.why;
+  events_.push_back(std::move(e));
+  if (timed_out) j.skip_next = true;
+  j.holding = j.draining = false;
+  j.held.clear();
+}
+
+bool Scheduler::tick(Nanos now, const std::function<Usage(JobSerial, const Uuid&)>& usage,
+                     const std::vector<std::pair<JobSerial, Uuid>>& present) {
+  bool changed = false;
+  // Who is on which exclusive device now.
+  present_.clear();
+  for (const auto& [job, dev] : present) {
+    DeviceState& d = device(dev);
+    if (!d.policy->exclusive()) continue;
+    present_[job].insert(dev);
+    JobState& j = jobs_[job];
+    if (!j.order) j.order = next_order_++;
+  }
+
+  // Turns whose devices went away (the job left, or the device stopped being exclusive).
+  for (auto& [job, j] : jobs_) {
+    if (!j.holding) continue;
+    const std::set<Uuid>& on = present_[job];
+    bool lost = false;
+    for (const Uuid& d : j.held) lost |= !on.count(d) || !policy_of(d).exclusive();
+    if (lost) {
+      j.why = TurnEnd::kLeft;
+      release(job, j, now, false);
+      changed = true;
+    }
+  }
+
+  // Holders: end the turn when it is over (or the holder idles, or is paused) and another wants a
+  // device of it.
+  for (auto& [job, j] : jobs_) {
+    if (!j.holding || j.draining) continue;
+    bool others_want = false;
+    for (const auto& [k, devs] : present_) {
+      if (k == job) continue;
+      auto kj = jobs_.find(k);
+      if (kj != jobs_.end() && kj->second.paused) continue;
+      for (const Uuid& d : devs) others_want |= j.held.count(d) && usage(k, d).wants;
+    }
+    if (j.paused) {
+      end_turn(job, j, now, TurnEnd::kPaused);
+      changed = true;
+    } else if (others_want) {
+      bool idle = true;
+      for (const Uuid& d : j.held) {
+        Usage u = usage(job, d);
+        idle &= u.drained && !u.wants && now >= u.last_activity + kIdleNs;
+      }
+      if (now >= j.turn_start + j.turn_len) {
+        end_turn(job, j, now, TurnEnd::kExpired);
+        changed = true;
+      } else if (idle) {
+        end_turn(job, j, now, TurnEnd::kIdle);
+        changed = true;
+      }
+    }
+  }
+
+  // Draining turns: the devices are free once the holder drained, or after the grace.
+  for (auto& [job, j] : jobs_) {
+    if (!j.draining) continue;
+    bool drained = true;
+    Nanos grace = 0;
+    for (const Uuid& d : j.held) {
+      drained &= usage(job, d).drained;
+      grace = std::max(grace, policy_of(d).grace());
+    }
+    if (drained) {
+      release(job, j, now, false);
+      changed = true;
+    } else if (now >= j.drain_start + grace) {
+      release(job, j, now, true);
+      changed = true;
+    }
+  }
+
+  // Free devices go to the jobs that want them, in the policy's order; a job claims all its
+  // devices at once (a gang), and a device a job ahead claimed stays free for it.
+  Nanos vclock = 0;
+  for (const auto& [job, j] : jobs_)
+    if (j.holding) vclock = std::max(vclock, j.vtime);
+  std::vector<TurnCandidate> cands;
+  for (const auto& [job, devs] : present_) {
+    JobState& j = jobs_[job];
+    if (j.holding || j.paused || devs.empty()) continue;
+    bool wants = false, alone = true;
+    for (const Uuid& d : devs) {
+      wants |= usage(job, d).wants;
+      for (const auto& [k, kd] : present_) alone &= k == job || !kd.count(d);
+    }
+    if (!wants && !alone) continue;
+    cands.push_back({job, j.weight, j.vtime, j.order});
+  }
+  if (!cands.empty()) {
+    // A job back from idling starts at the virtual time of the turns running now: no hoarded credit.
+    for (TurnCandidate& c : cands) c.vtime = jobs_[c.job].vtime = std::max(c.vtime, vclock);
+    const ComputePolicy& pol = policy_of(*present_[cands.front().job].begin());
+    std::sort(cands.begin(), cands.end(), [&](const TurnCandidate& a, const TurnCandidate& b) { return pol.before(a, b); });
+    // A job that lost the device on a drain timeout sits out one turn when another wants it.
+    if (cands.size() > 1)
+      for (size_t i = 0; i < cands.size(); ++i)
+        if (jobs_[cands[i].job].skip_next) {
+          jobs_[cands[i].job].skip_next = false;
+          TurnCandidate c = cands[i];
+          cands.erase(cands.begin() + long(i));
+          cands.push_back(c);
+          break;
+        }
+    std::set<Uuid> claimed;
+    for (const auto& [job, j] : jobs_)
+      if (j.holding) claimed.insert(j.held.begin(), j.held.end());
+    for (const TurnCandidate& c : cands) {
+      const std::set<Uuid>& devs = present_[c.job];
+      bool clash = false;
+      for (const Uuid& d : devs) clash |= claimed.count(d) > 0;
+      if (clash) continue;
+      claimed.insert(devs.begin(), devs.end());
+      bool all_free = true;
+      for (const Uuid& d : devs) all_free &= device(d).owner == 0;
+      if (!all_free) continue;
+      JobState& j = jobs_[c.job];
+      j.holding = true;
+      j.draining = false;
+      j.skip_next = false;
+      j.turn_start = now;
+      j.turn_len = 0;
+      j.held = devs;
+      for (const Uuid& d : devs) {
+        device(d).owner = c.job;
+        j.turn_len = std::max(j.turn_len, policy_of(d).turn(j.weight));
+      }
+      SchedEvent e;
+      e.kind = SchedEvent::Kind::kTurnStart;
+      e.job = c.job;
+      e.devices.assign(devs.begin(), devs.end());
+      e.at = now;
+      events_.push_back(std::move(e));
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+}  // namespace coloc::compute

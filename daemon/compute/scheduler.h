@@ -1,0 +1,146 @@
+// daemon/compute/scheduler.h — who holds each device under an exclusive compute policy
+// (timeslice), with handover by drain, idle give-up and gangs.
+//
+// The model. A device whose policy is exclusive is held by at most one job at a time (its
+// *turn*). The holder's launches on the device go ahead within the in-flight window (gate state
+// kWindow); every other job's launches there wait (kTimeslice). A turn ends when its length
+// (weight × quantum) is over and another job wants the device, or at once when the holder has
+// nothing in flight and submits nothing while another waits (an idle job costs nobody anything).
+// Then the holder's gate closes and the turn *drains*: the next job's gate opens only once the
+// holder reports that every launch it made has completed (its stats page), so executions never
+// overlap. A holder that has not drained within the policy's grace loses the device anyway
+// (logged) and skips its next turn: one stuck kernel cannot freeze the device.
+//
+// Gangs. A job attached to several exclusive devices takes its turns on all of them at once: its
+// turn starts only when every one of them is free, so its ranks run together. Free devices are
+// given in order of the policies' `before` (the virtual time): the first job in that order claims
+// its devices (keeping them free while the others drain) and no later job may take them, so a
+// gang is never starved by single-device jobs.
+//
+// Pure: no I/O, no clock (every call takes `now`), no pages. The engine feeds it each job's
+// Usage (summed over its processes' stats pages: compute/gates.h) and writes the gates it asks
+// for. Single-threaded (the event loop).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "broker/types.h"
+#include "coloc/pages.h"
+#include "compute/compute_policy.h"
+
+namespace coloc::compute {
+
+using broker::Uuid;
+
+/// What a job shows on a device, summed over its processes there (their stats pages). The
+/// scheduler trusts it only to end the job's own turn sooner, never to take another's.
+struct Usage {
+  bool present = false;   ///< some process of the job is attached to the device with tracking
+  bool wants = false;     ///< a launch of the job waits at the gate there now
+  bool drained = false;   ///< every launch the job made there has completed (marks done, no tail)
+  Nanos last_activity = 0;  ///< CLOCK_MONOTONIC ns of its last launch or gate wait there
+  uint64_t busy_ns = 0;   ///< device time of its completed work there (host-stamped)
+};
+
+/// Why a turn ended (reports, logs, the benchmark).
+enum class TurnEnd : uint8_t { kExpired, kIdle, kPaused, kLeft };
+
+/// Something the engine should log or count.
+struct SchedEvent {
+  enum class Kind : uint8_t {
+    kTurnStart,      ///< `job` holds `devices` from `at`
+    kDrained,        ///< `job`'s turn drained at `at` (`waited`: since its gate closed)
+    kDrainTimeout,   ///< `job` did not drain within the grace: the next gate opened anyway
+  } kind = Kind::kTurnStart;
+  JobSerial job = 0;
+  std::vector<Uuid> devices;
+  Nanos at = 0;
+  Nanos waited = 0;
+  TurnEnd why = TurnEnd::kExpired;
+};
+
+class Scheduler {
+ public:
+  Scheduler();
+
+  // ---- settings ----
+  /// Sets device `dev`'s policy (coloc policy); takes effect at the next tick. Switching a device
+  /// away from an exclusive policy opens every gate there at once.
+  void set_policy(const Uuid& dev, const PolicySettings& s);
+  /// The device's settings (share by default).
+  PolicySettings policy(const Uuid& dev) const;
+  /// Every device with settings other than the default.
+  const std::map<Uuid, PolicySettings>& policies() const { return settings_; }
+  /// A job's weight (kMinWeight..kMaxWeight; clamped), default kDefaultWeight.
+  void set_weight(JobSerial job, uint32_t weight);
+  uint32_t weight(JobSerial job) const;
+  /// The job is paused (coloc pause): it takes no turn; a holder's turn ends (it drains first).
+  void set_paused(JobSerial job, bool paused);
+  /// The job ended: forgets it (its turn ends without a drain: its processes are gone).
+  void forget_job(JobSerial job);
+
+  // ---- running ----
+  /// Advances every exclusive device's state machine to `now`, reading each job's usage through
+  /// `usage(job, device)`. Returns whether any gate state changed (then the engine rewrites gates).
+  bool tick(Nanos now, const std::function<Usage(JobSerial, const Uuid&)>& usage,
+            const std::vector<std::pair<JobSerial, Uuid>>& present);
+  /// When the next tick is due (kNever: nothing exclusive is contended).
+  Nanos next_tick(Nanos now) const;
+
+  /// The gate state of `job`'s launches on `dev` as the scheduler wants it: kRun on a device that
+  /// is not exclusive, kWindow for the holder, kTimeslice for everyone else (pauses are the
+  /// engine's: compute/gates.h puts kPaused over this).
+  pages::GateState state(JobSerial job, const Uuid& dev) const;
+  /// The in-flight window for the holder of `dev` (ns; 0 = none).
+  Nanos window(const Uuid& dev) const;
+  /// When `job`'s turn on `dev` ends (monotonic ns), 0 when it does not hold it.
+  Nanos turn_end(JobSerial job, const Uuid& dev) const;
+  /// The job holding `dev` now (0 = none).
+  JobSerial holder(const Uuid& dev) const;
+  /// Events since the last call (turn starts, drains, drain timeouts).
+  std::vector<SchedEvent> take_events();
+
+  /// Smallest tick interval while a device is contended (ns): how often drains and idle holders
+  /// are looked at (the handover latency is about this plus the holder's drain).
+  static constexpr Nanos kTickNs = 1'000'000;
+  /// A holder with nothing in flight that has not launched for this long is idle (ns).
+  static constexpr Nanos kIdleNs = 2'000'000;
+
+ private:
+  struct JobState {
+    uint32_t weight = proto::kDefaultWeight;
+    Nanos vtime = 0;
+    uint64_t order = 0;
+    bool paused = false;
+    bool skip_next = false;       ///< lost the device on a drain timeout: sits out one turn
+    bool holding = false;         ///< its turn is on (its devices are `held`)
+    bool draining = false;        ///< its gates are closed; waiting for its drain
+    TurnEnd why = TurnEnd::kExpired;
+    Nanos turn_start = 0, turn_len = 0, drain_start = 0;
+    std::set<Uuid> held;          ///< devices of the current turn
+  };
+  struct DeviceState {
+    std::unique_ptr<ComputePolicy> policy;
+    JobSerial owner = 0;          ///< holder or drainer; 0 = free
+  };
+  DeviceState& device(const Uuid& dev);
+  const ComputePolicy& policy_of(const Uuid& dev) const;
+  void end_turn(JobSerial job, JobState& j, Nanos now, TurnEnd why);
+  void release(JobSerial job, JobState& j, Nanos now, bool timed_out);
+
+  std::map<Uuid, PolicySettings> settings_;
+  std::map<Uuid, DeviceState> devices_;
+  std::map<JobSerial, JobState> jobs_;
+  std::map<JobSerial, std::set<Uuid>> present_;  ///< exclusive devices each job is on (last tick)
+  std::vector<SchedEvent> events_;
+  SharePolicy share_;
+  uint64_t next_order_ = 1;
+};
+
+}  // namespace coloc::compute

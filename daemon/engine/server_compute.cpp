@@ -1,0 +1,58 @@
+// daemon/engine/server_compute.cpp — the engine's glue to the compute side: the scheduler's timer,
+// feeding it each job's usage from the stats pages (compute/gates.h), and writing the gates it
+// asks for. The decisions are compute/scheduler.h's.
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "engine/server.h"
+#include "util/log.h"
+
+namespace coloc::engine {
+
+Result<void> Server::open_compute_timer() {
+  int fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (fd < 0) return Error::from_errno("timerfd_create");
+  compute_timer_.reset(fd);
+  if (auto r = loop_->add(fd, EPOLLIN, [this](uint32_t) { on_compute_timer(); }); !r) return r.error();
+  return {};
+}
+
+void Server::on_compute_timer() {
+  uint64_t n;
+  while (::read(compute_timer_.get(), &n, sizeof n) == ssize_t(sizeof n)) {
+  }
+  compute_armed_ = broker::kNever;  // fired: disarmed
+  compute_tick(now());
+}
+
+void Server::compute_tick(Nanos t) {
+  compute_dirty_ = false;
+  // Pauses are the gates' books (coloc pause); the scheduler only needs to know who sits out.
+  for (const auto& [serial, job] : broker_.jobs())
+    scheduler_.set_paused(serial, gates_.paused(serial) != compute::PausedBy::kNobody);
+  scheduler_.tick(t, [this](broker::JobSerial j, const broker::Uuid& d) { return gates_.usage(j, d); },
+                  gates_.present());
+  gates_.refresh();
+  for (const compute::SchedEvent& e : scheduler_.take_events()) {
+    if (e.kind != compute::SchedEvent::Kind::kDrainTimeout) continue;
+    const broker::Job* job = nullptr;
+    auto it = broker_.jobs().find(e.job);
+    if (it != broker_.jobs().end()) job = &it->second;
+    log::limited(log::get("compute"), spdlog::level::warn, "drain timeout",
+                 "job {}: its work on the device did not complete within {:.0f} ms of the end of its turn; the next "
+                 "job's turn began anyway (its work may overlap), and it sits out its next turn",
+                 job ? job->key.str() : std::to_string(e.job), double(e.waited) / 1e6);
+  }
+  // Re-arm: the next tick the scheduler wants (none while nothing is contended).
+  Nanos next = scheduler_.next_tick(t);
+  if (next == compute_armed_) return;
+  compute_armed_ = next;
+  itimerspec its{};
+  if (next != broker::kNever) {
+    its.it_value.tv_sec = time_t(next / 1000000000);
+    its.it_value.tv_nsec = long(next % 1000000000);
+  }
+  ::timerfd_settime(compute_timer_.get(), TFD_TIMER_ABSTIME, &its, nullptr);
+}
+
+}  // namespace coloc::engine
