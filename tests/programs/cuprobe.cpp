@@ -265,6 +265,26 @@ CUresult step_launch_spin(Probe& p, const Args& a, json& out) {
   return launch_n(p, "coloc_spin", params, a.size() > 1 ? u64(a[1]) : 1, out);
 }
 
+// coloc_spin(NS) through the deprecated launches: block shape and parameter buffer set with
+// cuFuncSetBlockShape / cuParamSetSize / cuParamSetv, then cuLaunch, cuLaunchGrid (1 x 1) and
+// cuLaunchGridAsync on the NULL stream: three kernels of NS each.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+CUresult step_launch_legacy(Probe& p, const Args& a, json& out) {
+  unsigned long long ns = u64(a[0]);
+  CUfunction f;
+  if (CUresult rc = function(p, "coloc_spin", &f); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = cuFuncSetBlockShape(f, 32, 1, 1); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = cuParamSetSize(f, sizeof ns); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = cuParamSetv(f, 0, &ns, sizeof ns); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = cuLaunch(f); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = cuLaunchGrid(f, 1, 1); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = cuLaunchGridAsync(f, 1, 1, nullptr); rc != CUDA_SUCCESS) return rc;
+  out["launched"] = 3;
+  return CUDA_SUCCESS;
+}
+#pragma GCC diagnostic pop
+
 CUresult step_launch_noop(Probe& p, const Args& a, json& out) {
   return launch_n(p, "coloc_noop", nullptr, a.size() > 0 ? u64(a[0]) : 1, out);
 }
@@ -484,6 +504,8 @@ const StepDef kSteps[] = {
     {"uuid", {}, {Arg::dev}, step_uuid, "cuDeviceGetUuid of DEV, as GPU-..."},
     {"name", {}, {Arg::dev}, step_name, "cuDeviceGetName of DEV"},
     {"launch-spin", {Arg::ns}, {Arg::count}, step_launch_spin, "launch coloc_spin(NS) COUNT times on the NULL stream"},
+    {"launch-legacy", {Arg::ns}, {}, step_launch_legacy,
+     "coloc_spin(NS) by cuLaunch, cuLaunchGrid and cuLaunchGridAsync (cuFuncSetBlockShape, cuParamSet*)"},
     {"launch-noop", {}, {Arg::count}, step_launch_noop, "launch an empty PTX kernel COUNT times"},
     {"sync", {}, {}, step_sync, "cuCtxSynchronize"},
     {"stream-sync", {}, {}, step_stream_sync, "cuStreamSynchronize of the NULL stream"},

@@ -1,4 +1,5 @@
 // Driver API: primary contexts, contexts, the context stack.
+#include "capture.h"
 #include "driver.h"
 #include "entry.h"
 
@@ -221,7 +222,9 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
   static constinit CallCounter calls{__func__};
   return enter(calls, [&] {
     Context* c = current_context();
-    return c ? synchronize(c) : CUDA_ERROR_INVALID_CONTEXT;
+    if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+    if (CUresult rc = check_unsafe_call(); rc != CUDA_SUCCESS) return rc;
+    return synchronize(c);
   });
 }
 
@@ -230,6 +233,7 @@ CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
   return enter(calls, [&] {
     Context* c;
     if (CUresult rc = context_or_current(ctx, &c); rc != CUDA_SUCCESS) return rc;
+    if (CUresult rc = check_unsafe_call(); rc != CUDA_SUCCESS) return rc;
     return synchronize(c);
   });
 }

@@ -95,7 +95,7 @@ CUresult begin_capture_to_graph(CUstream h, CUgraph hGraph, const CUgraphNode* d
   Stream* s;
   if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
   if (s == &s->ctx->null_stream) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream
-  return s->ctx->begin_capture(*s, g);
+  return s->ctx->begin_capture(*s, g, mode);
 }
 
 constexpr unsigned long long kInstantiateFlags = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |

@@ -13,20 +13,11 @@
 
 #include "driver.h"
 #include "entry.h"
+#include "launch.h"
 
 using namespace simgpu;
 
 namespace {
-
-struct Launch {
-  CUfunction f;
-  unsigned grid[3];
-  unsigned block[3];
-  unsigned shared_bytes;
-  CUstream stream;
-  void** params;
-  void** extra;
-};
 
 CUresult check_dims(const Launch& l) {
   if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0 || l.grid[0] > 2147483647u || l.grid[1] > 65535 ||
@@ -89,8 +80,11 @@ CUresult read_params(const Launch& l, KernelWork* k) {
   return CUDA_SUCCESS;
 }
 
-CUresult launch(const Launch& l, bool per_thread) {
-  Context* ctx = current_context();
+}  // namespace
+
+namespace simgpu {
+
+CUresult prepare_launch(const Launch& l, bool per_thread, Context* ctx, PreparedLaunch* out) {
   if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
   Function* fn = g_functions.get(l.f);
   if (!fn || fn->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;
@@ -98,13 +92,18 @@ CUresult launch(const Launch& l, bool per_thread) {
   if (CUresult rc = resolve_stream(l.stream, per_thread, ctx, &s); rc != CUDA_SUCCESS) return rc;
   if (s->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult rc = check_dims(l); rc != CUDA_SUCCESS) return rc;
-  KernelWork k;
+  KernelWork& k = out->work;
+  k = KernelWork{};
+  out->stream = s;
+  out->skip = false;
   k.name = fn->name;
   k.kind = fn->kind;
   if (CUresult rc = read_params(l, &k); rc != CUDA_SUCCESS) return rc;
   if (k.kind != KernelKind::fill && g_fast.load(std::memory_order_relaxed) &&
-      !s->capture.load(std::memory_order_relaxed))
+      !s->capture.load(std::memory_order_relaxed)) {
+    out->skip = true;
     return CUDA_SUCCESS;
+  }
   Driver& drv = Driver::get();
   if (k.kind == KernelKind::generic) k.duration_ns = drv.config.kernel_ns;
   if (k.kind == KernelKind::fill) {
@@ -113,8 +112,18 @@ CUresult launch(const Launch& l, bool per_thread) {
                              !drv.device_range_addressable(k.fill_ptr, k.fill_count * 4)))
       return CUDA_ERROR_INVALID_VALUE;
   }
-  return ctx->submit(*s, k);
+  return CUDA_SUCCESS;
 }
+
+CUresult launch(const Launch& l, bool per_thread) {
+  PreparedLaunch p;
+  if (CUresult rc = prepare_launch(l, per_thread, current_context(), &p); rc != CUDA_SUCCESS) return rc;
+  return p.skip ? CUDA_SUCCESS : p.stream->ctx->submit(*p.stream, p.work);
+}
+
+}  // namespace simgpu
+
+namespace {
 
 CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra,
                           bool per_thread) {

@@ -1,4 +1,5 @@
 // Driver API: streams, events and stream capture (graphs: api_graph.cpp).
+#include "capture.h"
 #include "driver.h"
 #include "entry.h"
 
@@ -6,9 +7,13 @@ using namespace simgpu;
 
 namespace {
 
+// A stream that is not capturing may be synchronized or queried only where the calling thread's
+// capture mode allows (capture.h); a capturing one answers CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
 CUresult stream_synchronize(CUstream h, bool per_thread) {
   Stream* s;
   if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  if (!s->capture.load(std::memory_order_relaxed))
+    if (CUresult rc = check_unsafe_call(); rc != CUDA_SUCCESS) return rc;
   CUresult rc = s->ctx->synchronize(*s);
   Driver::get().trim_pools(s->ctx->device);
   return rc;
@@ -17,6 +22,8 @@ CUresult stream_synchronize(CUstream h, bool per_thread) {
 CUresult stream_query(CUstream h, bool per_thread) {
   Stream* s;
   if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
+  if (!s->capture.load(std::memory_order_relaxed))
+    if (CUresult rc = check_unsafe_call(); rc != CUDA_SUCCESS) return rc;
   return s->ctx->query(*s);
 }
 
@@ -58,7 +65,7 @@ CUresult begin_capture(CUstream h, unsigned mode, bool per_thread) {
   Graph* g = g_graphs.create(Driver::get().next_graph_id.fetch_add(1));
   if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
   g->from_capture = true;
-  CUresult rc = s->ctx->begin_capture(*s, g);
+  CUresult rc = s->ctx->begin_capture(*s, g, mode);
   if (rc != CUDA_SUCCESS) g_graphs.destroy(g);
   return rc;
 }
@@ -67,8 +74,14 @@ CUresult end_capture(CUstream h, CUgraph* graph, bool per_thread) {
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
   Stream* s;
   if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
-  Graph* g;
-  if (CUresult rc = s->ctx->end_capture(*s, &g); rc != CUDA_SUCCESS) return rc;
+  Graph* g = nullptr;
+  CUresult rc = s->ctx->end_capture(*s, &g);
+  if (rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) {
+    if (g->from_capture) destroy_graph(g);  // a ...ToGraph capture's graph stays the caller's
+    *graph = nullptr;
+    return rc;
+  }
+  if (rc != CUDA_SUCCESS) return rc;
   *graph = reinterpret_cast<CUgraph>(g);
   return CUDA_SUCCESS;
 }
@@ -77,7 +90,10 @@ CUresult is_capturing(CUstream h, CUstreamCaptureStatus* status, bool per_thread
   if (!status) return CUDA_ERROR_INVALID_VALUE;
   Stream* s;
   if (CUresult rc = resolve_stream(h, per_thread, &s); rc != CUDA_SUCCESS) return rc;
-  *status = s->ctx->capturing(*s) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  // The legacy stream synchronizes implicitly with every blocking stream of its context.
+  if (s == &s->ctx->null_stream && implicit_capture(*s->ctx, false))
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;  // "The blocking stream capture is not invalidated."
+  *status = s->ctx->capture_status(*s);
   return CUDA_SUCCESS;
 }
 
@@ -122,7 +138,9 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
     if (!s) return CUDA_ERROR_INVALID_HANDLE;
     // Queued work refers to the stream by number only and still runs, as on a GPU.
     Graph* g;
-    if (s->ctx->end_capture(*s, &g) == CUDA_SUCCESS && g->from_capture) destroy_graph(g);
+    if (CUresult rc = s->ctx->end_capture(*s, &g, true);
+        (rc == CUDA_SUCCESS || rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) && g->from_capture)
+      destroy_graph(g);
     g_streams.destroy(s);
     return CUDA_SUCCESS;
   });
@@ -218,6 +236,21 @@ CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatu
   return enter(calls, [&] { return is_capturing(hStream, captureStatus, true); });
 }
 
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  static constinit CallCounter calls{__func__};
+  return enter(calls, [&] {
+    if (!mode) return CUDA_ERROR_INVALID_VALUE;
+    const unsigned want = unsigned(raw(*mode));
+    if (want != CU_STREAM_CAPTURE_MODE_GLOBAL && want != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+        want != CU_STREAM_CAPTURE_MODE_RELAXED)
+      return CUDA_ERROR_INVALID_VALUE;
+    unsigned& mine = thread_capture_mode();
+    *mode = CUstreamCaptureMode(mine);
+    mine = want;
+    return CUDA_SUCCESS;
+  });
+}
+
 CUresult CUDAAPI cuEventCreate(CUevent* phEvent, unsigned int Flags) {
   static constinit CallCounter calls{__func__};
   return enter(calls, [&] {
@@ -248,6 +281,7 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
   return enter(calls, [&] {
     Event* e = g_events.get(hEvent);
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    if (CUresult rc = check_unsafe_call(); rc != CUDA_SUCCESS) return rc;
     CUresult rc = e->ctx->synchronize(*e);
     Driver::get().trim_pools(e->ctx->device);
     return rc;
@@ -258,7 +292,9 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
   static constinit CallCounter calls{__func__};
   return enter(calls, [&] {
     Event* e = g_events.get(hEvent);
-    return e ? e->ctx->query(*e) : CUDA_ERROR_INVALID_HANDLE;
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    if (CUresult rc = check_unsafe_call(); rc != CUDA_SUCCESS) return rc;
+    return e->ctx->query(*e);
   });
 }
 

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 
+#include "capture.h"
 #include "driver.h"
 #include "memory.h"
 #include "os.h"
@@ -36,12 +37,16 @@ uint64_t Context::enqueue_locked(Stream& s, Work w) {
 CUresult Context::submit(Stream& s, Work w) {
   std::unique_lock<std::mutex> lk(mu);
   if (Graph* g = s.capture.load(std::memory_order_relaxed)) {
+    if (s.capture_invalid.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     if (!std::holds_alternative<KernelWork>(w) && !std::holds_alternative<CopyWork>(w) &&
-        !std::holds_alternative<MemsetWork>(w) && !std::holds_alternative<GraphFreeWork>(w))
+        !std::holds_alternative<MemsetWork>(w) && !std::holds_alternative<GraphFreeWork>(w)) {
+      s.capture_invalid.store(true, std::memory_order_relaxed);
       return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
     g->nodes.push_back(std::move(w));
     return CUDA_SUCCESS;
   }
+  if (&s == &null_stream && implicit_capture(*this)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   if (auto* k = std::get_if<KernelWork>(&w)) k->launch_id = Driver::get().next_launch_id.fetch_add(1);
   enqueue_locked(s, std::move(w));
   lk.unlock();
@@ -52,10 +57,15 @@ CUresult Context::submit(Stream& s, Work w) {
 CUresult Context::launch_graph(Stream& s, const GraphExec& g) {
   std::unique_lock<std::mutex> lk(mu);
   if (Graph* cap = s.capture.load(std::memory_order_relaxed)) {
-    if (g.mem_device) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (s.capture_invalid.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (g.mem_device) {
+      s.capture_invalid.store(true, std::memory_order_relaxed);
+      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
     cap->nodes.insert(cap->nodes.end(), g.nodes.begin(), g.nodes.end());
     return CUDA_SUCCESS;
   }
+  if (&s == &null_stream && implicit_capture(*this)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   if (g.mem_device) {
     std::vector<uintptr_t> auto_free;
     if (CUresult rc = g.mem_device->graph_pool.launch(g.mem_exec, &auto_free); rc != CUDA_SUCCESS) return rc;
@@ -86,7 +96,10 @@ CUresult Context::synchronize() {
 
 CUresult Context::synchronize(Stream& s) {
   std::unique_lock<std::mutex> lk(mu);
-  if (s.capture.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (s.capture.load(std::memory_order_relaxed)) {
+    s.capture_invalid.store(true, std::memory_order_relaxed);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   const uint64_t target = s.last_seq;
   done_cv_.wait(lk, [&] { return completed_ >= target; });
   return sticky_;
@@ -94,14 +107,23 @@ CUresult Context::synchronize(Stream& s) {
 
 CUresult Context::query(Stream& s) {
   std::lock_guard<std::mutex> lk(mu);
-  if (s.capture.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (s.capture.load(std::memory_order_relaxed)) {
+    s.capture_invalid.store(true, std::memory_order_relaxed);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (&s == &null_stream && implicit_capture(*this)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   if (sticky_ != CUDA_SUCCESS) return sticky_;
   return completed_ >= s.last_seq ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 CUresult Context::record(Event& e, Stream& s) {
   std::unique_lock<std::mutex> lk(mu);
-  if (s.capture.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (s.capture.load(std::memory_order_relaxed)) {
+    if (s.capture_invalid.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    s.capture_invalid.store(true, std::memory_order_relaxed);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (&s == &null_stream && implicit_capture(*this)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   e.seq = enqueue_locked(s, EventWork{&e});
   lk.unlock();
   work_cv_.notify_one();
@@ -130,25 +152,35 @@ CUresult Context::elapsed(Event& start, Event& end, float* ms) {
   return CUDA_SUCCESS;
 }
 
-CUresult Context::begin_capture(Stream& s, Graph* g) {
+CUresult Context::begin_capture(Stream& s, Graph* g, unsigned mode) {
   std::lock_guard<std::mutex> lk(mu);
   if (s.capture.load(std::memory_order_relaxed)) return CUDA_ERROR_ILLEGAL_STATE;
+  s.capture_mode = mode;
+  s.capture_thread = thread_token();
+  s.capture_invalid.store(false, std::memory_order_relaxed);
   s.capture = g;
+  capture_started(s);
   return CUDA_SUCCESS;
 }
 
-CUresult Context::end_capture(Stream& s, Graph** g) {
+CUresult Context::end_capture(Stream& s, Graph** g, bool any_thread) {
   std::lock_guard<std::mutex> lk(mu);
   Graph* cap = s.capture.load(std::memory_order_relaxed);
   if (!cap) return CUDA_ERROR_ILLEGAL_STATE;
+  if (!any_thread && s.capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED && s.capture_thread != thread_token())
+    return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
   *g = cap;
   s.capture.store(nullptr, std::memory_order_relaxed);
-  return CUDA_SUCCESS;
+  capture_ended(s);
+  return s.capture_invalid.exchange(false, std::memory_order_relaxed) ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                                                                      : CUDA_SUCCESS;
 }
 
-bool Context::capturing(Stream& s) {
+CUstreamCaptureStatus Context::capture_status(Stream& s) {
   std::lock_guard<std::mutex> lk(mu);
-  return s.capture.load(std::memory_order_relaxed) != nullptr;
+  if (!s.capture.load(std::memory_order_relaxed)) return CU_STREAM_CAPTURE_STATUS_NONE;
+  return s.capture_invalid.load(std::memory_order_relaxed) ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                                           : CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
 
 // The device's clock may lag the host's by up to this much: waking up late from a sleep (a busy
@@ -196,18 +228,23 @@ void Context::execute(Op& op) {
     return;
   }
   if (auto* c = std::get_if<CopyWork>(&op.work)) {
-    if ((c->dst_device && !drv.device_range_live(c->dst, c->bytes)) ||
-        (c->src_device && !drv.device_range_live(c->src, c->bytes))) {
+    const size_t dst_span = strided_span(c->bytes, c->height, c->depth, c->dst_pitch, c->dst_layer);
+    const size_t src_span = strided_span(c->bytes, c->height, c->depth, c->src_pitch, c->src_layer);
+    if ((c->dst_device && !drv.device_range_live(c->dst, dst_span)) ||
+        (c->src_device && !drv.device_range_live(c->src, src_span))) {
       fault();
       return;
     }
-    std::memmove(reinterpret_cast<void*>(c->dst), reinterpret_cast<const void*>(c->src), c->bytes);
+    for (size_t z = 0; z < c->depth; ++z)
+      for (size_t y = 0; y < c->height; ++y)
+        std::memmove(reinterpret_cast<void*>(c->dst + z * c->dst_layer + y * c->dst_pitch),
+                     reinterpret_cast<const void*>(c->src + z * c->src_layer + y * c->src_pitch), c->bytes);
   } else if (auto* m = std::get_if<MemsetWork>(&op.work)) {
-    if (!drv.device_range_live(m->dst, m->count * m->element)) {
+    if (!drv.device_range_live(m->dst, strided_span(m->count * m->element, m->height, 1, m->pitch, 0))) {
       fault();
       return;
     }
-    fill_memory(m->dst, m->value, m->element, m->count);
+    for (size_t y = 0; y < m->height; ++y) fill_memory(m->dst + y * m->pitch, m->value, m->element, m->count);
   } else if (auto* f = std::get_if<FreeWork>(&op.work)) {
     if (!f->pool) drv.free_device_memory(f->ptr);
     else if (MemPool* pool = g_mem_pools.get(f->pool)) pool->finish_free(f->ptr, f->generation);

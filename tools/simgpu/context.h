@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <variant>
@@ -45,15 +46,29 @@ struct KernelWork {
 };
 struct CopyWork {
   uintptr_t dst = 0, src = 0;
-  size_t bytes = 0;
+  size_t bytes = 0;  ///< per row
   bool dst_device = false, src_device = false;  ///< which sides are device memory (checked again when run)
+  // 2D and 3D copies: `height` rows of `bytes` in each of `depth` layers; row y of layer z starts
+  // at z * layer + y * pitch on each side.
+  size_t height = 1, depth = 1;
+  size_t dst_pitch = 0, src_pitch = 0, dst_layer = 0, src_layer = 0;
+  /// A source read during the call (CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL): `src` points here.
+  std::shared_ptr<const std::vector<unsigned char>> staged;
 };
 struct MemsetWork {
   uintptr_t dst = 0;
   uint32_t value = 0;
-  uint8_t element = 1;  ///< bytes per element: 1 (D8) or 4 (D32)
-  size_t count = 0;     ///< elements
+  uint8_t element = 1;  ///< bytes per element: 1 (D8), 2 (D16) or 4 (D32)
+  size_t count = 0;     ///< elements (per row)
+  size_t height = 1;    ///< rows (cuMemsetD2D*), `pitch` bytes apart
+  size_t pitch = 0;
 };
+/// The bytes from the first to the last a strided access touches: rows of `row` bytes, `height`
+/// per layer `pitch` apart, `depth` layers `layer` apart (0 when any count is 0).
+inline size_t strided_span(size_t row, size_t height, size_t depth, size_t pitch, size_t layer) {
+  if (!row || !height || !depth) return 0;
+  return (depth - 1) * layer + (height - 1) * pitch + row;
+}
 struct EventWork {
   Event* event = nullptr;
 };
@@ -83,6 +98,10 @@ struct Stream {
   /// Graph being captured into, or null. Written under ctx->mu; read without it by the launch
   /// fast path.
   std::atomic<Graph*> capture{nullptr};
+  // The capture in progress (capture.h), set when it begins (under ctx->mu):
+  unsigned capture_mode = 0;     ///< CU_STREAM_CAPTURE_MODE_* it was begun with
+  uint64_t capture_thread = 0;   ///< thread_token() of the thread that began it
+  std::atomic<bool> capture_invalid{false};  ///< invalidated: refuses work, ends with an error
 };
 
 struct Event {
@@ -140,7 +159,9 @@ class Context {
   Stream per_thread_stream{this, 1, 0};  ///< CU_STREAM_PER_THREAD, and NULL for _ptsz calls
 
   /// Enqueues `w` on `s`, or appends it to the graph `s` is capturing. Capture accepts kernels,
-  /// copies, memsets and graph memory frees; other work gets CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
+  /// copies, memsets and graph memory frees; other work gets CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+  /// which invalidates the capture. An invalidated capture gets CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  /// work on the legacy stream while a blocking stream captures, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT.
   CUresult submit(Stream& s, Work w);
   /// Enqueues every node of `g` on `s` in order (or appends them to `s`'s capture). An exec with
   /// graph memory is bound first (GraphMemPool::launch: CUDA_ERROR_OUT_OF_MEMORY or
@@ -165,10 +186,17 @@ class Context {
   /// Milliseconds between two completed events of this context; see cuEventElapsedTime for errors.
   CUresult elapsed(Event& start, Event& end, float* ms);
 
-  /// Stream capture (cuStreamBeginCapture / EndCapture / IsCapturing).
-  CUresult begin_capture(Stream& s, Graph* g);
-  CUresult end_capture(Stream& s, Graph** g);
-  bool capturing(Stream& s);
+  /// Stream capture (cuStreamBeginCapture / EndCapture / IsCapturing), begun by the calling
+  /// thread in `mode` (capture.h).
+  CUresult begin_capture(Stream& s, Graph* g, unsigned mode);
+  /// Ends the capture of `s` and hands its graph to *g: CUDA_ERROR_ILLEGAL_STATE when none,
+  /// CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD (capture goes on) when a capture not begun RELAXED is
+  /// ended by another thread (unless `any_thread`: the stream is being destroyed), and
+  /// CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (capture ended, *g still set for the caller to free)
+  /// when it was invalidated.
+  CUresult end_capture(Stream& s, Graph** g, bool any_thread = false);
+  /// NONE, ACTIVE or INVALIDATED.
+  CUstreamCaptureStatus capture_status(Stream& s);
 
   std::mutex mu;  ///< guards the queue, and the fields of this context's streams and events
 

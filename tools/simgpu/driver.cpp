@@ -1,5 +1,7 @@
 #include "driver.h"
 
+#include "capture.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -199,6 +201,7 @@ void Driver::destroy_context(Context* ctx) {
   DeviceState& dev = ctx->device;
   const uint32_t id = ctx->id;
   ctx->synchronize();  // nothing queued may point at what is freed below
+  forget_captures(*ctx);
   g_events.for_each([&](Event* e) {
     if (e->ctx == ctx) g_events.destroy(e);
   });

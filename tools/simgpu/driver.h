@@ -66,6 +66,11 @@ struct Function {
   Context* const ctx;
   const char* const name;  ///< interned
   const KernelKind kind;
+  // The deprecated execution-control state (cuFuncSetBlockShape, cuParamSet*) that cuLaunch,
+  // cuLaunchGrid and cuLaunchGridAsync use; guarded by legacy_mu.
+  std::mutex legacy_mu;
+  unsigned block[3] = {0, 0, 0};     ///< 0: never set (a launch is CUDA_ERROR_INVALID_VALUE)
+  std::vector<unsigned char> params;  ///< sized by cuParamSetSize
 };
 
 // Every object behind a handle lives in one of these pools (static storage, see handles.h).

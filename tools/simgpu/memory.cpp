@@ -31,6 +31,9 @@ void discard_pages(uintptr_t p, uint64_t n) {
 void fill_memory(uintptr_t dst, uint32_t value, unsigned element, size_t count) {
   if (element == 1) {
     std::memset(reinterpret_cast<void*>(dst), int(value & 0xff), count);
+  } else if (element == 2) {
+    auto* p = reinterpret_cast<uint16_t*>(dst);
+    std::fill(p, p + count, uint16_t(value));
   } else {
     auto* p = reinterpret_cast<uint32_t*>(dst);
     std::fill(p, p + count, value);
