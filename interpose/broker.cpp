@@ -159,7 +159,7 @@ void LocalBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap)
   sh.refused_others = 0;
 }
 
-void LocalBroker::gate_wait(uint32_t, CUstream, bool) {}
+GateTicket LocalBroker::gate_wait(uint32_t, CUstream, bool) { return {}; }
 
 uint64_t LocalBroker::job_others(int slot) { return shared_[slot].share.others(); }  // lock-free
 

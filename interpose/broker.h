@@ -47,6 +47,12 @@ namespace coloc::interpose {
 /// Device slots per process: the pages' slot count.
 inline constexpr int kMaxDevices = int(pages::kSlots);
 
+/// What a launch learned at the gate (Broker::gate_wait), for after the driver call.
+struct GateTicket {
+  int slot = -1;       ///< the launch's device slot, when known
+  bool track = false;  ///< the slot's gate is kWindow: count the launch and mark it (tracker.h)
+};
+
 /// libcoloc.so's control page: one page, page-aligned, zero-initialised (gate RUN, no slot attached).
 struct alignas(pages::kPageSize) ControlArea {
   pages::ControlPage page;
@@ -159,9 +165,20 @@ class Broker {
 
   /// Called by a launch when control().gate is not pages::GateState::kRun, with the state read,
   /// the stream the launch goes to and whether the entry point is a `_ptsz` one (its stream 0 is
-  /// the per-thread default stream). May block (timeslice, paused); returns when the launch may go
-  /// ahead. A launch into a capturing stream never waits (it records, it does not execute).
-  virtual void gate_wait(uint32_t state, CUstream stream, bool per_thread) = 0;
+  /// the per-thread default stream). May block (timeslice, paused, the in-flight window); returns
+  /// when the launch may go ahead, with a ticket that says whether the launch is to be tracked
+  /// (its device's gate is kWindow: then the hook calls launched() after the driver). A launch
+  /// into a capturing stream never waits and is never tracked (it records, it does not execute).
+  virtual GateTicket gate_wait(uint32_t state, CUstream stream, bool per_thread) = 0;
+
+  /// After a launch whose ticket says `track`, with the driver's result: counts it and records a
+  /// completion mark now and then (tracker.h). Never blocks on the device.
+  virtual void launched(const GateTicket& t, CUstream stream, bool per_thread, CUresult rc) {
+    (void)t;
+    (void)stream;
+    (void)per_thread;
+    (void)rc;
+  }
 
   /// Called by an async copy or memset (cuMemcpyAsync, cuMemsetD8Async, ... and _ptsz) when
   /// control().gate is not pages::GateState::kRun: waits while its stream's device is held by
@@ -230,7 +247,7 @@ class LocalBroker final : public Broker {
   void surplus(int slot, uint64_t in_use) override;
   bool driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) override;
   void describe_refusal(int slot, Refusal why, char* out, size_t cap) override;
-  void gate_wait(uint32_t state, CUstream stream, bool per_thread) override;
+  GateTicket gate_wait(uint32_t state, CUstream stream, bool per_thread) override;
   uint64_t job_others(int slot) override;
   void at_exit() override;
   void after_fork_child() override;

@@ -19,6 +19,7 @@
 #include "devices.h"
 #include "driver.h"
 #include "gate.h"
+#include "tracker.h"
 #include "log.h"
 #include "no_destroy.h"
 #include "coloc/size.h"
@@ -709,33 +710,54 @@ void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap
   }
 }
 
-// The daemon sets only RUN in this release (pages.h); a launch never waits.
-void DaemonBroker::gate_wait(uint32_t, CUstream stream, bool per_thread) {
-  if (mode_.load(std::memory_order_acquire) != Mode::daemon || gate_override_.load(std::memory_order_acquire)) return;
+// The slot of a launch or copy into `stream`: its context's (the current context's for the
+// default streams); -1 when the context is one the hooks never saw.
+static int slot_of_stream(CUstream stream) {
   const bool default_stream = stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
-  int slot = -1;
-  if (default_stream) {
-    slot = devices().known_current_slot();
-  } else {
-    CUcontext ctx = nullptr;
-    if (call<Fn::cuStreamGetCtx>(stream, &ctx) == CUDA_SUCCESS) slot = devices().known_slot_of(ctx);
-  }
+  if (default_stream) return devices().known_current_slot();
+  CUcontext ctx = nullptr;
+  if (call<Fn::cuStreamGetCtx>(stream, &ctx) == CUDA_SUCCESS) return devices().known_slot_of(ctx);
+  return -1;
+}
+
+static bool stream_capturing(CUstream stream, bool per_thread) {
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult cr = per_thread ? call<Fn::cuStreamIsCapturing_ptsz>(stream, &cs) : call<Fn::cuStreamIsCapturing>(stream, &cs);
+  return cr == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (cr == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE);
+}
+
+GateTicket DaemonBroker::gate_wait(uint32_t, CUstream stream, bool per_thread) {
+  return pass_gate(stream, per_thread, false);
+}
+
+void DaemonBroker::copy_wait(CUstream stream, bool per_thread) { pass_gate(stream, per_thread, true); }
+
+GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) {
+  if (mode_.load(std::memory_order_acquire) != Mode::daemon || gate_override_.load(std::memory_order_acquire)) return {};
+  int slot = slot_of_stream(stream);
   // A context the hooks never saw (so no slot is known, and finding one could wait for an
   // admission inside a launch): the first closed gate holds it (a pause closes every slot).
   for (int s = 0; s < kMaxDevices && (slot < 0 || slot >= kMaxDevices); ++s)
     if (control().gates[s].state.load(std::memory_order_acquire) != uint32_t(pages::GateState::kRun)) slot = s;
-  if (slot < 0 || slot >= kMaxDevices) return;
+  if (slot < 0 || slot >= kMaxDevices) return {};
   const pages::SlotGate& g = control().gates[slot];
   uint32_t state = g.state.load(std::memory_order_acquire);
-  if (state == uint32_t(pages::GateState::kRun) || state >= pages::kGateStates) return;
+  if (state == uint32_t(pages::GateState::kRun) || state >= pages::kGateStates) return {};
+  // A copy waits only for another job's turn (timeslice): a pause or the window holds launches.
+  if (copy && state != uint32_t(pages::GateState::kTimeslice)) return {};
   // A capture in progress is never disturbed: the launch only records into the graph.
-  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUresult cr = per_thread ? call<Fn::cuStreamIsCapturing_ptsz>(stream, &cs) : call<Fn::cuStreamIsCapturing>(stream, &cs);
-  if (cr == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (cr == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE)) return;
+  if (stream_capturing(stream, per_thread)) return {};
   const uint64_t released = released_[slot].load(std::memory_order_acquire);
-  if (released && released == ((uint64_t(1) << 32) | g.seq.load(std::memory_order_acquire))) return;
+  if (released && released == ((uint64_t(1) << 32) | g.seq.load(std::memory_order_acquire))) return {};
+  pages::TrackStats& ts = stats().track[slot];
+  const uint64_t window = control().compute[slot].window_ns.load(std::memory_order_relaxed);
+  if (state == uint32_t(pages::GateState::kWindow) && (copy || !tracker().over_window(slot, window)))
+    return {slot, !copy};  // the holder, under its window: go (tracked)
   const uint64_t t0 = monotonic_ns();
   const uint32_t why = state;  // the state it first waited in (a pause that turns into a quantum wait: the pause)
+  bool track = false;
+  ts.waiting.fetch_add(1, std::memory_order_seq_cst);  // the job wants the device (the scheduler reads it)
+  ts.last_launch_ns.store(t0, std::memory_order_relaxed);
   {
     SignalWindow w;
     for (;;) {
@@ -743,15 +765,37 @@ void DaemonBroker::gate_wait(uint32_t, CUstream stream, bool per_thread) {
       const uint32_t seq = g.seq.load(std::memory_order_acquire);
       state = g.state.load(std::memory_order_acquire);
       if (state == uint32_t(pages::GateState::kRun)) break;
-      if (w.wait_futex(&g.seq, seq, SignalWindow::kSliceMs) < 0) {  // SIGINT/SIGTERM: launches proceed
+      const std::atomic<uint32_t>* word = &g.seq;
+      uint32_t expected = seq;
+      if (state == uint32_t(pages::GateState::kWindow)) {
+        if (copy) break;
+        // Over the window: wait for a completion (the tracker wakes its word), or a gate change
+        // (seen at the latest after a slice).
+        expected = tracker().done_word().load(std::memory_order_acquire);
+        if (!tracker().over_window(slot, control().compute[slot].window_ns.load(std::memory_order_relaxed))) {
+          track = true;
+          break;
+        }
+        word = &tracker().done_word();
+      }
+      if (w.wait_futex(word, expected, SignalWindow::kSliceMs) < 0) {  // SIGINT/SIGTERM: launches proceed
         released_[slot].store((uint64_t(1) << 32) | seq, std::memory_order_release);
         break;
       }
     }
   }
+  const uint64_t t1 = monotonic_ns();
+  ts.last_launch_ns.store(t1, std::memory_order_relaxed);
+  ts.waiting.fetch_sub(1, std::memory_order_seq_cst);
+  if (why == uint32_t(pages::GateState::kWindow)) ts.window_waits.fetch_add(1, std::memory_order_relaxed);
   pages::GateStats& gs = stats().gates[slot];
-  gs.wait_ns[why].fetch_add(monotonic_ns() - t0, std::memory_order_relaxed);
+  gs.wait_ns[why].fetch_add(t1 - t0, std::memory_order_relaxed);
   gs.waits[why].fetch_add(1, std::memory_order_relaxed);
+  return {slot, track};
+}
+
+void DaemonBroker::launched(const GateTicket& t, CUstream stream, bool per_thread, CUresult rc) {
+  tracker().launched(t.slot, stream, per_thread, rc);
 }
 
 void DaemonBroker::on_lost() {
@@ -792,6 +836,7 @@ void DaemonBroker::goodbye(int status) {
 
 void DaemonBroker::after_fork_child() {
   daemon_pages::privatize();
+  tracker().after_fork_child();
   link_.reset_in_child();
   register_mutex_.reinit_in_child();
   attach_mutex_.reinit_in_child();

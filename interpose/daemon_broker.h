@@ -97,7 +97,9 @@ class DaemonBroker final : public Broker, private LinkOwner {
   Refusal grow(int slot, uint64_t wanted) override;
   void surplus(int slot, uint64_t in_use) override;
   bool driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) override;
-  void gate_wait(uint32_t state, CUstream stream, bool per_thread) override;
+  GateTicket gate_wait(uint32_t state, CUstream stream, bool per_thread) override;
+  void copy_wait(CUstream stream, bool per_thread) override;
+  void launched(const GateTicket& t, CUstream stream, bool per_thread, CUresult rc) override;
   /// True while the gates are open locally (the daemon is away).
   bool gates_overridden() const { return gate_override_.load(std::memory_order_acquire); }
   void describe_refusal(int slot, Refusal why, char* out, size_t cap) override;
@@ -132,6 +134,8 @@ class DaemonBroker final : public Broker, private LinkOwner {
   bool holds_grants() const override;
   void on_lost() override;
   void register_now();
+  /// The gate of a launch (`copy` false) or an async copy into `stream` (gate_wait, copy_wait).
+  GateTicket pass_gate(CUstream stream, bool per_thread, bool copy);
   Mode registered_mode();
   void set_floor(int slot);
   void record_slot(int slot, const unsigned char uuid[16], uint64_t capacity, uint64_t cap);

@@ -67,6 +67,14 @@ inline CUstream launch_stream(const A&... args) {
     return c ? c->hStream : nullptr;
   } else if constexpr (id == Fn::cuGraphLaunch || id == Fn::cuGraphLaunch_ptsz) {
     return std::get<1>(t);
+  } else if constexpr (id == Fn::cuLaunch || id == Fn::cuLaunchGrid) {
+    return nullptr;  // the legacy default stream
+  } else if constexpr (id == Fn::cuLaunchGridAsync) {
+    return std::get<3>(t);
+  } else if constexpr (id == Fn::cuLaunchCooperativeKernelMultiDevice) {
+    // One launch per device, each on its own stream: the gate sees the first entry's stream.
+    const CUDA_LAUNCH_PARAMS* list = std::get<0>(t);
+    return list && std::get<1>(t) > 0 ? list[0].hStream : nullptr;
   } else {  // cuLaunchKernel, cuLaunchCooperativeKernel (and _ptsz): hStream is the ninth
     return std::get<8>(t);
   }
@@ -83,9 +91,18 @@ inline uint32_t gate_closed() { return control().gate.load(std::memory_order_rel
 /// entry point `id` with its arguments `args` (its stream picks the device and says whether it
 /// is capturing; only read off the fast path).
 template <Fn id, class... A>
-inline void gate_pass(const A&... args) {
+inline GateTicket gate_pass(const A&... args) {
   if (uint32_t state = gate_closed(); state != uint32_t(pages::GateState::kRun)) [[unlikely]]
-    broker().gate_wait(state, launch_stream<id>(args...), per_thread_launch<id>);
+    return broker().gate_wait(state, launch_stream<id>(args...), per_thread_launch<id>);
+  return {};
+}
+
+/// After the driver call of a launch that passed the gate with ticket `t`: lets the broker track
+/// it (kWindow) when the ticket says so.
+template <Fn id, class... A>
+inline void gate_after(const GateTicket& t, CUresult rc, const A&... args) {
+  if (t.track) [[unlikely]]
+    broker().launched(t, launch_stream<id>(args...), per_thread_launch<id>, rc);
 }
 
 /// The fast path of a plain launch hook: counts the launch of `id` on this thread and returns the
@@ -107,12 +124,14 @@ inline auto launch_fast() -> decltype(real<id>()) {
 }
 
 /// The rest of a plain launch hook, out of line: counts (allocating the thread's block, flushing
-/// the counts when due), waits at the gate, then calls the driver.
+/// the counts when due), waits at the gate, calls the driver, then tracks the launch (kWindow).
 template <Fn id, class... A>
 [[gnu::noinline, gnu::cold]] CUresult launch_slow(A... args) {
   count_launch(id);
-  gate_pass<id>(args...);
-  return call<id>(args...);
+  const GateTicket t = gate_pass<id>(args...);
+  const CUresult rc = call<id>(args...);
+  gate_after<id>(t, rc, args...);
+  return rc;
 }
 
 /// Calls of hook `id` so far in this process, summed over all threads (live and exited).

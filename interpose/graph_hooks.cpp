@@ -510,9 +510,10 @@ CUresult launch(CUgraphExec exec, CUstream stream) {
   if (g_mem_execs.load(std::memory_order_relaxed) > 0) [[unlikely]] {
     if (CUresult r = bind_exec(exec, kFnName[index(id)], &t); r != CUDA_SUCCESS) return r;
   }
-  gate_pass<id>(exec, stream);
+  const GateTicket g = gate_pass<id>(exec, stream);
   CUresult r = call<id>(exec, stream);
   if (t.active) bind_end(t, r);
+  gate_after<id>(g, r, exec, stream);
   return r;
 }
 

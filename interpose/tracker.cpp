@@ -1,0 +1,381 @@
+// interpose/tracker.cpp — completion tracking (tracker.h).
+//
+// Rules for code that runs in someone else's process: never crash, hang, exit or print to stdout;
+// never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
+// limits exactly as it was.
+#include "tracker.h"
+
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <ctime>
+#include <mutex>
+
+#include "broker.h"
+#include "log.h"
+#include "no_destroy.h"
+
+namespace coloc::interpose {
+
+namespace {
+
+constexpr int kSlotCount = kMaxDevices;
+static_assert(Tracker::kStreams == 64, "StreamRec masks are 64-bit");
+
+pid_t this_tid() { return pid_t(::syscall(SYS_gettid)); }
+
+bool default_stream(CUstream s) { return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD; }
+
+// Shared or private, as its waiters wait (the two keys differ, even on private memory).
+void futex_wake(const std::atomic<uint32_t>& w, bool shared) {
+  ::syscall(SYS_futex, const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(&w)),
+            shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+/// Exchanges this thread's capture mode to RELAXED for its lifetime (when the driver has the call).
+class RelaxedCapture {
+ public:
+  RelaxedCapture() {
+    mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+    ok_ = call<Fn::cuThreadExchangeStreamCaptureMode>(&mode_) == CUDA_SUCCESS;
+  }
+  ~RelaxedCapture() {
+    if (ok_) call<Fn::cuThreadExchangeStreamCaptureMode>(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  CUstreamCaptureMode mode_;
+  bool ok_ = false;
+};
+
+/// Makes `ctx` current for the scope when it is not already.
+class ScopedContext {
+ public:
+  explicit ScopedContext(CUcontext ctx) {
+    CUcontext cur = nullptr;
+    if (ctx && call<Fn::cuCtxGetCurrent>(&cur) == CUDA_SUCCESS && cur != ctx)
+      pushed_ = call<Fn::cuCtxPushCurrent_v2>(ctx) == CUDA_SUCCESS;
+  }
+  ~ScopedContext() {
+    CUcontext popped = nullptr;
+    if (pushed_) call<Fn::cuCtxPopCurrent_v2>(&popped);
+  }
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+ private:
+  bool pushed_ = false;
+};
+
+bool capturing(CUstream s, bool per_thread) {
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = per_thread ? call<Fn::cuStreamIsCapturing_ptsz>(s, &cs) : call<Fn::cuStreamIsCapturing>(s, &cs);
+  return r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (r == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE);
+}
+
+}  // namespace
+
+constinit NoDestroy<Tracker> g_tracker;
+
+Tracker& tracker() { return g_tracker.value; }
+
+// ---- the launching threads ------------------------------------------------------------------------
+
+int Tracker::find_stream(int slot, CUstream stream, bool per_thread, CUcontext ctx, pid_t tid) {
+  int free_rec = -1, idle = -1;
+  for (int i = 0; i < kStreams; ++i) {
+    StreamRec& r = streams_[i];
+    if (!r.used) {
+      if (free_rec < 0) free_rec = i;
+      continue;
+    }
+    if (r.stream == stream && r.ctx == ctx && r.per_thread == per_thread && r.tid == tid) return i;
+    if (idle < 0 && r.pending == 0 && r.launched == r.marked) idle = i;
+  }
+  int i = free_rec >= 0 ? free_rec : idle;
+  if (i < 0) return -1;
+  StreamRec& r = streams_[i];
+  r = StreamRec{};
+  r.stream = stream;
+  r.ctx = ctx;
+  r.tid = tid;
+  r.slot = slot;
+  r.per_thread = per_thread;
+  r.legacy = !per_thread && (stream == nullptr || stream == CU_STREAM_LEGACY);
+  r.used = true;
+  return i;
+}
+
+CUevent Tracker::take_event_locked(CUcontext ctx) {
+  for (int i = pooled_ - 1; i >= 0; --i)
+    if (pool_[i].ctx == ctx) {
+      CUevent ev = pool_[i].ev;
+      pool_[i] = pool_[--pooled_];
+      return ev;
+    }
+  CUevent ev = nullptr;
+  ScopedContext sc(ctx);
+  if (call<Fn::cuEventCreate>(&ev, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC) != CUDA_SUCCESS) return nullptr;
+  return ev;
+}
+
+void Tracker::give_event_locked(CUcontext ctx, CUevent ev) {
+  if (!ev) return;
+  if (pooled_ < kMarks) {
+    pool_[pooled_++] = {ctx, ev};
+    return;
+  }
+  call<Fn::cuEventDestroy_v2>(ev);
+}
+
+void Tracker::publish_tail_locked(int slot) {
+  uint64_t tail = 0;
+  for (const StreamRec& r : streams_) tail += r.used && r.slot == slot && r.launched > r.marked;
+  stats().track[slot].tail.store(tail, std::memory_order_release);
+}
+
+bool Tracker::record_locked(int slot, CUcontext ctx, CUstream record_on, uint64_t mask, bool exchange_mode) {
+  if (count_ >= kMarks) return false;
+  CUevent ev = take_event_locked(ctx);
+  if (!ev) return false;
+  CUresult rc;
+  {
+    ScopedContext sc(ctx);
+    if (exchange_mode) {
+      RelaxedCapture relaxed;
+      rc = call<Fn::cuEventRecord>(ev, record_on);
+    } else {
+      rc = call<Fn::cuEventRecord>(ev, record_on);
+    }
+  }
+  if (rc != CUDA_SUCCESS) {
+    give_event_locked(ctx, ev);
+    return false;
+  }
+  Mark& m = ring_[(head_ + count_) % kMarks];
+  m = Mark{ev, ctx, slot, mask, 0, 0};
+  uint64_t first = UINT64_MAX;
+  for (int i = 0; i < kStreams; ++i) {
+    if (!(mask >> i & 1)) continue;
+    StreamRec& r = streams_[i];
+    m.launches += r.launched - r.marked;
+    if (r.launched > r.marked) first = r.first_unmarked_ns < first ? r.first_unmarked_ns : first;
+    r.marked = r.launched;
+    ++r.pending;
+  }
+  m.first_ns = first == UINT64_MAX ? monotonic_ns() : first;
+  ++count_;
+  ++slots_[slot].pending;
+  stats().track[slot].marks.fetch_add(1, std::memory_order_release);
+  publish_tail_locked(slot);
+  start_thread_locked();
+  wake_seq_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst)) futex_wake(wake_seq_, false);
+  return true;
+}
+
+void Tracker::launched(int slot, CUstream stream, bool per_thread, CUresult rc) {
+  if (slot < 0 || slot >= kSlotCount || rc != CUDA_SUCCESS) return;
+  // The stream's identity: its handle, or the default stream it stands for.
+  const bool pts = default_stream(stream) && (stream == CU_STREAM_PER_THREAD || (per_thread && stream == nullptr));
+  CUcontext ctx = nullptr;
+  if (default_stream(stream)) call<Fn::cuCtxGetCurrent>(&ctx);
+  else call<Fn::cuStreamGetCtx>(stream, &ctx);
+  const CUstream key = pts ? CU_STREAM_PER_THREAD : default_stream(stream) ? CU_STREAM_LEGACY : stream;
+  const uint64_t now = monotonic_ns();
+  pages::TrackStats& ts = stats().track[slot];
+  ts.launches.fetch_add(1, std::memory_order_relaxed);
+  ts.last_launch_ns.store(now, std::memory_order_relaxed);
+  std::lock_guard<Mutex> g(mu_);
+  SlotTrack& st = slots_[slot];
+  ++st.launched;
+  int i = find_stream(slot, key, pts, ctx, pts ? this_tid() : 0);
+  if (i < 0) return;  // every record busy: unmarked (the daemon's grace covers the drain)
+  StreamRec& r = streams_[i];
+  if (r.launched == r.marked) r.first_unmarked_ns = now;
+  ++r.launched;
+  const uint64_t unmarked = r.launched - r.marked;
+  const uint64_t window = control().compute[slot].window_ns.load(std::memory_order_relaxed);
+  const bool due = r.pending == 0 || unmarked >= kMarkEvery ||
+                   (st.per_launch_ns && window && unmarked * st.per_launch_ns >= window / 4);
+  if (!due) {
+    if (unmarked == 1) publish_tail_locked(slot);
+    return;
+  }
+  if (!record_locked(slot, ctx, key, uint64_t(1) << i, true)) publish_tail_locked(slot);
+}
+
+bool Tracker::over_window(int slot, uint64_t window_ns) {
+  if (slot < 0 || slot >= kSlotCount) return false;
+  std::lock_guard<Mutex> g(mu_);
+  const SlotTrack& st = slots_[slot];
+  if (st.pending == 0) return false;  // nothing in flight that would wake a waiter
+  const uint64_t inflight = st.launched > st.done ? st.launched - st.done : 0;
+  if (st.per_launch_ns == 0) return inflight >= kFirstWindowLaunches;
+  return window_ns && inflight * st.per_launch_ns > window_ns;
+}
+
+void Tracker::after_fork_child() {
+  mu_.reinit_in_child();
+  for (StreamRec& r : streams_) r = StreamRec{};
+  head_ = count_ = 0;
+  for (SlotTrack& s : slots_) s = SlotTrack{};
+  pooled_ = 0;  // the parent's events (the child cannot use CUDA)
+  thread_started_ = false;
+  sleeping_.store(0, std::memory_order_relaxed);
+}
+
+// ---- the tracker thread -----------------------------------------------------------------------------
+
+void Tracker::start_thread_locked() {
+  if (thread_started_) return;
+  thread_started_ = true;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // the thread takes none of the application's signals
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_t t;
+  int err = pthread_create(&t, &attr, &Tracker::thread_main, this);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (err != 0) {
+    thread_started_ = false;  // tried again at the next mark; the window is not enforced meanwhile
+    return;
+  }
+  pthread_setname_np(t, "coloc-track");
+}
+
+void* Tracker::thread_main(void* self) {
+  static_cast<Tracker*>(self)->run();
+  return nullptr;
+}
+
+bool Tracker::mark_tails() {
+  std::lock_guard<Mutex> g(mu_);
+  bool any = false;
+  for (int slot = 0; slot < kSlotCount; ++slot) {
+    const uint32_t state = control().gates[slot].state.load(std::memory_order_acquire);
+    if (state == uint32_t(pages::GateState::kRun) || state == uint32_t(pages::GateState::kWindow)) continue;
+    // Explicit streams one by one; the default streams of a context together, on its legacy stream.
+    uint64_t defaults_by_ctx = 0;
+    CUcontext dctx = nullptr;
+    for (int i = 0; i < kStreams; ++i) {
+      StreamRec& r = streams_[i];
+      if (!r.used || r.slot != slot || r.launched == r.marked) continue;
+      if (r.legacy || r.per_thread) {
+        if (!dctx) dctx = r.ctx;
+        if (r.ctx == dctx) defaults_by_ctx |= uint64_t(1) << i;
+        continue;
+      }
+      if (capturing(r.stream, false) || !record_locked(slot, r.ctx, r.stream, uint64_t(1) << i, false)) {
+        r.marked = r.launched;  // cannot be marked now (capturing, destroyed): left to the grace
+        publish_tail_locked(slot);
+      }
+      any = true;
+    }
+    if (defaults_by_ctx) {
+      ScopedContext sc(dctx);
+      if (capturing(CU_STREAM_LEGACY, false) || !record_locked(slot, dctx, CU_STREAM_LEGACY, defaults_by_ctx, false)) {
+        for (int i = 0; i < kStreams; ++i)
+          if (defaults_by_ctx >> i & 1) streams_[i].marked = streams_[i].launched;
+        publish_tail_locked(slot);
+      }
+      any = true;
+    }
+  }
+  return any;
+}
+
+void Tracker::run() {
+  // This thread's waits must never fail, nor invalidate, another thread's GLOBAL-mode capture.
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  call<Fn::cuThreadExchangeStreamCaptureMode>(&mode);
+  uint32_t seen_gate = control().gate_seq.load(std::memory_order_acquire);
+  for (;;) {
+    Mark m;
+    bool have = false;
+    {
+      std::lock_guard<Mutex> g(mu_);
+      if (count_ > 0) {
+        m = ring_[head_];
+        have = true;
+      }
+    }
+    if (have) {
+      {
+        ScopedContext sc(m.ctx);
+        call<Fn::cuEventSynchronize>(m.ev);  // an error (a destroyed context) counts as done
+      }
+      const uint64_t now = monotonic_ns();
+      std::lock_guard<Mutex> g(mu_);
+      head_ = (head_ + 1) % kMarks;
+      --count_;
+      SlotTrack& st = slots_[m.slot];
+      if (st.pending) --st.pending;
+      const uint64_t start = m.first_ns > st.last_done_ns ? m.first_ns : st.last_done_ns;
+      const uint64_t busy = now > start ? now - start : 0;
+      st.last_done_ns = now;
+      st.done += m.launches;
+      if (st.done > st.launched) st.done = st.launched;
+      if (m.launches) {
+        const uint64_t per = busy / m.launches;
+        st.per_launch_ns = st.per_launch_ns ? (st.per_launch_ns * 3 + per) / 4 : (per ? per : 1);
+      }
+      for (int i = 0; i < kStreams; ++i)
+        if ((m.streams >> i & 1) && streams_[i].pending) --streams_[i].pending;
+      give_event_locked(m.ctx, m.ev);
+      pages::TrackStats& ts = stats().track[m.slot];
+      ts.busy_ns.fetch_add(busy, std::memory_order_relaxed);
+      ts.marks_done.fetch_add(1, std::memory_order_release);
+      done_seq_.fetch_add(1, std::memory_order_release);
+      futex_wake(done_seq_, true);  // window waiters wait with SignalWindow::wait_futex (shared)
+      continue;
+    }
+    if (mark_tails()) continue;
+    // Nothing in flight: sleep until a mark is queued or a gate changes.
+    const uint32_t w = wake_seq_.load(std::memory_order_seq_cst);
+    sleeping_.store(1, std::memory_order_seq_cst);
+    bool empty;
+    {
+      std::lock_guard<Mutex> g(mu_);
+      empty = count_ == 0;
+    }
+    const uint32_t gs = control().gate_seq.load(std::memory_order_acquire);
+    if (empty && gs == seen_gate) {
+      struct futex_waitv {
+        uint64_t val, uaddr;
+        uint32_t flags, reserved;
+      } v[2] = {{w, uint64_t(uintptr_t(&wake_seq_)), 2 /* FUTEX2_SIZE_U32 */ | 128 /* FUTEX2_PRIVATE */, 0},
+                {gs, uint64_t(uintptr_t(&control().gate_seq)), 2, 0}};
+      timespec ts;
+      ::clock_gettime(CLOCK_MONOTONIC, &ts);
+      ts.tv_nsec += 100 * 1000000L;  // the slice: a gate change the daemon did not wake still gets seen
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec += 1;
+        ts.tv_nsec -= 1000000000L;
+      }
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449
+#endif
+      long rc = ::syscall(SYS_futex_waitv, v, 2, 0, &ts, CLOCK_MONOTONIC);
+      if (rc < 0 && errno == ENOSYS) {  // before Linux 5.16: the mark word alone, in short slices
+        timespec rel{0, 2 * 1000000L};
+        ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_seq_), FUTEX_WAIT_PRIVATE, w, &rel, nullptr, 0);
+      }
+    }
+    seen_gate = gs;
+    sleeping_.store(0, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace coloc::interpose
