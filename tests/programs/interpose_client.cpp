@@ -7,7 +7,8 @@
 // Each step takes a fixed number of arguments (see kSteps). It calls every ABI by its exact export
 // name (cuMemAlloc_v2, cuMemAlloc, cuLaunchKernel_ptsz), so a test can reach each path the
 // interposer hooks. For the end-to-end tests with colocd: "catch-signals" installs SIGINT/SIGTERM
-// handlers that only count, "signals" prints the counts, "touch PATH" / "hold-file PATH" are
+// handlers that only count, "signals" prints the counts, "spin PATH NS SECONDS BATCH SLEEP_MS" is a
+// training-like loop of coloc_spin kernels (spin_loop), "touch PATH" / "hold-file PATH" are
 // barriers, "fork-run STEP..." forks and runs the rest of the line in the child, "pthread-exit" ends the main
 // thread with pthread_exit. Exit status: 0 when every step ran (a CUDA error is a result, not a failure),
 // 2 for a malformed script.
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -91,6 +93,101 @@ CUresult spin_function(State& s, CUfunction* f) {
   return CUDA_SUCCESS;
 }
 
+// Calls each deprecated launch, the multi-device launch and every async copy and memset ABI
+// simgpu implements once (o["rc"][name] = its CUresult); the first failure is the step's result.
+CUresult timeslice_entries(State& s, json& o) {
+  CUfunction f;
+  if (CUresult r = spin_function(s, &f); r != CUDA_SUCCESS) return r;
+  CUstream st;
+  if (CUresult r = cuStreamCreate(&st, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) return r;
+  CUcontext ctx;
+  cuCtxGetCurrent(&ctx);
+  constexpr size_t N = 4096;
+  CUdeviceptr d1, d2;
+  if (CUresult r = cuMemAlloc_v2(&d1, N); r != CUDA_SUCCESS) return r;
+  if (CUresult r = cuMemAlloc_v2(&d2, N); r != CUDA_SUCCESS) return r;
+  std::vector<unsigned char> h(N, 1);
+  unsigned long long ns = 0;
+  void* params[] = {&ns};
+  CUDA_LAUNCH_PARAMS lp{f, 1, 1, 1, 1, 1, 1, 0, st, params};
+  CUDA_MEMCPY2D c2{};
+  c2.srcMemoryType = c2.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c2.srcDevice = d1, c2.dstDevice = d2, c2.WidthInBytes = 64, c2.Height = 1;
+  CUDA_MEMCPY3D c3{};
+  c3.srcMemoryType = c3.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c3.srcDevice = d1, c3.dstDevice = d2, c3.WidthInBytes = 64, c3.Height = 1, c3.Depth = 1;
+  CUDA_MEMCPY3D_PEER p3{};
+  p3.srcMemoryType = p3.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  p3.srcDevice = d1, p3.dstDevice = d2, p3.srcContext = p3.dstContext = ctx;
+  p3.WidthInBytes = 64, p3.Height = 1, p3.Depth = 1;
+  CUdeviceptr dsts[1] = {d2}, srcs[1] = {d1};
+  size_t sizes[1] = {64}, idx = 0, fail = 0;
+  CUmemcpyAttributes attr{};
+  attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  CUDA_MEMCPY3D_BATCH_OP op{};
+  op.src.type = op.dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+  op.src.op.ptr.ptr = d1, op.dst.op.ptr.ptr = d2, op.extent = {64, 1, 1};
+  op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  const std::vector<std::pair<const char*, std::function<CUresult()>>> calls = {
+      {"cuFuncSetBlockShape", [&] { return cuFuncSetBlockShape(f, 1, 1, 1); }},
+      {"cuParamSetSize", [&] { return cuParamSetSize(f, 8); }},
+      {"cuParamSeti", [&] { return cuParamSeti(f, 4, 0); }},
+      {"cuParamSetf", [&] { return cuParamSetf(f, 0, 0.0f); }},
+      {"cuParamSetv", [&] { return cuParamSetv(f, 0, &ns, sizeof ns); }},
+      {"cuLaunch", [&] { return cuLaunch(f); }},
+      {"cuLaunchGrid", [&] { return cuLaunchGrid(f, 1, 1); }},
+      {"cuLaunchGridAsync", [&] { return cuLaunchGridAsync(f, 1, 1, st); }},
+      {"cuLaunchCooperativeKernelMultiDevice", [&] { return cuLaunchCooperativeKernelMultiDevice(&lp, 1, 0); }},
+      {"cuMemcpyAsync", [&] { return cuMemcpyAsync(d2, d1, N, st); }},
+      {"cuMemcpyAsync_ptsz", [&] { return cuMemcpyAsync_ptsz(d2, d1, N, st); }},
+      {"cuMemcpyHtoDAsync_v2", [&] { return cuMemcpyHtoDAsync_v2(d1, h.data(), N, st); }},
+      {"cuMemcpyDtoHAsync_v2_ptsz", [&] { return cuMemcpyDtoHAsync_v2_ptsz(h.data(), d1, N, st); }},
+      {"cuMemcpyDtoDAsync_v2", [&] { return cuMemcpyDtoDAsync_v2(d2, d1, N, st); }},
+      {"cuMemcpyDtoDAsync_v2_ptsz", [&] { return cuMemcpyDtoDAsync_v2_ptsz(d2, d1, N, st); }},
+      {"cuMemcpyPeerAsync", [&] { return cuMemcpyPeerAsync(d2, ctx, d1, ctx, N, st); }},
+      {"cuMemcpyPeerAsync_ptsz", [&] { return cuMemcpyPeerAsync_ptsz(d2, ctx, d1, ctx, N, st); }},
+      {"cuMemcpy2DAsync_v2", [&] { return cuMemcpy2DAsync_v2(&c2, st); }},
+      {"cuMemcpy2DAsync_v2_ptsz", [&] { return cuMemcpy2DAsync_v2_ptsz(&c2, st); }},
+      {"cuMemcpy3DAsync_v2", [&] { return cuMemcpy3DAsync_v2(&c3, st); }},
+      {"cuMemcpy3DAsync_v2_ptsz", [&] { return cuMemcpy3DAsync_v2_ptsz(&c3, st); }},
+      {"cuMemcpy3DPeerAsync", [&] { return cuMemcpy3DPeerAsync(&p3, st); }},
+      {"cuMemcpy3DPeerAsync_ptsz", [&] { return cuMemcpy3DPeerAsync_ptsz(&p3, st); }},
+      {"cuMemcpyBatchAsync", [&] { return cuMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, &idx, 1, &fail, st); }},
+      {"cuMemcpyBatchAsync_ptsz",
+       [&] { return cuMemcpyBatchAsync_ptsz(dsts, srcs, sizes, 1, &attr, &idx, 1, &fail, st); }},
+      {"cuMemcpyBatchAsync_v2", [&] { return cuMemcpyBatchAsync_v2(dsts, srcs, sizes, 1, &attr, &idx, 1, st); }},
+      {"cuMemcpyBatchAsync_v2_ptsz",
+       [&] { return cuMemcpyBatchAsync_v2_ptsz(dsts, srcs, sizes, 1, &attr, &idx, 1, st); }},
+      {"cuMemcpy3DBatchAsync", [&] { return cuMemcpy3DBatchAsync(1, &op, &fail, 0, st); }},
+      {"cuMemcpy3DBatchAsync_ptsz", [&] { return cuMemcpy3DBatchAsync_ptsz(1, &op, &fail, 0, st); }},
+      {"cuMemcpy3DBatchAsync_v2", [&] { return cuMemcpy3DBatchAsync_v2(1, &op, 0, st); }},
+      {"cuMemcpy3DBatchAsync_v2_ptsz", [&] { return cuMemcpy3DBatchAsync_v2_ptsz(1, &op, 0, st); }},
+      {"cuMemsetD8Async", [&] { return cuMemsetD8Async(d1, 1, N, st); }},
+      {"cuMemsetD8Async_ptsz", [&] { return cuMemsetD8Async_ptsz(d1, 1, N, st); }},
+      {"cuMemsetD16Async", [&] { return cuMemsetD16Async(d1, 1, N / 2, st); }},
+      {"cuMemsetD16Async_ptsz", [&] { return cuMemsetD16Async_ptsz(d1, 1, N / 2, st); }},
+      {"cuMemsetD32Async", [&] { return cuMemsetD32Async(d1, 1, N / 4, st); }},
+      {"cuMemsetD32Async_ptsz", [&] { return cuMemsetD32Async_ptsz(d1, 1, N / 4, st); }},
+      {"cuMemsetD2D8Async", [&] { return cuMemsetD2D8Async(d1, 64, 1, 64, 2, st); }},
+      {"cuMemsetD2D8Async_ptsz", [&] { return cuMemsetD2D8Async_ptsz(d1, 64, 1, 64, 2, st); }},
+      {"cuMemsetD2D16Async", [&] { return cuMemsetD2D16Async(d1, 64, 1, 32, 2, st); }},
+      {"cuMemsetD2D16Async_ptsz", [&] { return cuMemsetD2D16Async_ptsz(d1, 64, 1, 32, 2, st); }},
+      {"cuMemsetD2D32Async", [&] { return cuMemsetD2D32Async(d1, 64, 1, 16, 2, st); }},
+      {"cuMemsetD2D32Async_ptsz", [&] { return cuMemsetD2D32Async_ptsz(d1, 64, 1, 16, 2, st); }},
+  };
+  CUresult first = CUDA_SUCCESS;
+  for (const auto& [name, call] : calls) {
+    CUresult r = call();
+    o["rc"][name] = int(r);
+    if (first == CUDA_SUCCESS) first = r;
+  }
+  if (CUresult r = cuCtxSynchronize(); first == CUDA_SUCCESS) first = r;
+  cuStreamDestroy_v2(st);
+  cuMemFree_v2(d1);
+  cuMemFree_v2(d2);
+  return first;
+}
+
 template <class Launch>
 CUresult launch_n(State& s, uint64_t n, json& out, Launch&& launch) {
   CUfunction f;
@@ -103,6 +200,62 @@ CUresult launch_n(State& s, uint64_t n, json& out, Launch&& launch) {
     if ((r = launch(f, params)) != CUDA_SUCCESS) break;
   out["launched"] = done;
   if (r == CUDA_SUCCESS) r = cuCtxSynchronize();
+  return r;
+}
+
+/// "spin PATH NS SECONDS BATCH SLEEP_MS": for SECONDS of wall time, launches BATCH coloc_spin(NS)
+/// kernels through PATH (kernel, ptsz, ex, coop, graph: a graph of one spin, captured in GLOBAL
+/// mode on a new stream), synchronizes, and sleeps SLEEP_MS on the host: a training loop whose
+/// iterations keep the device busy for BATCH x NS. Prints the launches and iterations made.
+CUresult spin_loop(const Args& a, State& s, json& out) {
+  const std::string path = a[0];
+  unsigned long long ns = std::stoull(a[1]);
+  const double seconds = std::stod(a[2]);
+  const uint64_t batch = std::stoull(a[3]);
+  const uint64_t sleep_ms = std::stoull(a[4]);
+  if (path != "kernel" && path != "ptsz" && path != "ex" && path != "coop" && path != "graph")
+    script_error("spin: PATH is kernel, ptsz, ex, coop or graph");
+  CUfunction f;
+  if (CUresult r = spin_function(s, &f); r != CUDA_SUCCESS) return r;
+  void* params[] = {&ns};
+  CUstream st = nullptr;
+  CUgraphExec ge = nullptr;
+  if (path == "graph" || path == "ex") {
+    if (CUresult r = cuStreamCreate(&st, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) return r;
+  }
+  if (path == "graph") {
+    CUgraph g;
+    if (CUresult r = cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_GLOBAL); r != CUDA_SUCCESS) return r;
+    if (CUresult r = cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, st, params, nullptr); r != CUDA_SUCCESS) return r;
+    if (CUresult r = cuStreamEndCapture(st, &g); r != CUDA_SUCCESS) return r;
+    if (CUresult r = cuGraphInstantiateWithFlags(&ge, g, 0); r != CUDA_SUCCESS) return r;
+  }
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  uint64_t launched = 0, iterations = 0;
+  CUresult r = CUDA_SUCCESS;
+  while (r == CUDA_SUCCESS && std::chrono::steady_clock::now() < end) {
+    for (uint64_t i = 0; i < batch && r == CUDA_SUCCESS; ++i, ++launched) {
+      if (path == "kernel") r = cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+      else if (path == "ptsz") r = cuLaunchKernel_ptsz(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+      else if (path == "coop") r = cuLaunchCooperativeKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params);
+      else if (path == "graph") r = cuGraphLaunch(ge, st);
+      else {
+        CUlaunchConfig cfg{};
+        cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+        cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 1;
+        cfg.hStream = st;
+        r = cuLaunchKernelEx(&cfg, f, params, nullptr);
+      }
+    }
+    if (r != CUDA_SUCCESS) break;
+    r = path == "ptsz" ? cuStreamSynchronize_ptsz(nullptr) : st ? cuStreamSynchronize(st) : cuCtxSynchronize();
+    ++iterations;
+    if (sleep_ms) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+  }
+  out["launched"] = launched;
+  out["iterations"] = iterations;
+  if (ge) cuGraphExecDestroy(ge);
+  if (st) cuStreamDestroy_v2(st);
   return r;
 }
 
@@ -505,6 +658,7 @@ const std::vector<Step>& steps() {
            return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, p, nullptr);
          });
        }},
+      {"timeslice-entries", 0, [](const Args&, State& s, json& o) { return timeslice_entries(s, o); }},
       {"launch-ptsz", 1,
        [](const Args& a, State& s, json& o) {
          return launch_n(s, std::stoull(a[0]), o, [](CUfunction f, void** p) {
@@ -614,6 +768,7 @@ const std::vector<Step>& steps() {
          return CUDA_SUCCESS;
        }},
       {"touch", 1, touch_step},
+      {"spin", 5, spin_loop},
   };
   return kSteps;
 }
