@@ -45,7 +45,7 @@ inline constexpr const char* kFnName[kFnCount] = {
 };
 
 /// What a hook does (see hooks.def).
-enum class Policy : uint8_t { launch, alloc, release, pool, sync, context, query, resolve, init, graph, graph_launch };
+enum class Policy : uint8_t { launch, alloc, release, pool, sync, context, query, resolve, init, graph, graph_launch, copy };
 
 /// Policy of each hook, indexed by Fn (hooks only).
 inline constexpr Policy kPolicy[kHookCount] = {

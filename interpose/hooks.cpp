@@ -12,7 +12,9 @@
 //            out of line (launch_slow): the thread's first count, every 4096th (which flushes the
 //            launch counts to the stats page), and the launch gate;
 //   graph_launch  count as a launch, then coloc::interpose::graph_launch::<name> (charge, gate, call);
+//   copy     copy_pass (the copy gate, copy_gate.h), then call the driver;
 //   others   HookScope (count, lazy init, nesting), then coloc::interpose::<policy>::<name> (handlers.h).
+#include "copy_gate.h"
 #include "driver.h"
 #include "gate.h"
 #include "handlers.h"
@@ -35,6 +37,13 @@ namespace ci = coloc::interpose;
   extern "C" COLOC_EXPORT CUresult CUDAAPI name params { \
     ci::count_launch(ci::Fn::name);                      \
     return ci::graph_launch::name args;                  \
+  }
+
+// copy: a stream-ordered copy or memset passes the copy gate, then calls the driver.
+#define COLOC_DEFINE_copy(name, params, args)            \
+  extern "C" COLOC_EXPORT CUresult CUDAAPI name params { \
+    ci::copy_pass<ci::Fn::name> args;                    \
+    return ci::call<ci::Fn::name> args;                  \
   }
 
 #define COLOC_DEFINE_HANDLED(policy, name, params, args)   \

@@ -94,7 +94,7 @@ CUresult spin_function(State& s, CUfunction* f) {
 }
 
 // Calls each deprecated launch, the multi-device launch and every async copy and memset ABI
-// simgpu implements once (o["rc"][name] = its CUresult); the first failure is the step's result.
+// simgpu implements once (o["calls"][name] = its CUresult); the first failure is the step's result.
 CUresult timeslice_entries(State& s, json& o) {
   CUfunction f;
   if (CUresult r = spin_function(s, &f); r != CUDA_SUCCESS) return r;
@@ -178,7 +178,7 @@ CUresult timeslice_entries(State& s, json& o) {
   CUresult first = CUDA_SUCCESS;
   for (const auto& [name, call] : calls) {
     CUresult r = call();
-    o["rc"][name] = int(r);
+    o["calls"][name] = int(r);
     if (first == CUDA_SUCCESS) first = r;
   }
   if (CUresult r = cuCtxSynchronize(); first == CUDA_SUCCESS) first = r;

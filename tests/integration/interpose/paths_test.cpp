@@ -282,4 +282,24 @@ TEST_CASE("every launch entry point goes through the gate and is counted once") 
   }
 }
 
+TEST_CASE("the deprecated launches, the multi-device launch and every async copy and memset reach the driver") {
+  Job job;
+  job.env.set("SIMGPU_CALLS", job.dir / "calls.json");
+  auto ls = lines(job.run({client(), "init", "ctx", "0", "timeslice-entries"}));
+  REQUIRE(ls.size() == 3);
+  CHECK(ls[2]["rc_name"] == "CUDA_SUCCESS");
+  json calls = job.ledger()["calls"];
+  for (const char* n : {"cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuLaunchCooperativeKernelMultiDevice"})
+    CHECK(calls[n] == 1);  // counted as launches by the hook
+  if (real_driver()) return;
+  json sim = simgpu_calls(job.dir / "calls.json");
+  REQUIRE(ls[2]["calls"].size() == 43);
+  for (const auto& item : ls[2]["calls"].items()) {
+    const std::string name = item.key();
+    CAPTURE(name);
+    CHECK(item.value() == 0);
+    CHECK(sim[name] == 1);  // the hook passed it on, once
+  }
+}
+
 }  // TEST_SUITE

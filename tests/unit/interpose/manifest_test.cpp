@@ -67,4 +67,33 @@ TEST_CASE("manifest: launches are gated, allocations charged") {
   CHECK(kPolicy[index(Fn::cuGetProcAddress_v2)] == Policy::resolve);
 }
 
+TEST_CASE("manifest: legacy and multi-device launches are gated launches") {
+  for (Fn f : {Fn::cuLaunch, Fn::cuLaunchGrid, Fn::cuLaunchGridAsync, Fn::cuLaunchCooperativeKernelMultiDevice})
+    CHECK(kPolicy[index(f)] == Policy::launch);
+}
+
+TEST_CASE("manifest: every ABI of every stream-ordered copy and memset passes the copy gate") {
+  const std::set<std::string> copies{"cuMemcpyAsync",      "cuMemcpyHtoDAsync",    "cuMemcpyDtoHAsync",
+                                     "cuMemcpyDtoDAsync",  "cuMemcpyPeerAsync",    "cuMemcpy2DAsync",
+                                     "cuMemcpy3DAsync",    "cuMemcpy3DPeerAsync",  "cuMemcpyBatchAsync",
+                                     "cuMemcpy3DBatchAsync", "cuMemsetD8Async",    "cuMemsetD16Async",
+                                     "cuMemsetD32Async",   "cuMemsetD2D8Async",    "cuMemsetD2D16Async",
+                                     "cuMemsetD2D32Async"};
+  std::set<std::string> seen;
+  unsigned per_thread = 0;
+  for (const coloc::AbiRow& r : coloc::kAbiTable) {
+    if (!copies.count(r.name)) continue;
+    CAPTURE(r.symbol);
+    seen.insert(r.name);
+    int h = find_hook(r.symbol);
+    REQUIRE(h >= 0);
+    CHECK(kPolicy[h] == Policy::copy);
+    if (r.stream == coloc::AbiStream::per_thread) ++per_thread;
+  }
+  CHECK(seen == copies);  // cuda_abi.h lists each of them
+  CHECK(per_thread == 18);
+  for (unsigned i = 0; i < kHookCount; ++i)
+    if (kPolicy[i] == Policy::copy) CHECK(copies.count(coloc::abi_row_for_symbol(kFnName[i])->name) == 1);
+}
+
 }  // TEST_SUITE
