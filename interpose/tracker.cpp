@@ -8,6 +8,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <mutex>
 
 #include "broker.h"
+#include "glibc_compat.h"
 #include "log.h"
 #include "no_destroy.h"
 
@@ -252,10 +254,10 @@ void Tracker::start_thread_locked() {
     thread_started_ = false;  // tried again at the next mark; the window is not enforced meanwhile
     return;
   }
-  pthread_setname_np(t, "coloc-track");
 }
 
 void* Tracker::thread_main(void* self) {
+  prctl(PR_SET_NAME, "coloc-track", 0, 0, 0);
   static_cast<Tracker*>(self)->run();
   return nullptr;
 }

@@ -1,0 +1,156 @@
+// The timeslice policy end to end, judged from SIMGPU_TRACE: real CUDA jobs (interpose_client's
+// spin loops under libcoloc.so on simgpu) on a device that `coloc policy` set to timeslice. No two
+// jobs' kernels overlap; each holds the device in runs of about its turn, not simgpu's 2 ms
+// alternation; weights set the shares; an idle job gives its quanta up; every launch path is
+// sliced; a job on two devices takes its turns on both at once.
+#include <doctest/doctest.h>
+
+#include "e2e.h"
+#include "trace.h"
+
+using namespace coloc::test;
+using namespace coloc::test::e2e;
+namespace tr = coloc::test::trace;
+
+namespace {
+
+constexpr uint64_t kQuantumMs = 50;
+constexpr uint64_t kMs = 1'000'000;
+
+/// `coloc run --job NAME [extra] -- interpose_client init ctx 0 spin PATH 2ms SECONDS BATCH SLEEP`.
+std::unique_ptr<Proc> spinner(const Node& n, const std::string& name, const std::string& path, double seconds,
+                              int batch = 10, int sleep_ms = 0, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--job", name};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return n.run(args,
+               {client(), "init", "ctx", "0", "spin", path, "2000000", std::to_string(seconds), std::to_string(batch),
+                std::to_string(sleep_ms)},
+               {{"SIMGPU_TRACE", n.file("trace.csv")}});
+}
+
+void set_timeslice(const Node& n, const std::string& device = "all") {
+  ProcResult r = n.cli({"policy", device, "timeslice", "--quantum", std::to_string(kQuantumMs) + "ms"});
+  REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
+}
+
+/// The checks every timesliced mix must pass on device `dev`: no overlap, and (interior) runs of
+/// at least half the quantum for most turns (a turn can end early when its holder idles between
+/// iterations on a loaded machine, so the bar is 80% of them).
+void check_sliced(const std::vector<tr::Kernel>& ks, int dev = 0) {
+  CHECK(tr::overlaps(ks, dev) == 0);
+  auto runs = tr::interior(tr::runs(ks, dev));
+  REQUIRE(runs.size() >= 3);
+  size_t long_runs = 0;
+  for (const tr::Run& r : runs) long_runs += r.end - r.start >= kQuantumMs * kMs / 2;
+  INFO("interior runs: ", runs.size(), ", of at least half the quantum: ", long_runs);
+  CHECK(long_runs * 10 >= runs.size() * 8);
+}
+
+}  // namespace
+
+TEST_SUITE("e2e") {
+TEST_CASE("timeslice: three GPU-bound jobs never overlap and hold the device in runs of a quantum") {
+  if (simulated_only()) return;
+  Node n;
+  set_timeslice(n);
+  std::vector<std::unique_ptr<Proc>> jobs;
+  for (const char* name : {"ta", "tb", "tc"}) jobs.push_back(spinner(n, name, "kernel", 2.5));
+  for (auto& j : jobs) finish(*j);
+  auto ks = tr::kernels(n.file("trace.csv"));
+  check_sliced(ks);
+  // Equal weights: equal shares, within what a few turns more or less make.
+  auto b = tr::busy(ks, 0);
+  REQUIRE(b.size() == 3);
+  uint64_t total = 0;
+  for (auto& [pid, t] : b) total += t;
+  for (auto& [pid, t] : b) CHECK(double(t) / double(total) > 0.2);
+  // The report: the jobs waited at the gate for their quanta.
+  json dev = n.report("ta")["devices"][0];
+  CHECK(dev["gate_waited_launches"]["quantum"].get<uint64_t>() >= 1);
+  CHECK(dev["gate_wait_s"]["quantum"].get<double>() > 0.1);
+}
+
+TEST_CASE("timeslice: weights 2:1:1 give the weight-2 job the largest share, between 0.35 and 0.65") {
+  if (simulated_only()) return;
+  Node n;
+  set_timeslice(n);
+  std::vector<std::unique_ptr<Proc>> jobs;
+  jobs.push_back(spinner(n, "heavy", "kernel", 3, 10, 0, {"--weight", "2"}));
+  jobs.push_back(spinner(n, "light1", "kernel", 3));
+  jobs.push_back(spinner(n, "light2", "kernel", 3));
+  std::vector<long> pids;
+  for (const char* name : {"heavy", "light1", "light2"}) {
+    json j;
+    REQUIRE(wait_until([&] {
+      j = n.job(name);
+      return !j.is_null() && j["pids"].size() == 1;
+    }));
+    pids.push_back(j["pids"][0].get<long>());
+    if (std::string(name) == "heavy") CHECK(j["weight"] == 2);
+  }
+  for (auto& j : jobs) finish(*j);
+  auto ks = tr::kernels(n.file("trace.csv"));
+  CHECK(tr::overlaps(ks, 0) == 0);
+  // Shares while all three ran: from the last start to the first end of the three.
+  uint64_t from = 0, to = UINT64_MAX;
+  for (long pid : pids) {
+    uint64_t first = UINT64_MAX, last = 0;
+    for (const tr::Kernel& k : ks)
+      if (k.pid == pid) first = std::min(first, k.start), last = std::max(last, k.end);
+    from = std::max(from, first);
+    to = std::min(to, last);
+  }
+  REQUIRE(to > from + 1'000 * kMs);
+  auto b = tr::busy(ks, 0, from, to);
+  uint64_t total = b[pids[0]] + b[pids[1]] + b[pids[2]];
+  REQUIRE(total > 0);
+  const double heavy = double(b[pids[0]]) / double(total);
+  INFO("shares: ", heavy, " ", double(b[pids[1]]) / double(total), " ", double(b[pids[2]]) / double(total));
+  CHECK(heavy > double(b[pids[1]]) / double(total));
+  CHECK(heavy > double(b[pids[2]]) / double(total));
+  CHECK(heavy >= 0.35);
+  CHECK(heavy <= 0.65);
+}
+
+TEST_CASE("timeslice: a job that sleeps between bursts gives its quanta up, so the busy jobs' runs go on") {
+  if (simulated_only()) return;
+  Node n;
+  set_timeslice(n);
+  std::vector<std::unique_ptr<Proc>> jobs;
+  jobs.push_back(spinner(n, "busy1", "kernel", 2.5));
+  jobs.push_back(spinner(n, "busy2", "kernel", 2.5));
+  // 2 ms of work, then 150 ms of sleep: it holds the device a few ms per burst.
+  jobs.push_back(spinner(n, "sleepy", "kernel", 2.5, 1, 150));
+  for (auto& j : jobs) finish(*j);
+  auto ks = tr::kernels(n.file("trace.csv"));
+  CHECK(tr::overlaps(ks, 0) == 0);
+  // The device stays busy: the idle job's turns end at once, the gaps between kernels are
+  // handovers (a few ms), never a quantum spent waiting for a sleeper.
+  uint64_t start = ks.front().start, end = 0, busy = 0, longest_gap = 0, prev_end = ks.front().start;
+  for (const tr::Kernel& k : ks) {
+    if (k.start > prev_end) longest_gap = std::max(longest_gap, k.start - prev_end);
+    prev_end = std::max(prev_end, k.end);
+    end = std::max(end, k.end);
+    busy += k.end - k.start;
+  }
+  // Until the first busy job ends.
+  INFO("device busy ", double(busy) / double(end - start), ", longest gap ", double(longest_gap) / 1e6, " ms");
+  CHECK(double(busy) / double(end - start) > 0.85);
+  CHECK(longest_gap < kQuantumMs * kMs / 2);
+}
+
+TEST_CASE("timeslice: cuGraphLaunch, cuLaunchKernelEx and _ptsz jobs are sliced like the others") {
+  if (simulated_only()) return;
+  Node n;
+  set_timeslice(n);
+  std::vector<std::unique_ptr<Proc>> jobs;
+  jobs.push_back(spinner(n, "graph", "graph", 2.5));
+  jobs.push_back(spinner(n, "ex", "ex", 2.5));
+  jobs.push_back(spinner(n, "ptsz", "ptsz", 2.5));
+  for (auto& j : jobs) finish(*j);
+  auto ks = tr::kernels(n.file("trace.csv"));
+  check_sliced(ks);
+  auto b = tr::busy(ks, 0);
+  CHECK(b.size() == 3);
+}
+}
