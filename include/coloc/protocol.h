@@ -818,6 +818,7 @@ inline Status validate(const GoodbyeMsg& m) noexcept {
 inline Status validate(const AdminMsg& m) noexcept {
   if (m.op < uint32_t(AdminOp::kStatus) || m.op > last_admin_op(kVersion)) return detail::fail(Error::kBadEnum, "Admin.op");
   if (m.reserved0 != 0) return detail::fail(Error::kReserved, "Admin.reserved0");
+  if (!detail::string_ok(m.job, detail::Charset::kJobId)) return detail::fail(Error::kBadString, "Admin.job");
   if (m.op == uint32_t(AdminOp::kPolicy)) {
     if (m.set_fields != 0 || m.mem != 0 || m.priority != 0 || m.weight != 0)
       return detail::fail(Error::kReserved, "Admin.set_fields");
@@ -829,7 +830,6 @@ inline Status validate(const AdminMsg& m) noexcept {
     return {};
   }
   if (m.mode != 0 || m.quantum_ms != 0) return detail::fail(Error::kReserved, "Admin.mode");
-  if (!detail::string_ok(m.job, detail::Charset::kJobId)) return detail::fail(Error::kBadString, "Admin.job");
   bool is_set = m.op == uint32_t(AdminOp::kSet);
   bool needs_job = is_set || m.op == uint32_t(AdminOp::kReport) || m.op == uint32_t(AdminOp::kPause) ||
                    m.op == uint32_t(AdminOp::kResume);
@@ -1097,7 +1097,7 @@ inline Encoded write_layout(Old old, void* buf, size_t cap) noexcept {
 /// kMinVersion..kVersion; a Register at version 1 is written in the RegisterV1 layout, dropping
 /// wait_timeout_ns and cmdline; below version 5 an Attach is written in the AttachV4 layout and a
 /// Register's ledger caps as 0, dropping the caps; a ContextFootprint below 5 and an Admin
-/// kPause/kResume below 6 are kBadVersion.
+/// kPause/kResume below 6, and kPolicy or a weight, mode or quantum below 7, are kBadVersion.
 template <class T>
 inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_t version) noexcept {
   Encoded r;
@@ -1109,7 +1109,11 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
     if (version < 5) { r.status = detail::fail(Error::kBadVersion, "ContextFootprint (v5)"); return r; }
   }
   if constexpr (std::is_same_v<T, AdminMsg>) {
-    if (copy.op > last_admin_op(version)) { r.status = detail::fail(Error::kBadVersion, "Admin.op (pause and resume: v6)"); return r; }
+    if (copy.op > last_admin_op(version)) { r.status = detail::fail(Error::kBadVersion, "Admin.op (pause and resume: v6; policy: v7)"); return r; }
+    if (version < 7 && (copy.weight != 0 || copy.mode != 0 || copy.quantum_ms != 0)) {
+      r.status = detail::fail(Error::kBadVersion, "Admin.weight, mode, quantum_ms (v7)");
+      return r;
+    }
   }
   if constexpr (std::is_same_v<T, AttachMsg>) {
     if (version < 5) {  // an older daemon knows no caps: they are left out
