@@ -31,6 +31,32 @@ Uuid Uuid::from(const uint8_t (&b)[16]) {
   return u;
 }
 
+bool Uuid::parse(const std::string& text, Uuid* out) {
+  // "GPU-" then 8-4-4-4-12 hex digits.
+  if (text.size() != 40 || text.compare(0, 4, "GPU-") != 0) return false;
+  Uuid u;
+  size_t byte = 0;
+  for (size_t i = 4; i < text.size();) {
+    if (i == 12 || i == 17 || i == 22 || i == 27) {
+      if (text[i++] != '-') return false;
+      continue;
+    }
+    auto hex = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    int hi = hex(text[i]), lo = hex(text[i + 1]);
+    if (hi < 0 || lo < 0 || byte >= 16) return false;
+    u.bytes[byte++] = uint8_t(hi * 16 + lo);
+    i += 2;
+  }
+  if (byte != 16) return false;
+  *out = u;
+  return true;
+}
+
 /// What the broker decided about one request.
 struct Broker::Decision {
   enum class Kind { kGrant, kRefuse, kNoRoom } kind = Kind::kNoRoom;

@@ -40,6 +40,8 @@ struct Uuid {
   /// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it.
   std::string str() const;
   static Uuid from(const uint8_t (&b)[16]);
+  /// The inverse of str() (hex digits of either case); false for anything else.
+  static bool parse(const std::string& text, Uuid* out);
 };
 
 /// A job is keyed by (uid, id): names never collide across users.

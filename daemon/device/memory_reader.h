@@ -50,6 +50,10 @@ class MemoryReader {
     (void)uuid;
     return std::nullopt;
   }
+
+  /// Every device the reader knows, in its index order (NVML's: nvidia-smi's numbering, which
+  /// `coloc policy` and `coloc status` use). nullopt when the reader cannot tell.
+  virtual std::optional<std::vector<broker::Uuid>> devices() { return std::nullopt; }
 };
 
 }  // namespace coloc::device

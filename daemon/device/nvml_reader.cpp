@@ -39,6 +39,9 @@ using nvmlShutdown_fn = nvmlReturn_t (*)();
 using nvmlErrorString_fn = const char* (*)(nvmlReturn_t);
 using nvmlDeviceGetHandleByUUID_fn = nvmlReturn_t (*)(const char* uuid, nvmlDevice_t* device);
 using nvmlDeviceGetMemoryInfo_fn = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemory_t* memory);
+using nvmlDeviceGetCount_v2_fn = nvmlReturn_t (*)(unsigned int* count);
+using nvmlDeviceGetHandleByIndex_v2_fn = nvmlReturn_t (*)(unsigned int index, nvmlDevice_t* device);
+using nvmlDeviceGetUUID_fn = nvmlReturn_t (*)(nvmlDevice_t device, char* uuid, unsigned int length);
 
 }  // namespace
 
@@ -49,6 +52,9 @@ struct NvmlReader::Api {
   nvmlDeviceGetHandleByUUID_fn by_uuid = nullptr;
   nvmlDeviceGetMemoryInfo_fn memory_info = nullptr;
   nvmlDeviceGetComputeRunningProcesses_v3_fn processes = nullptr;  // optional
+  nvmlDeviceGetCount_v2_fn count = nullptr;                        // optional (devices())
+  nvmlDeviceGetHandleByIndex_v2_fn by_index = nullptr;             // optional
+  nvmlDeviceGetUUID_fn uuid = nullptr;                             // optional
 };
 
 NvmlReader::NvmlReader(void* handle, std::unique_ptr<Api> api) : handle_(handle), api_(std::move(api)) {}
@@ -78,6 +84,9 @@ Result<std::unique_ptr<NvmlReader>> NvmlReader::open(const std::string& library)
   api->memory_info = reinterpret_cast<nvmlDeviceGetMemoryInfo_fn>(sym("nvmlDeviceGetMemoryInfo"));
   api->processes =
       reinterpret_cast<nvmlDeviceGetComputeRunningProcesses_v3_fn>(sym("nvmlDeviceGetComputeRunningProcesses_v3"));
+  api->count = reinterpret_cast<nvmlDeviceGetCount_v2_fn>(sym("nvmlDeviceGetCount_v2"));
+  api->by_index = reinterpret_cast<nvmlDeviceGetHandleByIndex_v2_fn>(sym("nvmlDeviceGetHandleByIndex_v2"));
+  api->uuid = reinterpret_cast<nvmlDeviceGetUUID_fn>(sym("nvmlDeviceGetUUID"));
   const char* missing = !api->init ? "nvmlInit_v2"
                         : !api->shutdown ? "nvmlShutdown"
                         : !api->by_uuid ? "nvmlDeviceGetHandleByUUID"
@@ -156,6 +165,29 @@ std::optional<std::vector<ProcessMemory>> NvmlReader::processes(const broker::Uu
                              "is not reconciled until it reads again",
                              error_text(rc), uuid.str());
   return std::nullopt;
+}
+
+std::optional<std::vector<broker::Uuid>> NvmlReader::devices() {
+  if (index_) return index_;
+  if (!api_->count || !api_->by_index || !api_->uuid) return std::nullopt;
+  unsigned int n = 0;
+  if (api_->count(&n) != NVML_SUCCESS || n > 1024) return std::nullopt;
+  std::vector<broker::Uuid> out;
+  for (unsigned int i = 0; i < n; ++i) {
+    nvmlDevice_t dev = nullptr;
+    char text[96] = {};
+    broker::Uuid u;
+    if (api_->by_index(i, &dev) != NVML_SUCCESS || api_->uuid(dev, text, sizeof text - 1) != NVML_SUCCESS ||
+        !broker::Uuid::parse(text, &u)) {
+      if (!index_warned_)
+        log::get("device")->warn("NVML: cannot read the UUID of device {}; devices are numbered in colocd's order", i);
+      index_warned_ = true;
+      return std::nullopt;
+    }
+    out.push_back(u);
+  }
+  index_ = std::move(out);
+  return index_;
 }
 
 }  // namespace coloc::device

@@ -35,6 +35,10 @@ class NvmlReader final : public MemoryReader {
   /// growing its buffer while NVML answers NVML_ERROR_INSUFFICIENT_SIZE (processes can start
   /// between two calls); usedGpuMemory == NVML_VALUE_NOT_AVAILABLE is kUnknown.
   std::optional<std::vector<ProcessMemory>> processes(const broker::Uuid& uuid) override;
+  /// nvmlDeviceGetCount_v2, then nvmlDeviceGetHandleByIndex_v2 and nvmlDeviceGetUUID of each
+  /// (optional: nullopt when the library lacks them or a call fails); read once, then kept (NVML
+  /// numbers the devices once, at nvmlInit).
+  std::optional<std::vector<broker::Uuid>> devices() override;
 
  private:
   struct Api;
@@ -48,6 +52,8 @@ class NvmlReader final : public MemoryReader {
   std::map<broker::Uuid, void*> devices_;  ///< nvmlDevice_t by UUID
   std::set<broker::Uuid> warned_;          ///< devices whose failure was logged
   std::set<broker::Uuid> warned_processes_;  ///< devices whose process-list failure was logged
+  std::optional<std::vector<broker::Uuid>> index_;  ///< devices() once read
+  bool index_warned_ = false;                       ///< devices() failed once (logged once)
 };
 
 }  // namespace coloc::device
