@@ -83,6 +83,8 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
     broker::Bytes p = std::max(rec ? rec->peak(d.uuid) : 0, dev_in_use);
     devs.push_back({{"uuid", d.uuid.str()},
                     {"state", state},
+                    {"compute_state", compute_state(job, &d.uuid)},
+                    {"gpu_share", info_.gpu_share ? json(info_.gpu_share(job.serial, d.uuid)) : json(nullptr)},
                     {"limit", bytes_or_null(broker_.limit_on(job, dev))},
                     {"reserved", r},
                     {"granted", g},
@@ -104,7 +106,8 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
          {"user", user_name(job.key.uid)},
          {"priority", proto::priority_name(job.priority)},
          {"state", any_growth_wait ? "waiting" : any_admission_wait ? "admission-pending" : "running"},
-         {"compute_state", compute::compute_state_name(gates_.state(job.serial))},
+         {"compute_state", compute_state(job, nullptr)},
+         {"weight", scheduler_.weight(job.serial)},
          {"paused_by", gates_.paused(job.serial) == compute::PausedBy::kNobody
                            ? json(nullptr)
                            : json(compute::paused_by_name(gates_.paused(job.serial)))},
@@ -134,11 +137,15 @@ json Admin::status(broker::Nanos now) const {
       entry["uid"] = jj["uid"];
       entry["user"] = jj["user"];
       entry["priority"] = jj["priority"];
-      entry["compute_state"] = jj["compute_state"];
+      entry["weight"] = jj["weight"];  // (compute_state and gpu_share: the device's own, from job_json)
       jobs_by_device[dev_of[k]].push_back(std::move(entry));
     }
     jobs.push_back(std::move(jj));
   }
+  std::map<uint32_t, const DeviceRow*> row_of;  // by broker device
+  const std::vector<DeviceRow> rows = device_rows();
+  for (const DeviceRow& r : rows)
+    if (r.broker_device) row_of[*r.broker_device] = &r;
   for (uint32_t i = 0; i < broker_.devices().size(); ++i) {
     const broker::Device& d = broker_.devices()[i];
     broker::Bytes granted = 0;
@@ -153,7 +160,12 @@ json Admin::status(broker::Nanos now) const {
     if (d.attachments.empty() && !waited_for && d.committed == 0 && jobs_by_device[i].empty() && info_.unseen &&
         info_.unseen(i))
       continue;
+    const DeviceRow* row = row_of.count(i) ? row_of.at(i) : nullptr;
     devices.push_back({{"uuid", d.uuid.str()},
+                       {"index", row && row->index ? json(*row->index) : json(nullptr)},
+                       {"index_from", row && row->index_from ? json(row->index_from) : json(nullptr)},
+                       {"policy", policy_json(d.uuid)},
+                       {"holder", holder_json(d.uuid)},
                        {"idle", d.attachments.empty() && !waited_for},
                        {"capacity", d.capacity},
                        {"headroom", d.headroom},
@@ -186,7 +198,7 @@ json Admin::status(broker::Nanos now) const {
               {"waiting_requests", broker_.waiters().size()},
               {"fd_limit", info_.fd_limit}};
   if (info_.connections) daemon["connections"] = info_.connections();
-  return json{{"daemon", daemon}, {"devices", devices}, {"jobs", jobs}};
+  return json{{"daemon", daemon}, {"devices", devices}, {"jobs", jobs}, {"policies", policies_json()}};
 }
 
 Admin::Found Admin::find_job(const std::string& name, const Caller& caller) const {
@@ -246,6 +258,9 @@ AdminAnswer Admin::set(const proto::AdminMsg& msg, const Caller& caller, broker:
     return {AdminStatus::kNotAllowed, "only root or the admin group may raise a job's limit"};
   if ((msg.set_fields & proto::kSetPriority) && !admin && msg.priority > uint8_t(job.priority))
     return {AdminStatus::kNotAllowed, "only root or the admin group may raise a job's priority"};
+  if ((msg.set_fields & proto::kSetWeight) && !admin && msg.weight > scheduler_.weight(job.serial))
+    return {AdminStatus::kNotAllowed, "only root or the admin group may raise a job's weight (it is " +
+                                          std::to_string(scheduler_.weight(job.serial)) + ")"};
   const broker::JobSerial serial = job.serial;
   auto lg = log::get("engine");
   std::vector<broker::ReservationChange> changes;
@@ -259,6 +274,11 @@ AdminAnswer Admin::set(const proto::AdminMsg& msg, const Caller& caller, broker:
       it->second.set_priority(proto::priority_name(proto::Priority(msg.priority)));
     lg->info("uid {} set the priority of job {} to {}", caller.uid, msg.job,
              proto::priority_name(proto::Priority(msg.priority)));
+  }
+  if (msg.set_fields & proto::kSetWeight) {
+    const uint32_t was = scheduler_.weight(serial);
+    scheduler_.set_weight(serial, msg.weight);
+    lg->info("uid {} set the weight of job {} to {} (was {})", caller.uid, msg.job, unsigned(msg.weight), was);
   }
   json reply = job_json(broker_.jobs().at(serial));
   if (msg.set_fields & proto::kSetMem) reply["reservation_changes"] = reservation_changes_json(changes);
@@ -419,6 +439,157 @@ AdminAnswer Admin::report(const std::string& name, const Caller& caller, broker:
   return {AdminStatus::kNotFound, "no job or report named '" + name + "'"};
 }
 
+// ---- compute policies ----------------------------------------------------------------------------
+
+std::vector<Admin::DeviceRow> Admin::device_rows() const {
+  std::vector<DeviceRow> rows;
+  std::map<broker::Uuid, size_t> at;
+  std::optional<std::vector<broker::Uuid>> nvml = info_.nvml_devices ? info_.nvml_devices() : std::nullopt;
+  if (nvml)
+    for (const broker::Uuid& u : *nvml)
+      if (at.emplace(u, rows.size()).second) rows.push_back({u, uint32_t(rows.size()), "nvml", std::nullopt});
+  uint32_t next = uint32_t(rows.size());
+  for (uint32_t b = 0; b < broker_.devices().size(); ++b) {
+    const broker::Uuid& u = broker_.devices()[b].uuid;
+    if (auto it = at.find(u); it != at.end()) {
+      rows[it->second].broker_device = b;
+      continue;
+    }
+    at.emplace(u, rows.size());
+    rows.push_back({u, next++, "colocd", b});
+  }
+  // Devices colocd knows only from a policy (saved, or set for a device not seen yet).
+  auto add_unseen = [&](const broker::Uuid& u) {
+    if (at.emplace(u, rows.size()).second) rows.push_back({u, std::nullopt, nullptr, std::nullopt});
+  };
+  if (policies_)
+    for (const auto& [u, s] : policies_->devices()) add_unseen(u);
+  for (const auto& [u, s] : scheduler_.policies()) add_unseen(u);
+  return rows;
+}
+
+json Admin::policy_json(const broker::Uuid& dev) const { return compute::PolicyStore::to_json(scheduler_.policy(dev)); }
+
+json Admin::holder_json(const broker::Uuid& dev) const {
+  const broker::JobSerial serial = scheduler_.holder(dev);
+  if (serial == 0) return nullptr;
+  auto it = broker_.jobs().find(serial);
+  return it == broker_.jobs().end() ? json(nullptr) : json(it->second.key.id);
+}
+
+const char* Admin::compute_state(const broker::Job& job, const broker::Uuid* dev) const {
+  if (gates_.paused(job.serial) != compute::PausedBy::kNobody) return "paused";
+  for (const auto& [d, jd] : job.devices) {
+    const broker::Uuid& u = broker_.devices()[d].uuid;
+    if (dev && u != *dev) continue;
+    if (scheduler_.state(job.serial, u) == pages::GateState::kTimeslice) return "waiting-quantum";
+  }
+  return "running";
+}
+
+json Admin::policies_json() const {
+  json devs = json::array();
+  for (const DeviceRow& r : device_rows())
+    devs.push_back({{"index", r.index ? json(*r.index) : json(nullptr)},
+                    {"index_from", r.index_from ? json(r.index_from) : json(nullptr)},
+                    {"uuid", r.uuid.str()},
+                    {"policy", policy_json(r.uuid)},
+                    {"holder", holder_json(r.uuid)},
+                    {"seen", r.index.has_value()}});
+  json dflt = policies_ && policies_->default_settings() ? compute::PolicyStore::to_json(*policies_->default_settings())
+                                                          : json(nullptr);
+  return {{"default", dflt}, {"devices", devs}};
+}
+
+const Admin::DeviceRow* Admin::resolve_device(const std::string& selector, const std::vector<DeviceRow>& rows,
+                                              std::string* why) const {
+  auto known = [&] {
+    std::string list;
+    for (const DeviceRow& r : rows)
+      if (r.index) list += (list.empty() ? "" : ", ") + std::to_string(*r.index);
+    return list.empty() ? std::string("colocd knows no device yet") : "the indices are " + list;
+  };
+  const bool digits = !selector.empty() && selector.size() <= 9 &&
+                      std::all_of(selector.begin(), selector.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (digits) {
+    const uint32_t index = uint32_t(std::stoul(selector));
+    for (const DeviceRow& r : rows)
+      if (r.index && *r.index == index) return &r;
+    *why = "no device with index " + selector + " (" + known() + ")";
+    return nullptr;
+  }
+  std::string prefix = selector;
+  for (char& c : prefix) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (prefix.rfind("gpu-", 0) != 0) prefix = "gpu-" + prefix;
+  std::vector<const DeviceRow*> hits;
+  for (const DeviceRow& r : rows) {
+    std::string u = r.uuid.str();
+    for (char& c : u) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (u.compare(0, prefix.size(), prefix) == 0) hits.push_back(&r);
+  }
+  if (hits.size() == 1) return hits.front();
+  if (hits.empty()) {
+    *why = "no device '" + selector + "' (give a UUID or a unique prefix of one, an index, or all; " + known() + ")";
+    return nullptr;
+  }
+  *why = "'" + selector + "' matches " + std::to_string(hits.size()) + " devices (";
+  for (size_t i = 0; i < hits.size(); ++i) *why += (i ? ", " : "") + hits[i]->uuid.str();
+  *why += "): give more of the UUID, or the index";
+  return nullptr;
+}
+
+AdminAnswer Admin::policy(const proto::AdminMsg& msg, const Caller& caller) {
+  if (!is_admin(caller)) return {AdminStatus::kNotAllowed, "only root or the admin group may set a device's compute policy"};
+  const auto mode = proto::PolicyMode(msg.mode);
+  if (mode == proto::PolicyMode::kPriority)
+    return {AdminStatus::kInvalid, "the priority policy comes with a later release of coloc; use share or timeslice"};
+  compute::PolicySettings s;
+  s.mode = mode;
+  s.quantum = broker::Nanos(msg.quantum_ms ? msg.quantum_ms : proto::kDefaultQuantumMs) * 1'000'000;
+  const std::string selector = msg.job;
+  const bool all = selector == "all";
+  const std::vector<DeviceRow> rows = device_rows();
+  std::vector<const DeviceRow*> targets;
+  if (all) {
+    for (const DeviceRow& r : rows) targets.push_back(&r);
+  } else {
+    std::string why;
+    const DeviceRow* r = resolve_device(selector, rows, &why);
+    if (!r) return {AdminStatus::kNotFound, why};
+    targets.push_back(r);
+  }
+  // Saved first: when it cannot be, nothing changes.
+  if (policies_) {
+    const compute::PolicyStore before = *policies_;
+    if (all) policies_->set_default(s);
+    else policies_->set(targets.front()->uuid, s);
+    if (auto r = policies_->save(); !r) {
+      *policies_ = before;
+      return {AdminStatus::kInternal, "cannot save the policy (" + r.error().message() + "); nothing changed"};
+    }
+  }
+  json changed = json::array();
+  for (const DeviceRow* r : targets) {
+    json was = policy_json(r->uuid);
+    scheduler_.set_policy(r->uuid, s);
+    changed.push_back({{"index", r->index ? json(*r->index) : json(nullptr)},
+                       {"index_from", r->index_from ? json(r->index_from) : json(nullptr)},
+                       {"uuid", r->uuid.str()},
+                       {"policy", policy_json(r->uuid)},
+                       {"was", was}});
+  }
+  log::get("engine")->info("uid {} set the compute policy of {} to {}{}", caller.uid,
+                           all ? std::string("every device (and those to come)") : targets.front()->uuid.str(),
+                           compute::mode_name(s.mode),
+                           s.mode == proto::PolicyMode::kTimeslice ? fmt::format(" (quantum {} ms)", s.quantum / 1'000'000)
+                                                                   : std::string());
+  return {AdminStatus::kOk, json{{"device", selector},
+                                 {"all", all},
+                                 {"default", all ? compute::PolicyStore::to_json(s) : json(nullptr)},
+                                 {"devices", changed}}
+                                .dump()};
+}
+
 AdminAnswer Admin::handle(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now) {
   switch (proto::AdminOp(msg.op)) {
     case proto::AdminOp::kStatus:
@@ -436,6 +607,8 @@ AdminAnswer Admin::handle(const proto::AdminMsg& msg, const Caller& caller, brok
       return pause(msg, caller, true);
     case proto::AdminOp::kResume:
       return pause(msg, caller, false);
+    case proto::AdminOp::kPolicy:
+      return policy(msg, caller);
   }
   return {AdminStatus::kInvalid, "unknown admin operation"};
 }

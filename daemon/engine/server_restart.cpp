@@ -1,5 +1,5 @@
 // daemon/engine/server_restart.cpp — the Server's job state across restarts (server.h, "Job
-// state across restarts"): saving the running jobs' report state, limit and priority under
+// state across restarts"): saving the running jobs' report state, limit, priority, pause and weight under
 // <state-dir>/jobs/, continuing a saved job when its processes come back, and reporting the ones
 // that ended while colocd was away.
 #include <algorithm>
@@ -46,6 +46,7 @@ void Server::continue_saved(const broker::Job& job, const report::SavedJob& save
   auto lg = log::get("engine");
   if (gates_.paused(job.serial) == compute::PausedBy::kNobody)  // paused before the restart: still paused
     if (auto by = compute::parse_paused_by(saved.paused.c_str())) gates_.set_paused(job.serial, job.key, *by);
+  scheduler_.set_weight(job.serial, saved.weight);  // a `coloc set --weight` survives the restart
   if (!recorders_.count(job.serial)) {
     // Continue the report from before the restart: start, timeline, counters, waits.
     auto rec = report::JobRecorder::from_state(saved.recorder, job.serial);
@@ -71,6 +72,7 @@ void Server::save_job(const broker::Job& job, const report::JobRecorder& rec, Na
   s.limit = job.limit;
   s.priority = proto::priority_name(job.priority);
   s.paused = compute::paused_by_name(gates_.paused(job.serial));
+  s.weight = scheduler_.weight(job.serial);
   for (broker::ClientId id : job.clients) {
     const broker::Client* c = broker_.find_client(id);
     // The anchor (coloc run) too: while it lives, the job is not over (it registers again).
@@ -86,7 +88,7 @@ void Server::save_job(const broker::Job& job, const report::JobRecorder& rec, Na
     p.warned = true;
     return;
   }
-  p = {rec.revision(), job.limit, job.priority, gates_.paused(job.serial), t, false};
+  p = {rec.revision(), job.limit, job.priority, gates_.paused(job.serial), t, false, s.weight};
 }
 
 void Server::persist_jobs(Nanos t, bool force, bool throttle) {
@@ -104,7 +106,7 @@ void Server::persist_jobs(Nanos t, bool force, bool throttle) {
     if (throttle && !force && p == persisted_.end() && t - job.started < kEvery) continue;
     bool changed = p == persisted_.end() || p->second.revision != rec->second.revision() ||
                    p->second.limit != job.limit || p->second.priority != job.priority ||
-                   p->second.paused != gates_.paused(job.serial);
+                   p->second.paused != gates_.paused(job.serial) || p->second.weight != scheduler_.weight(job.serial);
     if (force || changed || t - p->second.at >= kRefresh) save_job(job, rec->second, t);
   }
   // The daemon is running: should it die now, the jobs it had were alive until about here.

@@ -75,6 +75,7 @@ json JobStateStore::to_json(const SavedJob& j) {
           {"limit", j.limit},
           {"priority", j.priority},
           {"paused", j.paused.empty() ? json(nullptr) : json(j.paused)},
+          {"weight", j.weight},
           {"pids", pids},
           {"saved_mono_ns", j.saved_mono},
           {"saved_unix_ms", j.saved_unix_ms},
@@ -104,6 +105,13 @@ Result<SavedJob> JobStateStore::from_json(const json& j) {
     if (!j["paused"].is_string() || (j["paused"] != "owner" && j["paused"] != "admin"))
       return bad("paused is not \"owner\", \"admin\" or null");
     s.paused = j["paused"].get<std::string>();
+  }
+  if (j.contains("weight")) {  // absent in states saved before weights existed: the default
+    if (!j["weight"].is_number_unsigned() || j["weight"].get<uint64_t>() < proto::kMinWeight ||
+        j["weight"].get<uint64_t>() > proto::kMaxWeight)
+      return bad("weight is not an integer from " + std::to_string(proto::kMinWeight) + " to " +
+                 std::to_string(proto::kMaxWeight));
+    s.weight = uint32_t(j["weight"].get<uint64_t>());
   }
   s.saved_mono = j["saved_mono_ns"].get<uint64_t>();
   s.saved_unix_ms = j["saved_unix_ms"].get<int64_t>();

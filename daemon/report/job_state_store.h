@@ -31,6 +31,7 @@ struct SavedJob {
   broker::Bytes limit = broker::kNoLimit;  ///< the job's limit in bytes as the daemon last set it
   std::string priority;                    ///< proto::priority_name of the job's priority
   std::string paused;                      ///< who paused it: "owner", "admin", or "" (running)
+  uint32_t weight = proto::kDefaultWeight;  ///< coloc set --weight (states saved before weights: 1)
   /// The job's registered processes: pid and start time (/proc/PID/stat field 22, clock ticks
   /// since boot), so a reused pid does not pass for the job.
   std::vector<std::pair<pid_t, uint64_t>> pids;
