@@ -54,8 +54,11 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
   proto::Status st;
   // Admin requests and replies are the same in every version since v1: sent as v2, so that a colocd
   // of protocol v2 (older than this coloc) still answers coloc status, jobs, report and set. Pause
-  // and resume are v6 ops: sent as v6 (an older colocd refuses the version, and says so).
-  const uint16_t kAdminVersion = msg.op > proto::last_admin_op(2) ? 6 : 2;
+  // and resume are v6 ops: sent as v6; policy and a weight are v7: sent as v7 (an older colocd
+  // refuses the version, and says so).
+  const bool v7 = msg.op > proto::last_admin_op(6) || msg.weight != 0 || msg.mode != 0 || msg.quantum_ms != 0 ||
+                  (msg.op == uint32_t(proto::AdminOp::kSet) && (msg.set_fields & proto::kSetWeight));
+  const uint16_t kAdminVersion = v7 ? 7 : msg.op > proto::last_admin_op(2) ? 6 : 2;
   if (int rc = wire::send(fd, msg, 1, kAdminVersion, &st); rc != 0) {
     ::close(fd);
     a.kind = rc == -EINVAL ? Answer::Kind::kProtocol : Answer::Kind::kUnreachable;

@@ -113,44 +113,148 @@ std::string short_uuid(const std::string& u) { return u.size() > 12 ? u.substr(0
 
 }  // namespace
 
-std::string status_table(const json& s) {
+std::string policy_text(const json& policy) {
+  if (!policy.is_object()) return "share";
+  const std::string mode = str(policy, "mode", "share");
+  if (mode != "timeslice") return mode;
+  return "timeslice, quantum " + str(policy, "quantum_ms") + " ms";
+}
+
+std::string device_index_text(const json& dev) {
+  auto it = dev.find("index");
+  if (it == dev.end() || !it->is_number()) return "-";
+  return it->dump() + (dev.value("index_from", std::string()) == "colocd" ? "*" : "");
+}
+
+std::string share_text(const json& v) {
+  if (!v.is_number()) return "-";
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", v.get<double>() * 100);
+  return buf;
+}
+
+size_t display_width(const std::string& text) {
+  size_t w = 0;
+  for (unsigned char c : text) w += (c & 0xC0) != 0x80;  // code points (every one we print is one column wide)
+  return w;
+}
+
+std::string status_table(const json& s, bool wide) {
   std::ostringstream o;
   const json& d = s.at("daemon");
   o << "colocd pid " << str(d, "pid") << " · protocol " << str(d, "protocol") << " · watcher " << str(d, "watcher")
-    << " · policy " << str(d, "policy") << " · up " << duration_text(d.value("uptime_s", 0.0));
-  if (d.value("holding_for_restart", false)) o << " · holding new requests while jobs re-register";
-  o << "\n";
+    << " · policy " << str(d, "policy") << " · up " << duration_text(d.value("uptime_s", 0.0)) << "\n";
+  if (d.value("holding_for_restart", false)) o << "holding new requests while jobs re-register\n";
   if (s.at("devices").empty()) o << "\nNo devices yet (they appear when a job creates its first context).\n";
+  bool colocd_numbered = false;
   for (const json& dev : s.at("devices")) {
-    o << "\n" << str(dev, "uuid") << "\n";
-    Table t({"CAPACITY", "HEADROOM", "OUTSIDE COLOC", "GRANTED", "COMMITTED", "IN USE", "DRIVER OVERHEAD",
-             "AVAILABLE"});
-    t.add({bytes_text(dev["capacity"]), bytes_text(dev["headroom"]), bytes_text(dev["outside"]),
-           bytes_text(dev["granted"]), bytes_text(dev["committed"]), bytes_text(dev["in_use"]),
-           bytes_text(dev.value("driver_overhead", json(0))), bytes_text(dev["available"])});
+    // "0  GPU-...  timeslice, quantum 100 ms · turn: JOB" (the turn on a line of its own when long)
+    const std::string index = device_index_text(dev);
+    colocd_numbered |= index.back() == '*';
+    std::string head = index + "  " + str(dev, "uuid") + "  " + policy_text(dev.value("policy", json()));
+    const json holder = dev.value("holder", json());
+    o << "\n" << head;
+    if (holder.is_string()) {
+      const std::string turn = "turn: " + holder.get<std::string>();
+      if (display_width(head) + 3 + turn.size() <= 100) o << " · " << turn;
+      else o << "\n  " << turn;
+    }
+    o << "\n";
+    std::vector<std::string> head_cols = {"CAPACITY", "HEADROOM", "OUTSIDE COLOC"};
+    std::vector<std::string> row = {bytes_text(dev["capacity"]), bytes_text(dev["headroom"]), bytes_text(dev["outside"])};
+    if (wide) {
+      head_cols.push_back("GRANTED");
+      row.push_back(bytes_text(dev["granted"]));
+    }
+    head_cols.insert(head_cols.end(), {"COMMITTED", "IN USE"});
+    row.insert(row.end(), {bytes_text(dev["committed"]), bytes_text(dev["in_use"])});
+    if (wide) {
+      head_cols.push_back("DRIVER OVERHEAD");
+      row.push_back(bytes_text(dev.value("driver_overhead", json(0))));
+    }
+    head_cols.push_back("AVAILABLE");
+    row.push_back(bytes_text(dev["available"]));
+    Table t(head_cols);
+    t.add(row);
     o << t.render("  ");
     if (dev.value("driver_ooms", 0) > 0) o << "  driver OOMs inside grants: " << dev["driver_ooms"] << "\n";
     if (dev.value("over_committed", false))
-      o << "  over-committed: commitments exceed what is usable (memory really in use after a late resume);"
-           " nothing more is granted here until they fit\n";
+      o << "  over-committed: commitments exceed what is usable (memory really in use after a late\n"
+           "  resume); nothing more is granted here until they fit\n";
     if (dev.at("jobs").empty()) {
       o << "  no jobs\n";
       continue;
     }
-    Table j({"JOB", "USER", "PRIORITY", "STATE", "LIMIT", "RESERVED", "IN USE", "DRIVER OVERHEAD", "PEAK", "GRANTED"});
-    for (const json& job : dev.at("jobs"))
-      j.add({str(job, "job"), str(job, "user"), str(job, "priority"), job_state_text(job), bytes_text(job["limit"]),
-             bytes_text(job["reserved"]), bytes_text(job["in_use"]), bytes_text(job.value("driver_overhead", json(0))),
-             bytes_text(job["peak"]), bytes_text(job["granted"])});
+    std::vector<std::string> cols = {"JOB", "USER", "PRIORITY", "STATE", "LIMIT"};
+    if (wide) cols.push_back("RESERVED");
+    cols.push_back("IN USE");
+    if (wide) cols.insert(cols.end(), {"DRIVER OVERHEAD", "PEAK", "GRANTED"});
+    cols.insert(cols.end(), {"WEIGHT", "GPU SHARE"});
+    Table j(cols);
+    for (const json& job : dev.at("jobs")) {
+      std::vector<std::string> r = {str(job, "job"), str(job, "user"), str(job, "priority"), job_state_text(job),
+                                    bytes_text(job["limit"])};
+      if (wide) r.push_back(bytes_text(job["reserved"]));
+      r.push_back(bytes_text(job["in_use"]));
+      if (wide)
+        r.insert(r.end(), {bytes_text(job.value("driver_overhead", json(0))), bytes_text(job["peak"]),
+                           bytes_text(job["granted"])});
+      r.insert(r.end(), {str(job, "weight", "1"), share_text(job.value("gpu_share", json()))});
+      j.add(r);
+    }
     o << "\n" << j.render("  ");
   }
+  if (colocd_numbered) o << "\n* numbered by colocd: NVML does not list the device\n";
+  if (!wide && !s.at("devices").empty()) o << "\n(coloc status --wide adds reservations, driver overhead, peaks and grants)\n";
+  return o.str();
+}
+
+std::string policy_table(const json& s) {
+  auto it = s.find("policies");
+  if (it == s.end() || !it->is_object()) return "";
+  const json& p = *it;
+  std::ostringstream o;
+  if (p.at("devices").empty()) o << "No devices yet (colocd learns of them from NVML and from its jobs).\n";
+  else {
+    Table t({"INDEX", "DEVICE", "POLICY", "QUANTUM", "TURN"});
+    bool colocd_numbered = false, unseen = false;
+    for (const json& dev : p.at("devices")) {
+      const json pol = dev.value("policy", json::object());
+      const bool timeslice = str(pol, "mode", "share") == "timeslice";
+      std::string index = device_index_text(dev);
+      colocd_numbered |= index.back() == '*';
+      unseen |= !dev.value("seen", true);
+      t.add({index, str(dev, "uuid"), str(pol, "mode", "share"), timeslice ? str(pol, "quantum_ms") + " ms" : "-",
+             dev.value("holder", json()).is_string() ? dev["holder"].get<std::string>() : "-"});
+    }
+    o << t.render();
+    if (colocd_numbered) o << "* numbered by colocd: NVML does not list the device\n";
+    if (unseen) o << "- not seen since colocd started: it keeps its policy for when it comes back\n";
+  }
+  if (p.contains("default") && p["default"].is_object())
+    o << "Devices colocd learns of later: " << policy_text(p["default"]) << " (coloc policy all)\n";
+  return o.str();
+}
+
+std::string policy_set_text(const json& r) {
+  std::ostringstream o;
+  if (r.value("all", false))
+    o << "every device, and each device colocd learns of later: " << policy_text(r.value("default", json())) << "\n";
+  for (const json& dev : r.at("devices")) {
+    const std::string now = policy_text(dev.value("policy", json())), was = policy_text(dev.value("was", json()));
+    o << "device " << device_index_text(dev) << " " << str(dev, "uuid") << ": " << now;
+    if (was != now) o << " (was " << was << ")";
+    else o << " (unchanged)";
+    o << "\n";
+  }
+  if (r.at("devices").empty()) o << "no device is known yet\n";
   return o.str();
 }
 
 std::string set_text(const json& r) {
   std::ostringstream o;
   o << "job " << str(r, "job") << ": limit " << bytes_text(r["limit"]) << ", priority " << str(r, "priority")
-    << ", in use " << bytes_text(r["in_use"]) << "\n";
+    << ", weight " << str(r, "weight", "1") << ", in use " << bytes_text(r["in_use"]) << "\n";
   if (!r.contains("reservation_changes")) return o.str();
   for (const json& ch : r.at("reservation_changes")) {
     const std::string outcome = str(ch, "outcome");
@@ -187,15 +291,17 @@ std::string pause_text(const json& r, bool pause) {
 
 std::string job_state_text(const json& j) {
   const std::string state = str(j, "state");
-  if (j.value("compute_state", std::string("running")) != "paused") return state;
-  return state == "running" ? "paused" : state + "+paused";
+  const std::string compute = j.value("compute_state", std::string("running"));
+  if (compute == "paused") return state == "running" ? "paused" : state + "+paused";
+  if (compute == "waiting-quantum") return state == "running" ? "waiting-quantum" : state + "+quantum";
+  return state;
 }
 
 std::string jobs_table(const json& jobs) {
   const json& list = jobs.at("jobs");
   if (list.empty()) return "No jobs.\n";
-  Table t({"JOB", "USER", "PRIORITY", "STATE", "LIMIT", "IN USE", "DRIVER OVERHEAD", "PEAK", "GRANTED", "DEVICES",
-           "PIDS"});
+  Table t({"JOB", "USER", "PRIORITY", "WEIGHT", "STATE", "LIMIT", "IN USE", "DRIVER OVERHEAD", "PEAK", "GRANTED",
+           "DEVICES", "PIDS"});
   for (const json& j : list) {
     std::string devs, pids, lower;
     for (const json& d : j.at("devices")) {
@@ -209,7 +315,7 @@ std::string jobs_table(const json& jobs) {
         lower += (lower.empty() ? "" : ", ") + bytes_text(*dl) + " on " + short_uuid(str(d, "uuid"));
     }
     for (const json& p : j.at("pids")) pids += (pids.empty() ? "" : ",") + p.dump();
-    t.add({str(j, "job"), str(j, "user"), str(j, "priority"), job_state_text(j),
+    t.add({str(j, "job"), str(j, "user"), str(j, "priority"), str(j, "weight", "1"), job_state_text(j),
            bytes_text(j["limit"]) + (lower.empty() ? "" : " (" + lower + ")"), bytes_text(j["in_use"]),
            bytes_text(j.value("driver_overhead", json(0))), bytes_text(j["peak"]), bytes_text(j["granted"]),
            devs.empty() ? "-" : devs, pids});

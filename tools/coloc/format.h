@@ -23,8 +23,20 @@ std::string away_span_text(const nlohmann::json& report);
 /// "1.2–4.1 s" (`duration_s` to `duration_max_s`; "at least 1.2 s" without the latter).
 std::string ran_text(const nlohmann::json& report);
 
-/// `coloc status`: each device with capacity, headroom, granted, in use, and its jobs.
-std::string status_table(const nlohmann::json& status);
+/// `coloc status`: each device (its index, UUID, compute policy and whose turn it is) with
+/// capacity, headroom, in use, and its jobs (state, limit, in use, weight, share of the device's
+/// time); lines of at most 100 columns for job ids of up to about 20 characters. `wide`: also
+/// grants, reservations, driver overhead and peaks.
+std::string status_table(const nlohmann::json& status, bool wide = false);
+/// `coloc policy`: one line per device (index, UUID, policy, quantum, whose turn), from status'
+/// "policies"; "" when the status has none (a colocd older than protocol 7).
+std::string policy_table(const nlohmann::json& status);
+/// `coloc policy DEVICE MODE`: what changed, from kPolicy's answer.
+std::string policy_set_text(const nlohmann::json& reply);
+/// "share", "timeslice, quantum 100 ms" (from {mode, quantum_ms}).
+std::string policy_text(const nlohmann::json& policy);
+/// Columns `text` takes on a terminal (UTF-8 code points).
+size_t display_width(const std::string& text);
 /// `coloc set`: the job's new limit, priority and in-use, then one line per device whose
 /// reservation the new limit touched (`reservation_changes` of the reply: raised, lowered, or kept
 /// with the reason and what is available now).
@@ -33,7 +45,9 @@ std::string set_text(const nlohmann::json& reply);
 /// shows it) and `was` (who had paused it, or null).
 std::string pause_text(const nlohmann::json& reply, bool pause);
 /// A job's STATE column: its memory state ("running", "waiting", "admission-pending"), or
-/// "paused" for a running job whose launches are held ("waiting+paused" etc. otherwise).
+/// "paused" for a running job whose launches are held ("waiting+paused" etc. otherwise), or
+/// "waiting-quantum" for a running job waiting for its turn on a timesliced device
+/// ("waiting+quantum" etc.).
 std::string job_state_text(const nlohmann::json& job);
 /// `coloc jobs`: one line per job.
 std::string jobs_table(const nlohmann::json& jobs);

@@ -1,12 +1,14 @@
 // coloc — the command line: run a job under coloc, and see and steer what colocd does.
 //
-//   coloc run [--mem SIZE] [--priority P] [--on-full wait|fail] [--job NAME] [--sim] -- CMD ARGS...
-//   coloc status [--json]      coloc jobs [--json]
+//   coloc run [--mem SIZE] [--priority P] [--weight W] [--on-full wait|fail] [--job NAME] [--sim] -- CMD ARGS...
+//   coloc status [--json] [--wide]      coloc jobs [--json]
 //   coloc report JOB [--json] [--svg FILE]
-//   coloc set JOB [--mem SIZE] [--priority P]
+//   coloc set JOB [--mem SIZE] [--priority P] [--weight W]
+//   coloc pause JOB      coloc resume JOB
+//   coloc policy [--json]      coloc policy DEVICE share|timeslice [--quantum 100ms]
 //
 // Exit codes: 0 done; 1 the daemon refused or failed; 2 bad usage; 3 the daemon is unreachable;
-// 4 no such job; 5 not allowed; 127 the command of `coloc run` could not be started.
+// 4 no such job or device; 5 not allowed; 127 the command of `coloc run` could not be started.
 #include <fcntl.h>
 #include <signal.h>
 #include <poll.h>
@@ -101,6 +103,8 @@ const char* empty_what(const std::string& option) {
       {"--job", "empty job name"},
       {"--svg", "empty file name: --svg needs a file name to write the plot to"},
       {"--socket", "empty path"},
+      {"--weight", "empty weight: a whole number from 1 to 100"},
+      {"--quantum", "empty duration: such as 100ms"},
   };
   auto it = what.find(option);
   return it == what.end() ? "empty value" : it->second;
@@ -233,8 +237,31 @@ int do_run(const coloc::cli::RunOptions& opt) {
     std::fprintf(stderr, "coloc: warning: %s; the command starts, and its GPU work waits for colocd\n", why.c_str());
   } else if (anchor < 0) {
     coloc::log::get("cli")->debug("running without an anchor: {}", why);
+    if (plan.weight > 1)
+      std::fprintf(stderr, "coloc: note: --weight %u is not set: there is no colocd to time-slice the job\n", plan.weight);
     ::execvpe(argv[0], argv.data(), envp.data());
     return fail(errno == ENOENT ? kCannotRun : 126, "cannot run " + plan.argv.front() + ": " + std::strerror(errno));
+  }
+  // --weight: set as any `coloc set --weight` is, as this user, once the anchor made the job (a
+  // weight above the default needs an admin: refused, the command does not run).
+  if (plan.weight > 1) {
+    if (anchor < 0) {
+      std::fprintf(stderr, "coloc: warning: colocd is busy: --weight %u is not set (coloc set %s --weight %u later)\n",
+                   plan.weight, plan.job_id.c_str(), plan.weight);
+    } else {
+      coloc::proto::AdminMsg m = admin_msg(coloc::proto::AdminOp::kSet, plan.job_id);
+      m.set_fields = coloc::proto::kSetWeight;
+      m.weight = uint8_t(plan.weight);
+      Answer a = coloc::cli::admin_request(plan.env["COLOC_SOCKET"], m);
+      if (a.kind != Answer::Kind::kOk) {
+        coloc::cli::anchor_goodbye(anchor, kNotAllowed);
+        if (a.kind == Answer::Kind::kRefused && a.status == coloc::proto::AdminStatus::kNotAllowed)
+          return fail(kNotAllowed, "not allowed: --weight " + std::to_string(plan.weight) + ": " + a.text +
+                                       "; the command was not run");
+        std::fprintf(stderr, "coloc: --weight %u could not be set; the command was not run\n", plan.weight);
+        return answer_error(a);
+      }
+    }
   }
   // Signals sent to coloc run (kill, a scheduler's SIGTERM) are forwarded to the command; those
   // from the terminal reach the command directly (same process group) and are not sent twice.
@@ -321,7 +348,7 @@ int run_cli(int argc, char** argv) {
   app.footer(
       "The daemon is found through --socket, else $COLOC_SOCKET, else /run/coloc/colocd.sock.\n"
       "Sizes: 20GiB, 20G (powers of 1024), 20GB (powers of 1000), 1.5GiB, or bytes.\n"
-      "Exit codes: 0 ok, 1 failed, 2 usage, 3 daemon unreachable, 4 no such job, 5 not allowed.");
+      "Exit codes: 0 ok, 1 failed, 2 usage, 3 daemon unreachable, 4 no such job or device, 5 not allowed.");
   std::string socket_flag;
   app.add_option("--socket", socket_flag, "colocd's socket (default: $COLOC_SOCKET, else /run/coloc/colocd.sock)");
 
@@ -332,6 +359,8 @@ int run_cli(int argc, char** argv) {
              "for all of the command's steps and exits with its status)");
   run_cmd->add_option("--mem", run.mem, "The job's memory limit per device, also held for it at admission (e.g. 20GiB)");
   run_cmd->add_option("--priority", run.priority, "high, normal (default) or best-effort");
+  run_cmd->add_option("--weight", run.weight,
+                      "Quanta per round on timesliced devices, 1-100 (default 1; above 1 needs root or the admin group)");
   run_cmd->add_option("--on-full", run.on_full, "When the device is full: wait (default) or fail");
   run_cmd->add_option("--job", run.job, "Job name (a random suffix is added); default: the command's name");
   run_cmd->add_option("--wait-timeout", run.wait_timeout,
@@ -341,9 +370,11 @@ int run_cli(int argc, char** argv) {
   run_cmd->footer("Example: coloc run --mem 20GiB --priority high -- python train.py");
 
   // status, jobs
-  bool json_out = false;
-  CLI::App* status_cmd = app.add_subcommand("status", "Each device (capacity, headroom, granted, in use) and its jobs");
+  bool json_out = false, wide = false;
+  CLI::App* status_cmd =
+      app.add_subcommand("status", "Each device (index, policy, capacity, headroom, in use) and its jobs (state, weight, GPU share)");
   status_cmd->add_flag("--json", json_out, "Print the daemon's JSON");
+  status_cmd->add_flag("--wide", wide, "Also grants, reservations, driver overhead and peaks (lines over 100 columns)");
   CLI::App* jobs_cmd = app.add_subcommand("jobs", "Every job: limit, in use, peak, state, priority");
   jobs_cmd->add_flag("--json", json_out, "Print the daemon's JSON");
 
@@ -355,11 +386,13 @@ int run_cli(int argc, char** argv) {
   report_cmd->add_option("--svg", svg_file, "Also write a plot of memory over time to this SVG file");
 
   // set
-  std::string set_mem, set_priority;
-  CLI::App* set_cmd = app.add_subcommand("set", "Change a running job's limit or priority (owners may only lower them)");
+  std::string set_mem, set_priority, set_weight;
+  CLI::App* set_cmd =
+      app.add_subcommand("set", "Change a running job's limit, priority or weight (owners may only lower them)");
   set_cmd->add_option("job", job, "Job id, or UID:JOB")->required();
   set_cmd->add_option("--mem", set_mem, "New limit per device; below current use, new allocations fail and nothing is killed");
   set_cmd->add_option("--priority", set_priority, "high, normal or best-effort");
+  set_cmd->add_option("--weight", set_weight, "Quanta per round on timesliced devices, 1-100 (default 1)");
   set_cmd->add_flag("--json", json_out, "Print the daemon's JSON answer (the job, and reservation_changes)");
 
   // pause, resume
@@ -372,8 +405,25 @@ int run_cli(int argc, char** argv) {
   resume_cmd->add_option("job", job, "Job id, or UID:JOB")->required();
   resume_cmd->add_flag("--json", json_out, "Print the daemon's JSON answer (the job, and who had paused it)");
 
+  // policy
+  std::string policy_device, policy_mode, quantum;
+  CLI::App* policy_cmd = app.add_subcommand(
+      "policy", "Show each device's compute policy, or set one device's (or all devices') policy (root or the admin group)");
+  policy_cmd->add_option("device", policy_device,
+                         "A device: its index (as coloc status shows it), its UUID or a unique prefix of it, or all "
+                         "(every device, and those colocd learns of later)");
+  policy_cmd->add_option("mode", policy_mode, "share (no gating, the default) or timeslice (one job at a time, in turns)");
+  policy_cmd->add_option("--quantum", quantum, "timeslice: one quantum, e.g. 50ms, 100ms (default), 1s");
+  policy_cmd->add_flag("--json", json_out, "Print the daemon's JSON");
+  policy_cmd->footer(
+      "Examples: coloc policy            (every device)\n"
+      "          coloc policy 0 timeslice --quantum 50ms\n"
+      "          coloc policy all share\n"
+      "A job of weight W (coloc set JOB --weight W) gets W quanta per round. The policy is kept in colocd's state\n"
+      "directory and survives restarts.");
+
   // Every subcommand's --help names the global option too (it may come before or after the subcommand).
-  for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, set_cmd, pause_cmd, resume_cmd})
+  for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, set_cmd, pause_cmd, resume_cmd, policy_cmd})
     sub->footer((sub->get_footer().empty() ? std::string() : sub->get_footer() + "\n") +
                 "Global: --socket PATH  colocd's socket, before or after the subcommand (default: $COLOC_SOCKET, else "
                 "/run/coloc/colocd.sock)");
@@ -407,12 +457,51 @@ int run_cli(int argc, char** argv) {
   }
   if (status_cmd->parsed()) {
     if (!ask(socket, admin_msg(coloc::proto::AdminOp::kStatus), &j, &code)) return code;
-    std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::status_table(j));
+    std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::status_table(j, wide));
     return kOk;
   }
   if (jobs_cmd->parsed()) {
     if (!ask(socket, admin_msg(coloc::proto::AdminOp::kJobs), &j, &code)) return code;
     std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::jobs_table(j));
+    return kOk;
+  }
+  if (policy_cmd->parsed()) {
+    if (policy_device.empty() && policy_mode.empty()) {
+      if (!quantum.empty()) return fail(kUsage, "policy: --quantum goes with a device and the mode timeslice");
+      if (!ask(socket, admin_msg(coloc::proto::AdminOp::kStatus), &j, &code)) return code;
+      if (json_out) {
+        std::cout << j.value("policies", json(nullptr)).dump(2) << "\n";
+        return kOk;
+      }
+      std::string text = coloc::cli::policy_table(j);
+      if (text.empty())
+        return fail(kFailed, "this colocd (protocol " + j["daemon"].value("protocol", json("?")).dump() +
+                                 ") has no compute policies: every device is shared");
+      std::cout << text;
+      return kOk;
+    }
+    if (policy_mode.empty()) return fail(kUsage, "policy: give the device and the mode (share or timeslice)");
+    if (!coloc::proto::valid_job_id(policy_device.c_str()))
+      return fail(kUsage, "'" + policy_device + "' is not a device (an index, a UUID or a prefix of one, or all)");
+    auto m = admin_msg(coloc::proto::AdminOp::kPolicy, policy_device);
+    if (policy_mode == "share") {
+      m.mode = uint8_t(coloc::proto::PolicyMode::kShare);
+      if (!quantum.empty()) return fail(kUsage, "policy: --quantum goes with timeslice (share has no quanta)");
+    } else if (policy_mode == "timeslice") {
+      m.mode = uint8_t(coloc::proto::PolicyMode::kTimeslice);
+      if (!quantum.empty()) {
+        std::string error;
+        uint32_t ms = 0;
+        if (!coloc::cli::parse_quantum(quantum, &ms, &error)) return fail(kUsage, error);
+        m.quantum_ms = ms;
+      }
+    } else if (policy_mode == "priority") {
+      return fail(kUsage, "policy: the priority policy comes with a later release of coloc; use share or timeslice");
+    } else {
+      return fail(kUsage, "policy: unknown mode '" + policy_mode + "': use share or timeslice");
+    }
+    if (!ask(socket, m, &j, &code)) return code;
+    std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::policy_set_text(j));
     return kOk;
   }
   if (!coloc::proto::valid_job_id(job.c_str()) || job.empty())
@@ -431,7 +520,8 @@ int run_cli(int argc, char** argv) {
   }
   if (set_cmd->parsed()) {
     auto m = admin_msg(coloc::proto::AdminOp::kSet, job);
-    if (set_mem.empty() && set_priority.empty()) return fail(kUsage, "set: give --mem SIZE and/or --priority P");
+    if (set_mem.empty() && set_priority.empty() && set_weight.empty())
+      return fail(kUsage, "set: give --mem SIZE, --priority P and/or --weight W");
     if (!set_mem.empty()) {
       coloc::SizeParse s = coloc::parse_size(set_mem);
       if (!s) return fail(kUsage, "--mem '" + set_mem + "': " + s.error);
@@ -445,6 +535,13 @@ int run_cli(int argc, char** argv) {
         return fail(kUsage, "--priority '" + set_priority + "': use high, normal or best-effort");
       m.set_fields |= coloc::proto::kSetPriority;
       m.priority = uint8_t(p);
+    }
+    if (!set_weight.empty()) {
+      uint32_t w = 0;
+      std::string error;
+      if (!coloc::cli::parse_weight(set_weight, &w, &error)) return fail(kUsage, error);
+      m.set_fields |= coloc::proto::kSetWeight;
+      m.weight = uint8_t(w);
     }
     if (!ask(socket, m, &j, &code)) return code;
     std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::set_text(j));

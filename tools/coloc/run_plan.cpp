@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +50,37 @@ uint64_t parse_wait_timeout(const std::string& text) {
   if (it == ns_per.end()) return 0;
   const double ns = std::strtod(t.substr(0, i).c_str(), nullptr) * it->second;
   return ns >= 1.8e19 ? 0 : uint64_t(ns);
+}
+
+bool parse_weight(const std::string& text, uint32_t* out, std::string* error) {
+  const std::string range = std::to_string(proto::kMinWeight) + " to " + std::to_string(proto::kMaxWeight);
+  if (text.empty() || text.size() > 9 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    *error = "--weight '" + text + "': a whole number from " + range;
+    return false;
+  }
+  const unsigned long w = std::stoul(text);
+  if (w < proto::kMinWeight || w > proto::kMaxWeight) {
+    *error = "--weight " + text + ": out of range (" + range + ": the job's quanta per round under timeslice)";
+    return false;
+  }
+  *out = uint32_t(w);
+  return true;
+}
+
+bool parse_quantum(const std::string& text, uint32_t* ms, std::string* error) {
+  const uint64_t ns = parse_wait_timeout(text);
+  const std::string range = std::to_string(proto::kMinQuantumMs) + "ms to " + std::to_string(proto::kMaxQuantumMs / 1000) + "s";
+  if (ns == 0) {
+    *error = "--quantum '" + text + "': a duration above 0, such as 50ms, 100ms or 1s (" + range + ")";
+    return false;
+  }
+  if (ns % 1'000'000 != 0 || ns / 1'000'000 < proto::kMinQuantumMs || ns / 1'000'000 > proto::kMaxQuantumMs) {
+    *error = "--quantum '" + text + "': whole milliseconds from " + range + " (a bare number is seconds)";
+    return false;
+  }
+  *ms = uint32_t(ns / 1'000'000);
+  return true;
 }
 
 int exit_code_of(int wait_status) {
@@ -130,6 +162,8 @@ bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& e
     }
     p.env["COLOC_WAIT_TIMEOUT"] = opt.wait_timeout;
   }
+
+  if (!opt.weight.empty() && !parse_weight(opt.weight, &p.weight, error)) return false;
 
   std::string name = opt.job.empty() ? base_name(opt.command.front()) : opt.job;
   bool rewritten = false;

@@ -16,6 +16,7 @@ struct RunOptions {
   std::string on_full;      ///< "" = wait
   std::string job;          ///< "" = the command's base name
   std::string wait_timeout; ///< "" = $COLOC_WAIT_TIMEOUT (or colocd's default); else a duration
+  std::string weight;       ///< "" = the default (1); else 1..100 (quanta per round under timeslice)
   bool sim = false;
   std::string socket;       ///< resolved socket path
   std::vector<std::string> command;
@@ -30,6 +31,7 @@ struct RunPlan {
   proto::Priority priority = proto::Priority::kNormal;
   proto::OnFull on_full = proto::OnFull::kWait;
   uint64_t wait_timeout_ns = 0;      ///< COLOC_WAIT_TIMEOUT of the environment; 0 = colocd's default
+  uint32_t weight = 0;               ///< --weight; 0 = not given (the job keeps colocd's default, 1)
   /// Sentences for the user (coloc run prints each as "coloc: note: ..." on stderr): the job name
   /// was made from the command's name with characters changed or cut; --mem is less than one CUDA
   /// context costs.
@@ -50,6 +52,15 @@ inline constexpr uint64_t kDefaultContextBytes = 512ull << 20;
 /// A duration as libcoloc.so reads COLOC_WAIT_TIMEOUT ("250ms", "5s", "2m", "1h", "1.5" seconds;
 /// also "us", "ns") in nanoseconds; 0 when it is not one, or is 0 (the daemon's default then).
 uint64_t parse_wait_timeout(const std::string& text);
+
+/// A job's weight (`coloc set --weight`, `coloc run --weight`): a whole number from
+/// proto::kMinWeight to proto::kMaxWeight. False with a sentence in *error otherwise.
+bool parse_weight(const std::string& text, uint32_t* out, std::string* error);
+
+/// A timeslice quantum (`coloc policy ... --quantum`), in the grammar of parse_wait_timeout, in
+/// whole milliseconds from proto::kMinQuantumMs to proto::kMaxQuantumMs. False with a sentence in
+/// *error otherwise (0 among them).
+bool parse_quantum(const std::string& text, uint32_t* ms, std::string* error);
 
 /// The exit status `coloc run` reports for a command's wait status (waitpid): its exit code, or
 /// 128 + the signal that killed it.

@@ -394,7 +394,7 @@ TEST_CASE("coloc set: the reply's reservation changes, one line a device; status
                                {"before", 8ull << 30}, {"after", 8ull << 30}, {"wanted", 20ull << 30},
                                {"available", 5ull << 30}}})}};
   std::string t = set_text(reply);
-  CHECK(t.find("job t-1: limit 20.00 GiB, priority normal, in use 3.00 GiB") == 0);
+  CHECK(t.find("job t-1: limit 20.00 GiB, priority normal, weight 1, in use 3.00 GiB") == 0);
   CHECK(t.find("reservation on GPU-aaaaaaaa...: raised from 8.00 GiB to 20.00 GiB") != std::string::npos);
   CHECK(t.find("kept: does not fit now (8.00 GiB; wanted 20.00 GiB, available 5.00 GiB)") != std::string::npos);
   reply.erase("reservation_changes");  // a priority-only change
@@ -426,6 +426,82 @@ TEST_CASE("coloc run --wait-timeout: sets COLOC_WAIT_TIMEOUT over the environmen
   CHECK(err.find("--wait-timeout 'soon'") != std::string::npos);
   o.wait_timeout = "0";
   CHECK_FALSE(plan_run(o, env, in.dir / "bin", "a1b2c3", &p, &err));
+}
+
+TEST_CASE("coloc policy and weights: the tables, the weight and quantum grammar, the compute state") {
+  // coloc policy: one line per device; colocd's numbering marked; unseen devices and the default said.
+  json s = json::parse(R"({"daemon": {"pid": 1}, "devices": [], "policies": {
+    "default": {"mode": "timeslice", "quantum_ms": 50},
+    "devices": [
+      {"index": 0, "index_from": "nvml", "uuid": "GPU-aa", "policy": {"mode": "timeslice", "quantum_ms": 50},
+       "holder": "train-1", "seen": true},
+      {"index": 3, "index_from": "colocd", "uuid": "GPU-bb", "policy": {"mode": "share", "quantum_ms": 100},
+       "holder": null, "seen": true},
+      {"index": null, "index_from": null, "uuid": "GPU-cc", "policy": {"mode": "share", "quantum_ms": 100},
+       "holder": null, "seen": false}]}})");
+  std::string t = policy_table(s);
+  CHECK_MESSAGE(t.find("0      GPU-aa  timeslice  50 ms    train-1") != std::string::npos, t);
+  CHECK_MESSAGE(t.find("3*     GPU-bb  share      -        -") != std::string::npos, t);
+  CHECK_MESSAGE(t.find("-      GPU-cc  share") != std::string::npos, t);
+  CHECK(t.find("* numbered by colocd") != std::string::npos);
+  CHECK(t.find("- not seen since colocd started") != std::string::npos);
+  CHECK(t.find("Devices colocd learns of later: timeslice, quantum 50 ms (coloc policy all)") != std::string::npos);
+  CHECK(policy_table(json{{"daemon", json::object()}, {"devices", json::array()}}).empty());  // an older colocd
+  // kPolicy's answer.
+  json reply = json::parse(R"({"device": "all", "all": true, "default": {"mode": "share", "quantum_ms": 100},
+    "devices": [{"index": 0, "index_from": "nvml", "uuid": "GPU-aa", "policy": {"mode": "share", "quantum_ms": 100},
+                 "was": {"mode": "timeslice", "quantum_ms": 50}},
+                {"index": 3, "index_from": "colocd", "uuid": "GPU-bb", "policy": {"mode": "share", "quantum_ms": 100},
+                 "was": {"mode": "share", "quantum_ms": 100}}]})");
+  std::string r = policy_set_text(reply);
+  CHECK_MESSAGE(r.find("every device, and each device colocd learns of later: share\n") == 0, r);
+  CHECK(r.find("device 0 GPU-aa: share (was timeslice, quantum 50 ms)") != std::string::npos);
+  CHECK(r.find("device 3* GPU-bb: share (unchanged)") != std::string::npos);
+  // The STATE column: the memory state, with the compute state when launches wait.
+  CHECK(job_state_text(json{{"state", "running"}, {"compute_state", "waiting-quantum"}}) == "waiting-quantum");
+  CHECK(job_state_text(json{{"state", "waiting"}, {"compute_state", "waiting-quantum"}}) == "waiting+quantum");
+  CHECK(job_state_text(json{{"state", "running"}, {"compute_state", "paused"}}) == "paused");
+  CHECK(job_state_text(json{{"state", "admission-pending"}, {"compute_state", "running"}}) == "admission-pending");
+  CHECK(job_state_text(json{{"state", "running"}}) == "running");  // an older colocd
+  // Weights: 1..100, whole numbers.
+  uint32_t w = 0;
+  std::string err;
+  CHECK(parse_weight("1", &w, &err));
+  CHECK(w == 1);
+  CHECK(parse_weight("100", &w, &err));
+  CHECK(w == 100);
+  for (const char* bad : {"0", "101", "1000", "-1", "1.5", "", "two", " 3", "99999999999"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse_weight(bad, &w, &err));
+    CHECK(err.find("--weight") != std::string::npos);
+  }
+  // Quanta: the duration grammar of --wait-timeout, whole ms from 1 ms to 60 s.
+  uint32_t ms = 0;
+  CHECK(parse_quantum("100ms", &ms, &err));
+  CHECK(ms == 100);
+  CHECK(parse_quantum("1s", &ms, &err));
+  CHECK(ms == 1000);
+  CHECK(parse_quantum("1m", &ms, &err));
+  CHECK(ms == 60000);
+  CHECK(parse_quantum("0.25s", &ms, &err));
+  CHECK(ms == 250);
+  for (const char* bad : {"0", "0ms", "", "soon", "1.5ms", "500us", "61s", "2m", "100"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse_quantum(bad, &ms, &err));
+    CHECK(err.find("--quantum") != std::string::npos);
+  }
+  // coloc run --weight.
+  Install in;
+  RunOptions o;
+  o.socket = "/s";
+  o.command = {"/bin/true"};
+  o.weight = "5";
+  RunPlan p;
+  REQUIRE(plan_run(o, {}, in.dir / "bin", "a1b2c3", &p, &err));
+  CHECK(p.weight == 5);
+  o.weight = "0";
+  CHECK_FALSE(plan_run(o, {}, in.dir / "bin", "a1b2c3", &p, &err));
+  CHECK(err.find("--weight 0") != std::string::npos);
 }
 
 }  // TEST_SUITE
