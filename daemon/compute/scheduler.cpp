@@ -158,16 +158,35 @@ bool Scheduler::tick(Nanos now, const std::function<Usage(JobSerial, const Uuid&
     }
   }
 
+  // Who wants a turn: a launch of it waits at a gate on any of its devices (a gang that waits on
+  // one device wants all of them: its turn takes them together).
+  std::map<JobSerial, bool> wants;
+  for (const auto& [k, devs] : present_) {
+    bool w = false;
+    for (const Uuid& d : devs) w |= usage(k, d).wants;
+    wants[k] = w;
+  }
+  // A job that starts wanting the device (new, or back from idling) starts at the least virtual
+  // time of those already active: no credit hoarded while idle, and no debt either.
+  Nanos floor = broker::kNever;
+  for (const auto& [k, j] : jobs_)
+    if (j.active) floor = std::min(floor, j.vtime);
+  for (auto& [k, j] : jobs_) {
+    const bool active = j.holding || wants[k];
+    if (active && !j.active && floor != broker::kNever) j.vtime = std::max(j.vtime, floor);
+    j.active = active;
+  }
+
   // Holders: end the turn when it is over (or the holder idles, or is paused) and another wants a
   // device of it.
   for (auto& [job, j] : jobs_) {
     if (!j.holding || j.draining) continue;
     bool others_want = false;
     for (const auto& [k, devs] : present_) {
-      if (k == job) continue;
+      if (k == job || !wants[k]) continue;
       auto kj = jobs_.find(k);
       if (kj != jobs_.end() && kj->second.paused) continue;
-      for (const Uuid& d : devs) others_want |= j.held.count(d) && usage(k, d).wants;
+      for (const Uuid& d : devs) others_want |= j.held.count(d) > 0;
     }
     if (j.paused) {
       end_turn(job, j, now, TurnEnd::kPaused);
@@ -208,24 +227,17 @@ bool Scheduler::tick(Nanos now, const std::function<Usage(JobSerial, const Uuid&
 
   // Free devices go to the jobs that want them, in the policy's order; a job claims all its
   // devices at once (a gang), and a device a job ahead claimed stays free for it.
-  Nanos vclock = 0;
-  for (const auto& [job, j] : jobs_)
-    if (j.holding) vclock = std::max(vclock, j.vtime);
   std::vector<TurnCandidate> cands;
   for (const auto& [job, devs] : present_) {
     JobState& j = jobs_[job];
     if (j.holding || j.paused || devs.empty()) continue;
-    bool wants = false, alone = true;
-    for (const Uuid& d : devs) {
-      wants |= usage(job, d).wants;
+    bool alone = true;
+    for (const Uuid& d : devs)
       for (const auto& [k, kd] : present_) alone &= k == job || !kd.count(d);
-    }
-    if (!wants && !alone) continue;
+    if (!wants[job] && !alone) continue;
     cands.push_back({job, j.weight, j.vtime, j.order});
   }
   if (!cands.empty()) {
-    // A job back from idling starts at the virtual time of the turns running now: no hoarded credit.
-    for (TurnCandidate& c : cands) c.vtime = jobs_[c.job].vtime = std::max(c.vtime, vclock);
     const ComputePolicy& pol = policy_of(*present_[cands.front().job].begin());
     std::sort(cands.begin(), cands.end(), [&](const TurnCandidate& a, const TurnCandidate& b) { return pol.before(a, b); });
     // A job that lost the device on a drain timeout sits out one turn when another wants it.
@@ -238,9 +250,8 @@ bool Scheduler::tick(Nanos now, const std::function<Usage(JobSerial, const Uuid&
           cands.push_back(c);
           break;
         }
+    // Claimed by a job ahead in the order (free now, or held by a turn that is to end).
     std::set<Uuid> claimed;
-    for (const auto& [job, j] : jobs_)
-      if (j.holding) claimed.insert(j.held.begin(), j.held.end());
     for (const TurnCandidate& c : cands) {
       const std::set<Uuid>& devs = present_[c.job];
       bool clash = false;

@@ -121,6 +121,7 @@ class Scheduler {
     bool skip_next = false;       ///< lost the device on a drain timeout: sits out one turn
     bool holding = false;         ///< its turn is on (its devices are `held`)
     bool draining = false;        ///< its gates are closed; waiting for its drain
+    bool active = false;          ///< held or wanted a device at the last tick
     TurnEnd why = TurnEnd::kExpired;
     Nanos turn_start = 0, turn_len = 0, drain_start = 0;
     std::set<Uuid> held;          ///< devices of the current turn

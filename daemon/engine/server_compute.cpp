@@ -34,7 +34,12 @@ void Server::compute_tick(Nanos t) {
                   gates_.present());
   gates_.refresh();
   for (const compute::SchedEvent& e : scheduler_.take_events()) {
-    if (e.kind != compute::SchedEvent::Kind::kDrainTimeout) continue;
+    if (e.kind != compute::SchedEvent::Kind::kDrainTimeout) {
+      log::get("compute")->debug("job {}: {} on {} device(s) (waited {:.2f} ms)", e.job,
+                                 e.kind == compute::SchedEvent::Kind::kTurnStart ? "turn starts" : "turn drained",
+                                 e.devices.size(), double(e.waited) / 1e6);
+      continue;
+    }
     const broker::Job* job = nullptr;
     auto it = broker_.jobs().find(e.job);
     if (it != broker_.jobs().end()) job = &it->second;

@@ -8,7 +8,8 @@
 // name (cuMemAlloc_v2, cuMemAlloc, cuLaunchKernel_ptsz), so a test can reach each path the
 // interposer hooks. For the end-to-end tests with colocd: "catch-signals" installs SIGINT/SIGTERM
 // handlers that only count, "signals" prints the counts, "spin PATH NS SECONDS BATCH SLEEP_MS" is a
-// training-like loop of coloc_spin kernels (spin_loop), "touch PATH" / "hold-file PATH" are
+// training-like loop of coloc_spin kernels (spin_loop), "capture-spin SECONDS" captures graphs in
+// GLOBAL mode while another thread launches (capture_spin), "touch PATH" / "hold-file PATH" are
 // barriers, "fork-run STEP..." forks and runs the rest of the line in the child, "pthread-exit" ends the main
 // thread with pthread_exit. Exit status: 0 when every step ran (a CUDA error is a result, not a failure),
 // 2 for a malformed script.
@@ -257,6 +258,85 @@ CUresult spin_loop(const Args& a, State& s, json& out) {
   if (ge) cuGraphExecDestroy(ge);
   if (st) cuStreamDestroy_v2(st);
   return r;
+}
+
+/// "capture-spin SECONDS": for SECONDS, one thread (in RELAXED capture mode, so its own
+/// synchronizations are allowed) runs coloc_spin(2 ms) kernels in batches of 10 on the legacy
+/// stream, while this thread captures a graph of one coloc_spin(1 ms) on a non-blocking stream in
+/// GLOBAL mode (holding the capture open 5 ms), replays it and synchronizes its stream, over and
+/// over. Prints how many captures succeeded, how many failed (and the first error), and how many
+/// replays ran: a capture is never to be disturbed by what the interposer does meanwhile.
+CUresult capture_spin(const Args& a, State& s, json& out) {
+  const double seconds = std::stod(a[0]);
+  CUfunction f;
+  if (CUresult r = spin_function(s, &f); r != CUDA_SUCCESS) return r;
+  CUcontext ctx;
+  if (CUresult r = cuCtxGetCurrent(&ctx); r != CUDA_SUCCESS) return r;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  std::atomic<uint64_t> spun{0};
+  std::atomic<int> spin_error{0};
+  std::thread spinner([&] {
+    cuCtxSetCurrent(ctx);
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    cuThreadExchangeStreamCaptureMode(&mode);
+    unsigned long long ns = 2000000;
+    void* params[] = {&ns};
+    while (std::chrono::steady_clock::now() < end) {
+      for (int i = 0; i < 10; ++i) {
+        CUresult r = cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+        if (r != CUDA_SUCCESS && !spin_error) spin_error = int(r);
+        spun++;
+      }
+      cuCtxSynchronize();
+    }
+  });
+  CUstream st;
+  if (CUresult r = cuStreamCreate(&st, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) {
+    spinner.join();
+    return r;
+  }
+  unsigned long long ns = 1000000;
+  void* params[] = {&ns};
+  uint64_t captured = 0, failed = 0, replays = 0;
+  CUresult first_error = CUDA_SUCCESS;
+  auto fail = [&](CUresult r) {
+    failed++;
+    if (first_error == CUDA_SUCCESS) first_error = r;
+  };
+  while (std::chrono::steady_clock::now() < end) {
+    CUgraph g = nullptr;
+    CUgraphExec ge = nullptr;
+    if (CUresult r = cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_GLOBAL); r != CUDA_SUCCESS) {
+      fail(r);
+      continue;
+    }
+    CUresult lr = cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, st, params, nullptr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the capture stays open a while
+    CUresult er = cuStreamEndCapture(st, &g);
+    if (lr != CUDA_SUCCESS || er != CUDA_SUCCESS) {
+      fail(lr != CUDA_SUCCESS ? lr : er);
+      if (g) cuGraphDestroy(g);
+      continue;
+    }
+    captured++;
+    CUresult r = cuGraphInstantiateWithFlags(&ge, g, 0);
+    if (r == CUDA_SUCCESS) {
+      r = cuGraphLaunch(ge, st);
+      if (r == CUDA_SUCCESS) r = cuStreamSynchronize(st);
+      if (r == CUDA_SUCCESS) replays++;
+      cuGraphExecDestroy(ge);
+    }
+    if (r != CUDA_SUCCESS) fail(r);
+    cuGraphDestroy(g);
+  }
+  spinner.join();
+  cuStreamDestroy_v2(st);
+  out["captured"] = captured;
+  out["failed"] = failed;
+  out["first_error"] = err_name(first_error);
+  out["replays"] = replays;
+  out["spun"] = spun.load();
+  return spin_error ? CUresult(spin_error.load()) : CUDA_SUCCESS;
 }
 
 CUresult vmm_create(const Args& a, State& s, json& out, CUmemLocationType where) {
@@ -769,6 +849,7 @@ const std::vector<Step>& steps() {
        }},
       {"touch", 1, touch_step},
       {"spin", 5, spin_loop},
+      {"capture-spin", 1, capture_spin},
   };
   return kSteps;
 }

@@ -5,6 +5,8 @@
 // sliced; a job on two devices takes its turns on both at once.
 #include <doctest/doctest.h>
 
+#include <set>
+
 #include "e2e.h"
 #include "trace.h"
 
@@ -152,5 +154,61 @@ TEST_CASE("timeslice: cuGraphLaunch, cuLaunchKernelEx and _ptsz jobs are sliced 
   check_sliced(ks);
   auto b = tr::busy(ks, 0);
   CHECK(b.size() == 3);
+}
+}
+
+TEST_SUITE("e2e") {
+TEST_CASE("timeslice: a job with a rank on each of two devices gets its turns on both at once (a gang)") {
+  if (simulated_only()) return;
+  Node n("16GiB,16GiB");
+  set_timeslice(n);
+  const std::string trace_file = n.file("trace.csv");
+  const std::string rank = client() + " init ctx %d spin kernel 2000000 2.5 10 0";
+  char cmd[1024];
+  std::snprintf(cmd, sizeof cmd, ("(" + rank + " > %s) & " + rank + "; wait").c_str(), 0, n.file("rank0.out").c_str(), 1);
+  auto gang = n.run({"--job", "gang"}, {"/bin/sh", "-c", cmd}, {{"SIMGPU_TRACE", trace_file}});
+  auto a = n.run({"--job", "one0"}, {client(), "init", "ctx", "0", "spin", "kernel", "2000000", "2.5", "10", "0"},
+                 {{"SIMGPU_TRACE", trace_file}});
+  auto b = n.run({"--job", "one1"}, {client(), "init", "ctx", "1", "spin", "kernel", "2000000", "2.5", "10", "0"},
+                 {{"SIMGPU_TRACE", trace_file}});
+  std::set<long> gang_pids;
+  REQUIRE(wait_until([&] {
+    json j = n.job("gang");
+    if (j.is_null() || j["pids"].size() != 2) return false;
+    for (auto& p : j["pids"]) gang_pids.insert(p.get<long>());
+    return true;
+  }));
+  ProcResult gr = finish(*gang);
+  finish(*a);
+  finish(*b);
+  CHECK(step(gr.out, "spin")["launched"].get<uint64_t>() >= 100);  // the rank on device 1 was not starved
+  CHECK(step(read_file(n.file("rank0.out")), "spin")["launched"].get<uint64_t>() >= 100);
+  auto ks = tr::kernels(trace_file);
+  CHECK(tr::overlaps(ks, 0) == 0);
+  CHECK(tr::overlaps(ks, 1) == 0);
+  // Each of the gang's runs on device 0 has one on device 1 that starts with it, within a few ms
+  // (the scheduler opens both gates in one tick; each rank then launches at once), and the other
+  // way round.
+  auto runs_of = [&](int dev) {
+    std::vector<tr::Run> out;
+    for (const tr::Run& r : tr::interior(tr::runs(ks, dev)))
+      if (gang_pids.count(r.pid)) out.push_back(r);
+    return out;
+  };
+  auto r0 = runs_of(0), r1 = runs_of(1);
+  REQUIRE(r0.size() >= 3);
+  auto together = [](const std::vector<tr::Run>& x, const std::vector<tr::Run>& y) {
+    size_t paired = 0;
+    for (const tr::Run& r : x)
+      for (const tr::Run& s : y)
+        if ((r.start > s.start ? r.start - s.start : s.start - r.start) <= 5 * kMs) {
+          ++paired;
+          break;
+        }
+    return paired;
+  };
+  INFO("gang runs: ", r0.size(), " on device 0, ", r1.size(), " on device 1");
+  CHECK(together(r0, r1) * 10 >= r0.size() * 9);
+  CHECK(together(r1, r0) * 10 >= r1.size() * 9);
 }
 }

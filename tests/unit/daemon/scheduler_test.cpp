@@ -338,3 +338,36 @@ TEST_CASE("scheduler: switching a device back to share opens its gates") {
   CHECK(p.s.policies().empty());
 }
 }
+
+TEST_SUITE("daemon") {
+TEST_CASE("scheduler: a gang whose one thread waits on one device gets turns on both, between out-of-phase singles") {
+  Plant p;
+  p.s.set_policy(dev(1), timeslice(20));
+  p.s.set_policy(dev(2), timeslice(20));
+  p.join(2, dev(1));
+  int gang_turns = 0;
+  bool was = false;
+  for (int i = 0; i < 400; ++i) {
+    p.now += kMs;
+    if (i == 10) p.join(3, dev(2));  // the singles' turns are 10 ms out of phase
+    if (i == 15) {  // the gang: it must reserve a device freed while the other is still held
+      p.join(1, dev(1));
+      p.join(1, dev(2));
+    }
+    for (auto& [j, d] : p.present) {
+      Usage& u = p.usage[{j, d}];
+      const bool holds = p.s.state(j, d) == GS::kWindow;
+      u.drained = !holds;
+      if (holds) u.last_activity = p.now;
+      // The gang's one thread waits at device 1's gate only; the others wait where they are.
+      u.wants = !holds && (j != 1 || d == dev(1));
+    }
+    p.tick();
+    const bool a = p.s.state(1, dev(1)) == GS::kWindow;
+    CHECK(a == (p.s.state(1, dev(2)) == GS::kWindow));
+    if (a && !was) ++gang_turns;
+    was = a;
+  }
+  CHECK(gang_turns >= 3);
+}
+}
