@@ -212,3 +212,29 @@ TEST_CASE("timeslice: a job with a rank on each of two devices gets its turns on
   CHECK(together(r1, r0) * 10 >= r1.size() * 9);
 }
 }
+
+TEST_SUITE("e2e") {
+TEST_CASE("timeslice: a graph captured in GLOBAL mode while its process is timesliced replays, never invalidated") {
+  if (simulated_only()) return;
+  Node n;
+  set_timeslice(n);
+  std::vector<std::unique_ptr<Proc>> jobs;
+  jobs.push_back(spinner(n, "busy1", "kernel", 2));
+  jobs.push_back(spinner(n, "busy2", "kernel", 2));
+  // One thread launches (tracked: marks, the tracker thread's waits) while the main thread
+  // captures and replays; the process waits for its quanta two thirds of the time.
+  auto cap = n.run({"--job", "capture"}, {client(), "init", "ctx", "0", "capture-spin", "2"},
+                   {{"SIMGPU_TRACE", n.file("trace.csv")}});
+  ProcResult r = finish(*cap);
+  for (auto& j : jobs) finish(*j);
+  json c = step(r.out, "capture-spin");
+  INFO(c.dump());
+  CHECK(c["failed"] == 0);
+  CHECK(c["first_error"] == "CUDA_SUCCESS");
+  CHECK(c["captured"].get<uint64_t>() >= 5);
+  CHECK(c["replays"] == c["captured"]);
+  CHECK(tr::overlaps(tr::kernels(n.file("trace.csv")), 0) == 0);
+  json dev = n.report("capture")["devices"][0];
+  CHECK(dev["gate_waited_launches"]["quantum"].get<uint64_t>() >= 1);  // it was gated meanwhile
+}
+}
