@@ -237,6 +237,7 @@ Result<void> Server::start() {
   info_.nvml_devices = [this]() -> std::optional<std::vector<broker::Uuid>> {
     return memory_reader_ ? memory_reader_->devices() : std::nullopt;
   };
+  info_.gpu_share = [this](broker::JobSerial j, const broker::Uuid& d) { return gpu_share(j, d); };
   if (!memory_reader_set_) {
     auto nvml = device::NvmlReader::open();
     if (nvml) {
@@ -249,6 +250,11 @@ Result<void> Server::start() {
     }
   }
 
+  // `coloc policy all` holds for the devices NVML lists from the start (and compute_tick gives it
+  // to each device a client brings later).
+  if (memory_reader_)
+    if (auto devs = memory_reader_->devices())
+      for (const broker::Uuid& d : *devs) policies_.apply_new_device(d, scheduler_);
   if (auto r = open_signals_and_timers(); !r) return r;
   if (auto r = open_listener(); !r) return r;
 
@@ -1012,6 +1018,7 @@ void Server::on_sample() {
   }
   broker_.publish_job_others();  // each process's view of its job (pages.h: job_others)
   for (const auto& [serial, job] : broker_.jobs()) sample_job(job, t);
+  compute_sample(t);
   if (auto r = resume_.save_if_dirty(); !r)
     log::limited(log::get("engine"), spdlog::level::warn, "save clients", "{} (tried again in {} ms)", r.error().message(),
                  cfg_.sample_interval / 1000000);

@@ -95,6 +95,11 @@ class Server {
   /// that changed, logs handovers that timed out, and re-arms the compute timer.
   void compute_tick(Nanos t);
   void on_compute_timer();
+  /// Samples each timesliced job's device time (its clients' stats pages) for gpu_share().
+  void compute_sample(Nanos t);
+  /// The share of the last 10 s (or of its life on the device, if shorter) that `job`'s work ran
+  /// on `dev`, from its completions (tracked under an exclusive policy only); NaN when not known.
+  double gpu_share(broker::JobSerial job, const broker::Uuid& dev) const;
   /// Reads the free memory of broker device `device` through memory_reader_ (if any) and hands
   /// it to the broker (Broker::refresh_outside). `prompted`: asked for by a client's message
   /// (rate-limited), not the sample timer.
@@ -152,6 +157,9 @@ class Server {
   UniqueFd compute_timer_;              ///< the scheduler's ticks (armed only while a device is contended)
   Nanos compute_armed_ = broker::kNever;  ///< what compute_timer_ is set to
   bool compute_dirty_ = false;          ///< clients or pauses changed since the last compute_tick
+  size_t compute_devices_ = 0;          ///< broker devices given the `coloc policy all` default so far
+  /// Per (job, device): (when, device time so far) samples of the last 10 s, oldest first.
+  std::map<std::pair<broker::JobSerial, broker::Uuid>, std::deque<std::pair<Nanos, uint64_t>>> busy_history_;
   std::unique_ptr<Listener> listener_;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;  ///< by connection id
   /// Connections not yet past their first message, oldest first: (accepted at, connection id).

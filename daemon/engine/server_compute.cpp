@@ -4,6 +4,9 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <set>
+
 #include "engine/server.h"
 #include "util/log.h"
 
@@ -27,6 +30,10 @@ void Server::on_compute_timer() {
 
 void Server::compute_tick(Nanos t) {
   compute_dirty_ = false;
+  // A device a client brought since the last tick gets the `coloc policy all` default (unless it
+  // has its own policy), before its first gate is written.
+  for (; compute_devices_ < broker_.devices().size(); ++compute_devices_)
+    policies_.apply_new_device(broker_.devices()[compute_devices_].uuid, scheduler_);
   // Pauses are the gates' books (coloc pause); the scheduler only needs to know who sits out.
   for (const auto& [serial, job] : broker_.jobs())
     scheduler_.set_paused(serial, gates_.paused(serial) != compute::PausedBy::kNobody);
@@ -58,6 +65,38 @@ void Server::compute_tick(Nanos t) {
     its.it_value.tv_nsec = long(next % 1000000000);
   }
   ::timerfd_settime(compute_timer_.get(), TFD_TIMER_ABSTIME, &its, nullptr);
+}
+
+}  // namespace coloc::engine
+
+namespace coloc::engine {
+
+namespace {
+constexpr broker::Nanos kShareWindow = 10'000'000'000;  // coloc status' GPU SHARE: the last 10 s
+}
+
+void Server::compute_sample(Nanos t) {
+  std::set<std::pair<broker::JobSerial, broker::Uuid>> seen;
+  for (const auto& [job, dev] : gates_.present()) {
+    auto key = std::make_pair(job, dev);
+    if (!seen.insert(key).second) continue;
+    auto& h = busy_history_[key];
+    const uint64_t busy = gates_.busy_ns(job, dev);
+    if (!h.empty() && busy < h.back().second) h.clear();  // a process left: its counts went with it
+    h.emplace_back(t, busy);
+    while (h.size() > 2 && h[1].first + kShareWindow <= t) h.pop_front();
+  }
+  for (auto it = busy_history_.begin(); it != busy_history_.end();)
+    it = seen.count(it->first) ? std::next(it) : busy_history_.erase(it);
+}
+
+double Server::gpu_share(broker::JobSerial job, const broker::Uuid& dev) const {
+  auto it = busy_history_.find({job, dev});
+  if (it == busy_history_.end() || it->second.size() < 2) return std::nan("");
+  const auto& [t0, b0] = it->second.front();
+  const auto& [t1, b1] = it->second.back();
+  if (t1 <= t0) return std::nan("");
+  return std::min(1.0, double(b1 - b0) / double(t1 - t0));
 }
 
 }  // namespace coloc::engine
