@@ -27,6 +27,12 @@ namespace coloc::interpose {
 namespace {
 
 constexpr int kSlotCount = kMaxDevices;
+// The thread calls into the driver (a real one uses more stack than simgpu); as the link thread.
+#if defined(COLOC_SANITIZED)
+constexpr size_t kTrackerStack = 4u << 20;
+#else
+constexpr size_t kTrackerStack = 256u << 10;
+#endif
 static_assert(Tracker::kStreams == 64, "StreamRec masks are 64-bit");
 
 pid_t this_tid() { return pid_t(::syscall(SYS_gettid)); }
@@ -245,7 +251,7 @@ void Tracker::start_thread_locked() {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_attr_setstacksize(&attr, kTrackerStack);
   pthread_t t;
   int err = pthread_create(&t, &attr, &Tracker::thread_main, this);
   pthread_attr_destroy(&attr);
