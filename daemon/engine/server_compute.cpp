@@ -41,6 +41,12 @@ void Server::compute_tick(Nanos t) {
                   gates_.present());
   gates_.refresh();
   for (const compute::SchedEvent& e : scheduler_.take_events()) {
+    // The job report's turns: when the job held each device.
+    if (auto rec = recorders_.find(e.job); rec != recorders_.end())
+      for (const broker::Uuid& d : e.devices) {
+        if (e.kind == compute::SchedEvent::Kind::kTurnStart) rec->second.turn_begin(d, e.at);
+        else rec->second.turn_end(d, e.at, e.kind == compute::SchedEvent::Kind::kDrainTimeout);
+      }
     if (e.kind != compute::SchedEvent::Kind::kDrainTimeout) {
       log::get("compute")->debug("job {}: {} on {} device(s) (waited {:.2f} ms)", e.job,
                                  e.kind == compute::SchedEvent::Kind::kTurnStart ? "turn starts" : "turn drained",

@@ -20,6 +20,9 @@ Counters& Counters::operator+=(const Counters& o) {
     gate_wait_ns[i] += o.gate_wait_ns[i];
     gate_waits[i] += o.gate_waits[i];
   }
+  busy_ns += o.busy_ns;
+  window_launches += o.window_launches;
+  window_waits += o.window_waits;
   return *this;
 }
 
@@ -32,11 +35,17 @@ Counters counters_of(const pages::StatsPage& page, uint32_t slot, bool gated) {
   k.launches = st.launches.load(std::memory_order_relaxed);
   k.wait_memory_ns = st.wait_memory_ns.load(std::memory_order_relaxed);
   k.wait_admission_ns = st.wait_admission_ns.load(std::memory_order_relaxed);
-  if (gated)
+  if (gated) {
     for (uint32_t i = 1; i < pages::kGateStates; ++i) {
       k.gate_wait_ns[i] = page.gates[slot].wait_ns[i].load(std::memory_order_relaxed);
       k.gate_waits[i] = page.gates[slot].waits[i].load(std::memory_order_relaxed);
     }
+    // (Zero on a layout-4 page: its client does not know these words.)
+    const pages::TrackStats& tr = page.track[slot];
+    k.busy_ns = tr.busy_ns.load(std::memory_order_relaxed);
+    k.window_launches = tr.launches.load(std::memory_order_relaxed);
+    k.window_waits = tr.window_waits.load(std::memory_order_relaxed);
+  }
   return k;
 }
 
@@ -230,6 +239,45 @@ bool JobRecorder::has_process(pid_t pid) const {
   return false;
 }
 
+void JobRecorder::close_turn(Device& d, Nanos at_rel) {
+  if (!d.turn_open) return;
+  const Nanos start = *d.turn_open;
+  d.turn_open.reset();
+  d.turns.emplace_back(start, std::max(start, at_rel));
+  if (d.turns.size() <= kMaxTurns) return;
+  // Bounded: merge the two neighbours with the shortest gap between them (the picture loses the
+  // least there; turns_count still counts each).
+  size_t best = 0;
+  Nanos best_gap = ~Nanos(0);
+  for (size_t i = 0; i + 1 < d.turns.size(); ++i) {
+    const Nanos gap = d.turns[i + 1].first > d.turns[i].second ? d.turns[i + 1].first - d.turns[i].second : 0;
+    if (gap < best_gap) {
+      best_gap = gap;
+      best = i;
+    }
+  }
+  d.turns[best].second = std::max(d.turns[best].second, d.turns[best + 1].second);
+  d.turns.erase(d.turns.begin() + ptrdiff_t(best) + 1);
+}
+
+void JobRecorder::turn_begin(const broker::Uuid& u, Nanos at) {
+  Device& d = device(u);
+  Nanos t = rel(at);
+  if (!d.turns.empty()) t = std::max(t, d.turns.back().second);  // never back in time
+  if (d.turn_open) close_turn(d, t);  // (a turn begins only after the last ended)
+  d.turn_open = t;
+  ++d.turns_count;
+  ++revision_;
+}
+
+void JobRecorder::turn_end(const broker::Uuid& u, Nanos at, bool timed_out) {
+  Device& d = device(u);
+  if (!d.turn_open && !timed_out) return;
+  close_turn(d, rel(at));
+  if (timed_out) ++d.drain_timeouts;
+  ++revision_;
+}
+
 void JobRecorder::set_start(Nanos mono_start, int64_t wall_start_ms) {
   mono_start_ = mono_start;
   wall_start_ms_ = wall_start_ms;
@@ -237,6 +285,7 @@ void JobRecorder::set_start(Nanos mono_start, int64_t wall_start_ms) {
 }
 
 void JobRecorder::daemon_restarted(Nanos last_seen) {
+  for (auto& [u, d] : devices_) close_turn(d, rel(last_seen));
   for (auto& [u, d] : devices_)
     for (Wait& w : d.waits)
       if (!w.end && !w.pending_since) w.pending_since = std::max(last_seen, w.start);  // (an earlier restart's stays)
@@ -264,6 +313,7 @@ void JobRecorder::finish_away(Nanos last_seen, int64_t last_seen_wall_ms, int64_
     d.live = {};
   }
   end_mono_ = std::max(last_seen, mono_start_);
+  for (auto& [u, d] : devices_) close_turn(d, rel(*end_mono_));
   wall_end_ms_ = std::max(last_seen_wall_ms, wall_start_ms_);
   away_before_ms_ = std::max(noticed_wall_ms, wall_end_ms_);
   away_ = true;
@@ -277,6 +327,7 @@ void JobRecorder::finish(Nanos now, int64_t wall_ms) {
   for (auto& [u, d] : devices_) {
     d.timeline.add(rel(now), 0);  // everything is released at the end
     d.live = {};
+    close_turn(d, rel(now));
   }
 }
 
@@ -398,6 +449,19 @@ json JobRecorder::to_json(Nanos now) const {
     }
     dj["gate_wait_s"] = gate_wait;
     dj["gate_waited_launches"] = gate_waited;
+    // Compute: device time of the completed work (tracked while the device is timesliced), the
+    // launches by the gate's state when they were made (RUN: the rest of the flushed count), and
+    // when the job held the device.
+    dj["gpu_time_s"] = secs(c.busy_ns);
+    dj["launches_by_gate"] = {{"run", c.launches > c.window_launches ? c.launches - c.window_launches : 0},
+                              {"window", c.window_launches}};
+    dj["window_waits"] = c.window_waits;
+    json turns = json::array();
+    for (const auto& [s, e] : d.turns) turns.push_back({secs(s), secs(e)});
+    if (d.turn_open) turns.push_back({secs(*d.turn_open), secs(std::max(*d.turn_open, rel(end)))});
+    dj["turns"] = turns;
+    dj["turns_count"] = d.turns_count;
+    dj["drain_timeouts"] = d.drain_timeouts;
     dj["waits"] = waits;
     dj["waits_omitted"] = d.waits_omitted;
     dj["oom_events"] = ooms;
@@ -418,6 +482,9 @@ json counters_state(const Counters& c) {
   json a = json::array({c.allocs, c.frees, c.failures, c.launches, c.wait_memory_ns, c.wait_admission_ns});
   for (uint64_t v : c.gate_wait_ns) a.push_back(v);
   for (uint64_t v : c.gate_waits) a.push_back(v);
+  a.push_back(c.busy_ns);
+  a.push_back(c.window_launches);
+  a.push_back(c.window_waits);
   return a;
 }
 
@@ -479,10 +546,12 @@ struct Reader {
 };
 
 Counters counters_from(const json& v, const std::string& name) {
-  // 6 counters; 6 + 2 per gate state since the launch gate (a state saved before it has 6).
-  constexpr size_t kWithGates = 6 + 2 * pages::kGateStates;
-  if (!v.is_array() || (v.size() != 6 && v.size() != kWithGates))
-    throw StateError{name + " is not an array of 6 or " + std::to_string(kWithGates) + " counters"};
+  // 6 counters; 6 + 2 per gate state since the launch gate; 3 more since completion tracking
+  // (states saved before either have 6 or kWithGates).
+  constexpr size_t kWithGates = 6 + 2 * pages::kGateStates, kWithTracking = kWithGates + 3;
+  if (!v.is_array() || (v.size() != 6 && v.size() != kWithGates && v.size() != kWithTracking))
+    throw StateError{name + " is not an array of 6, " + std::to_string(kWithGates) + " or " +
+                     std::to_string(kWithTracking) + " counters"};
   Counters c;
   c.allocs = Reader::as_u64(v[0], name);
   c.frees = Reader::as_u64(v[1], name);
@@ -490,11 +559,16 @@ Counters counters_from(const json& v, const std::string& name) {
   c.launches = Reader::as_u64(v[3], name);
   c.wait_memory_ns = Reader::as_u64(v[4], name);
   c.wait_admission_ns = Reader::as_u64(v[5], name);
-  if (v.size() == kWithGates)
+  if (v.size() >= kWithGates)
     for (uint32_t i = 0; i < pages::kGateStates; ++i) {
       c.gate_wait_ns[i] = Reader::as_u64(v[6 + i], name);
       c.gate_waits[i] = Reader::as_u64(v[6 + pages::kGateStates + i], name);
     }
+  if (v.size() == kWithTracking) {
+    c.busy_ns = Reader::as_u64(v[kWithGates], name);
+    c.window_launches = Reader::as_u64(v[kWithGates + 1], name);
+    c.window_waits = Reader::as_u64(v[kWithGates + 2], name);
+  }
   return c;
 }
 
@@ -526,6 +600,8 @@ json JobRecorder::state() const {
                        opt_u64(w.pending_since)});
     json ooms = json::array();
     for (const Oom& o : d.ooms) ooms.push_back({o.at, uint32_t(o.reason), o.admission, o.request, o.in_use});
+    json turns = json::array();
+    for (const auto& [s, e] : d.turns) turns.push_back({s, e});
     devs.push_back({{"uuid", uuid_hex(uuid)},
                     {"capacity", d.capacity},
                     {"limit", d.limit},
@@ -543,7 +619,11 @@ json JobRecorder::state() const {
                     {"waits_omitted", d.waits_omitted},
                     {"omitted_wait_memory_ns", d.omitted_wait_memory_ns},
                     {"omitted_wait_admission_ns", d.omitted_wait_admission_ns},
-                    {"ooms_omitted", d.ooms_omitted}});
+                    {"ooms_omitted", d.ooms_omitted},
+                    {"turns", turns},
+                    {"turn_open", opt_u64(d.turn_open)},
+                    {"turns_count", d.turns_count},
+                    {"drain_timeouts", d.drain_timeouts}});
   }
   return {{"uid", key_.uid},
           {"job", key_.id},
@@ -634,6 +714,23 @@ Result<JobRecorder> JobRecorder::from_state(const json& state, broker::JobSerial
       d.omitted_wait_memory_ns = dr.u64("omitted_wait_memory_ns");
       d.omitted_wait_admission_ns = dr.u64("omitted_wait_admission_ns");
       d.ooms_omitted = dr.u64("ooms_omitted");
+      if (devs[i].contains("turns")) {  // (older daemons: no turns)
+        const json& turns = dr.array("turns", kMaxTurns);
+        for (size_t k = 0; k < turns.size(); ++k) {
+          std::string name = dr.where + ".turns[" + std::to_string(k) + "]";
+          const json& t = turns[k];
+          if (!t.is_array() || t.size() != 2) throw StateError{name + " is not [start, end]"};
+          const Nanos s = Reader::as_u64(t[0], name), e = Reader::as_u64(t[1], name);
+          if (e < s || (!d.turns.empty() && s < d.turns.back().second))
+            throw StateError{name + " is not a turn after the one before it"};
+          d.turns.emplace_back(s, e);
+        }
+        d.turn_open = dr.opt_u64("turn_open");
+        if (d.turn_open && !d.turns.empty() && *d.turn_open < d.turns.back().second)
+          throw StateError{dr.where + ".turn_open is before the last turn's end"};
+        d.turns_count = std::max<uint64_t>(dr.u64("turns_count"), d.turns.size() + (d.turn_open ? 1 : 0));
+        d.drain_timeouts = dr.u64("drain_timeouts");
+      }
     }
     return rec;
   } catch (const StateError& e) {

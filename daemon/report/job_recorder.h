@@ -42,12 +42,20 @@ struct Counters {
   /// (pages::GateState: index 0, RUN, stays 0). Layout-4 pages only (pages::GateStats).
   std::array<uint64_t, pages::kGateStates> gate_wait_ns{};
   std::array<uint64_t, pages::kGateStates> gate_waits{};
+  /// Completion tracking (pages::TrackStats; layout-5 pages only, zero before): device time of
+  /// the completed work (host-stamped, tracked only while the device is timesliced), launches
+  /// made holding the device (gate state kWindow), and launches that waited for the in-flight
+  /// window.
+  uint64_t busy_ns = 0;
+  uint64_t window_launches = 0;
+  uint64_t window_waits = 0;
   Counters& operator+=(const Counters& o);
   bool operator==(const Counters&) const = default;
 };
 
-/// The counters of `slot` on a client's stats page; the gate's only when `gated` (the daemon made
-/// the page in layout 4 or later: the page's own header is the client's to overwrite). Untrusted
+/// The counters of `slot` on a client's stats page; the gate's and the tracking's only when `gated`
+/// (the daemon made the page in layout 4 or later: the page's own header is the client's to
+/// overwrite; a layout-4 client never writes the tracking counters, so they read zero). Untrusted
 /// figures: they only ever reach the client's own job's report.
 Counters counters_of(const pages::StatsPage& page, uint32_t slot, bool gated);
 
@@ -100,15 +108,26 @@ class JobRecorder {
   /// The capacity (bytes) of `device`, known before the job is admitted there (its Attach says
   /// it); samples after admission take over.
   void set_capacity(const broker::Uuid& device, Bytes capacity);
-  /// The job ended at `now` (monotonic) / `wall_ms` (Unix ms).
+  /// The job ended at `now` (monotonic) / `wall_ms` (Unix ms). A turn still open ends then.
   void finish(Nanos now, int64_t wall_ms);
+
+  // ---- turns on timesliced devices (compute/scheduler.h's SchedEvents) ----------------------------
+
+  /// The most turns a device's report lists; beyond, the two closest neighbours merge into one.
+  static constexpr size_t kMaxTurns = 500;
+  /// The job's turn on `device` began at `at` (monotonic): it holds the device.
+  void turn_begin(const broker::Uuid& device, Nanos at);
+  /// Its turn on `device` ended at `at` (drained, or `timed_out`: the drain's grace ran out and
+  /// the next job's turn began anyway). Without an open turn only a timeout is counted.
+  void turn_end(const broker::Uuid& device, Nanos at, bool timed_out);
 
   // ---- across a daemon restart ------------------------------------------------------------------
 
   /// The start of the job, when it is known better than at construction (a process that
   /// re-registers after a restart without a saved recorder: its process start time).
   void set_start(Nanos mono_start, int64_t wall_start_ms);
-  /// The daemon restarted; it last saw the job at `last_seen` (monotonic). Waits still open then
+  /// The daemon restarted; it last saw the job at `last_seen` (monotonic). A turn open then ends
+  /// there (the new daemon's scheduler starts over: its next turn is a new one). Waits still open then
   /// stay open, pending: the clients re-send their requests to the new daemon, and a request of
   /// the same kind on the same device that comes back (parked again, granted or refused)
   /// continues that wait, so one row spans the restart. close_restart_waits() closes those that
@@ -179,7 +198,15 @@ class JobRecorder {
     Nanos omitted_wait_memory_ns = 0;     ///< their waiting time
     Nanos omitted_wait_admission_ns = 0;
     uint64_t ooms_omitted = 0;            ///< OOM events dropped from `ooms` (bound)
+    /// Turns (held the device), since the job's start (ns), in time order, at most kMaxTurns:
+    /// over the bound the two with the shortest gap between them merge into one.
+    std::vector<std::pair<Nanos, Nanos>> turns;
+    std::optional<Nanos> turn_open;  ///< the start (since the job's start) of the turn on now
+    uint64_t turns_count = 0;        ///< turns begun, merged or not
+    uint64_t drain_timeouts = 0;     ///< turns that did not drain within the grace
   };
+  /// Ends `d`'s open turn at `at_rel` (since the job's start), if any.
+  static void close_turn(Device& d, Nanos at_rel);
   Device& device(const broker::Uuid& u);
   /// The open wait of kind `admission` on `d` that a request coming back after a restart
   /// continues, or null.

@@ -177,7 +177,7 @@ TEST_CASE("job recorder: bad saved state is an error naming the field") {
       {"reason", [](json& j) { j["devices"][0]["ooms"][0][1] = 99; }, "recorder.devices[0].ooms[0]"},
       {"process", [](json& j) { j["processes"][0] = "x"; }, "recorder.processes[0]"},
       {"not an object", [](json& j) { j = json::array(); }, "recorder.uid is missing"},
-      {"counters", [](json& j) { j["devices"][0]["live"].push_back(1); }, "recorder.devices[0].live is not an array of 6 or 14"},
+      {"counters", [](json& j) { j["devices"][0]["live"].push_back(1); }, "recorder.devices[0].live is not an array of 6, 14 or 17"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -549,7 +549,7 @@ TEST_CASE("job state store: the saved pause is owner, admin or null (absent: a s
 
 TEST_CASE("job recorder: a state saved before the launch gate (6 counters) loads, with no gate waits") {
   json j = busy_recorder().state();
-  REQUIRE(j["devices"][0]["live"].size() == 6 + 2 * coloc::pages::kGateStates);
+  REQUIRE(j["devices"][0]["live"].size() == 6 + 2 * coloc::pages::kGateStates + 3);  // + completion tracking
   for (json& d : j["devices"])
     for (const char* k : {"folded", "live"}) {
       json old = json::array();
