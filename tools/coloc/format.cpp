@@ -109,9 +109,9 @@ std::string str(const json& v, const char* key, const std::string& dflt = "?") {
   return it->dump();
 }
 
-std::string short_uuid(const std::string& u) { return u.size() > 12 ? u.substr(0, 12) + "..." : u; }
-
 }  // namespace
+
+std::string short_uuid(const std::string& u) { return u.size() > 12 ? u.substr(0, 12) + "..." : u; }
 
 std::string policy_text(const json& policy) {
   if (!policy.is_object()) return "share";
@@ -386,6 +386,22 @@ std::string report_table(const json& r) {
     if (!parts.empty()) gate << "  " << short_uuid(str(d, "uuid")) << ": " << parts << "\n";
   }
   if (!gate.str().empty()) o << "\nLaunches held at the gate:\n" << gate.str();
+  // Compute on timesliced devices: device time from completions, turns, launches by gate state.
+  std::ostringstream compute;
+  for (const json& d : r.at("devices")) {
+    const double gpu = d.value("gpu_time_s", 0.0);
+    const uint64_t turns = d.value("turns_count", uint64_t(0)), timeouts = d.value("drain_timeouts", uint64_t(0));
+    const json lb = d.value("launches_by_gate", json::object());
+    const uint64_t window = lb.value("window", uint64_t(0)), run = lb.value("run", uint64_t(0));
+    if (gpu <= 0 && turns == 0 && window == 0) continue;
+    compute << "  " << short_uuid(str(d, "uuid")) << ": GPU time " << duration_text(gpu) << " · " << turns
+            << (turns == 1 ? " turn" : " turns");
+    if (timeouts) compute << " (" << timeouts << " not drained in time)";
+    compute << " · launches " << window << " holding the device, " << run << " with the gate open";
+    if (const uint64_t ww = d.value("window_waits", uint64_t(0))) compute << ", " << ww << " waited for the window";
+    compute << "\n";
+  }
+  if (!compute.str().empty()) o << "\nCompute (timesliced devices):\n" << compute.str();
   if (any_wait) {
     o << "\nWaits:\n";
     Table w({"FROM", "TO", "DEVICE", "FOR", "OUTCOME"});

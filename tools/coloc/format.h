@@ -9,6 +9,8 @@
 
 namespace coloc::cli {
 
+/// A device UUID cut to its first 12 characters and "..." (longer ones), for tables and lanes.
+std::string short_uuid(const std::string& uuid);
 /// "80.00 GiB"; "none" for null (no limit).
 std::string bytes_text(const nlohmann::json& v);
 /// "3.2 s", "1 min 04 s", "2 h 05 min".
@@ -59,7 +61,8 @@ std::string jobs_table(const nlohmann::json& jobs);
 uint64_t oom_request_bytes(const nlohmann::json& event);
 
 /// `coloc report JOB`: summary, per-device table, OOM events (REQUEST: the request alone, as
-/// oom_request_bytes) and waits. A job that ended while colocd was away says so, with the bounds
+/// oom_request_bytes), launches held at the gate, compute on timesliced devices (GPU time, turns,
+/// launches by gate state) and waits. A job that ended while colocd was away says so, with the bounds
 /// of its end and of its duration.
 std::string report_table(const nlohmann::json& report);
 

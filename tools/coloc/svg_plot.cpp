@@ -48,6 +48,20 @@ const char* kLimitColour = "#d62728";
 const char* kCapacityColour = "#4d4d4d";
 const char* kWaitColour = "#f2a900";
 const char* kOomColour = "#c00000";
+const char* kTurnColour = "#2e8b57";
+constexpr double kLaneHeight = 18, kLaneGap = 10, kLanesTop = 44, kLanesBottom = 50;
+
+/// The time axis every panel and the turn lanes share: `tmax` seconds, in seconds or minutes.
+struct TimeAxis {
+  double tscale, xstep, xtop;
+  bool minutes;
+  explicit TimeAxis(double tmax) {
+    minutes = tmax > 600;
+    tscale = minutes ? 60 : 1;
+    xstep = nice_step(tmax / tscale, 8);
+    xtop = std::ceil(tmax / tscale / xstep) * xstep;
+  }
+};
 
 std::string num(double v) {
   char b[32];
@@ -154,10 +168,9 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
   const Unit u = unit_for(ymax_bytes);
   const double ystep = nice_step(ymax_bytes * 1.04 / u.bytes, 6);
   const double ytop = std::ceil(ymax_bytes * 1.04 / u.bytes / ystep) * ystep;  // in units
-  const bool minutes = tmax > 600;
-  const double tscale = minutes ? 60 : 1;
-  const double xstep = nice_step(tmax / tscale, 8);
-  const double xtop = std::ceil(tmax / tscale / xstep) * xstep;  // in seconds or minutes
+  const TimeAxis axis(tmax);
+  const bool minutes = axis.minutes;
+  const double tscale = axis.tscale, xstep = axis.xstep, xtop = axis.xtop;  // xtop: in seconds or minutes
 
   auto X = [&](double t) { return px + (t / tscale) / xtop * pw; };
   auto Y = [&](double bytes) { return py + ph - (bytes / u.bytes) / ytop * ph; };
@@ -328,6 +341,85 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
         "refused allocation (OOM)");
 }
 
+/// The turns [[start_s, end_s], ...] of a device's report entry (malformed entries skipped).
+std::vector<std::pair<double, double>> turns_of(const json& d) {
+  std::vector<std::pair<double, double>> v;
+  auto it = d.find("turns");
+  if (it == d.end() || !it->is_array()) return v;
+  for (const json& t : *it)
+    if (t.is_array() && t.size() == 2 && t[0].is_number() && t[1].is_number())
+      v.emplace_back(t[0].get<double>(), std::max(t[0].get<double>(), t[1].get<double>()));
+  return v;
+}
+
+/// The latest time anything of the report shows (s): every panel and the lanes share it.
+double time_extent(const json& r, const json& devices) {
+  double tmax = std::max(get_num(r, "duration_s"), 1e-3);
+  for (const json& d : devices) {
+    const json& tl = d.value("timeline", json::object());
+    if (tl.contains("t_s") && tl["t_s"].is_array())
+      for (const json& t : tl["t_s"])
+        if (t.is_number()) tmax = std::max(tmax, t.get<double>());
+    for (const json& w : d.value("waits", json::array())) tmax = std::max(tmax, get_num(w, "end_s"));
+    for (const json& e : d.value("oom_events", json::array())) tmax = std::max(tmax, get_num(e, "t_s"));
+    for (auto [a, b] : turns_of(d)) tmax = std::max(tmax, b);
+  }
+  return tmax;
+}
+
+/// Devices that have turns (the job held a timesliced device at least once).
+std::vector<const json*> laned(const json& devices) {
+  std::vector<const json*> v;
+  for (const json& d : devices)
+    if (!turns_of(d).empty()) v.push_back(&d);
+  return v;
+}
+
+double lanes_height(size_t lanes) {
+  return lanes ? kLanesTop + double(lanes) * (kLaneHeight + kLaneGap) + kLanesBottom : 0;
+}
+
+/// Under the memory panels: one lane per timesliced device, a filled bar for each of the job's
+/// turns (when it held the device), on the panels' time axis; the device's short UUID, its turns
+/// and GPU time to the right.
+void turn_lanes(std::ostringstream& o, const std::vector<const json*>& lanes, double tmax, double y0) {
+  const double pw = kWidth - kLeft - kRight, px = kLeft;
+  const TimeAxis axis(tmax);
+  auto X = [&](double t) { return px + (t / axis.tscale) / axis.xtop * pw; };
+  const double py = y0 + kLanesTop, ph = double(lanes.size()) * (kLaneHeight + kLaneGap) - kLaneGap;
+  o << "<g class='turn-lanes'>\n";
+  o << "<text x='" << num(px) << "' y='" << num(y0 + 20) << "' class='h2'>When the job held each timesliced device</text>\n";
+  o << "<text x='" << num(px) << "' y='" << num(y0 + 36) << "' class='sub'>a bar per turn (merged where the report "
+       "ran out of room); between turns other jobs had the device</text>\n";
+  for (double v = 0; v <= axis.xtop + 1e-9; v += axis.xstep) {
+    const double x = px + v / axis.xtop * pw;
+    o << "<line x1='" << num(x) << "' y1='" << num(py - 4) << "' x2='" << num(x) << "' y2='" << num(py + ph + 4)
+      << "' class='grid'/>\n";
+    o << "<text x='" << num(x) << "' y='" << num(py + ph + 20) << "' class='tick' text-anchor='middle'>"
+      << label_num(v) << "</text>\n";
+  }
+  o << "<text x='" << num(px + pw / 2) << "' y='" << num(py + ph + 40)
+    << "' class='axis' text-anchor='middle'>time since the job started (" << (axis.minutes ? "min" : "s") << ")</text>\n";
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    const json& d = *lanes[i];
+    const double y = py + double(i) * (kLaneHeight + kLaneGap);
+    const std::string uuid = d.value("uuid", "?");
+    o << "<g class='turn-lane'><title>" << xml_escape(uuid) << "</title>\n";
+    o << "<rect x='" << num(px) << "' y='" << num(y) << "' width='" << num(pw) << "' height='" << num(kLaneHeight)
+      << "' fill='#f0f0f0' stroke='#cccccc'/>\n";
+    for (auto [a, b] : turns_of(d))
+      o << "<rect class='turn' x='" << num(X(a)) << "' y='" << num(y + 1) << "' width='" << num(std::max(X(b) - X(a), 1.0))
+        << "' height='" << num(kLaneHeight - 2) << "' fill='" << kTurnColour << "'><title>held the device from +" << num(a)
+        << " s to +" << num(b) << " s</title></rect>\n";
+    const uint64_t n = d.value("turns_count", uint64_t(0));
+    o << "<text x='" << num(px + pw + 12) << "' y='" << num(y + 13) << "' class='leg'>" << xml_escape(short_uuid(uuid))
+      << " · " << xml_escape(count_of((long long)n, "turn", "turns")) << " · GPU " << num(get_num(d, "gpu_time_s"))
+      << " s</text>\n";
+    o << "</g>\n";
+  }
+  o << "</g>\n";
+}
+
 }  // namespace
 
 std::string render_svg(const json& r) {
@@ -335,7 +427,8 @@ std::string render_svg(const json& r) {
   const size_t n = std::max<size_t>(devices.size(), 1);
   const bool away = r.value("complete", false) && r.value("ended_while_daemon_away", false);
   const double header = away ? 82 : 64;  // a line more: when the job ended
-  const double height = header + kPanelHeight * double(n) + 10;
+  const std::vector<const json*> lanes = laned(devices);
+  const double height = header + kPanelHeight * double(n) + lanes_height(lanes.size()) + 10;
   std::ostringstream o;
   o << "<?xml version='1.0' encoding='UTF-8'?>\n";
   o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << num(kWidth) << "' height='" << num(height)
@@ -366,8 +459,9 @@ std::string render_svg(const json& r) {
   if (away)
     o << "<text x='" << num(kLeft) << "' y='66' class='sub'>ended while colocd was away, "
       << xml_escape(away_span_text(r)) << " (it ran " << xml_escape(ran_text(r)) << ")</text>\n";
-  const double duration = get_num(r, "duration_s");
-  for (size_t i = 0; i < devices.size(); ++i) panel(o, devices[i], duration, header + kPanelHeight * double(i));
+  const double tmax = time_extent(r, devices);  // one time axis for every panel and the lanes
+  for (size_t i = 0; i < devices.size(); ++i) panel(o, devices[i], tmax, header + kPanelHeight * double(i));
+  if (!lanes.empty()) turn_lanes(o, lanes, tmax, header + kPanelHeight * double(n));
   if (devices.empty())
     o << "<text x='" << num(kLeft) << "' y='" << num(header + 40) << "' class='sub'>This job never used a device.</text>\n";
   o << "</svg>\n";
