@@ -238,3 +238,26 @@ TEST_CASE("timeslice: a graph captured in GLOBAL mode while its process is times
   CHECK(dev["gate_waited_launches"]["quantum"].get<uint64_t>() >= 1);  // it was gated meanwhile
 }
 }
+
+TEST_SUITE("e2e") {
+TEST_CASE("timeslice: when colocd dies while a job waits for its turn, the job goes on") {
+  if (simulated_only()) return;
+  Node n;
+  ProcResult r = n.cli({"policy", "all", "timeslice", "--quantum", "60s"});  // the holder keeps it
+  REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
+  auto holder = spinner(n, "holder", "kernel", 3);
+  REQUIRE(wait_until([&] {
+    json j = n.job("holder");
+    return !j.is_null() && j["compute_state"] == "running" && j["pids"].size() == 1;
+  }));
+  auto waiter = n.run({"--job", "waiter"}, {client(), "init", "ctx", "0", "launch", "3", "meminfo"});
+  REQUIRE_MESSAGE(wait_until([&] {
+    json j = n.job("waiter");
+    return !j.is_null() && j["compute_state"] == "waiting-quantum";
+  }), n.log());
+  n.kill_daemon();
+  ProcResult w = finish(*waiter, 20s);
+  CHECK(step(w.out, "launch")["launched"] == 3);
+  finish(*holder);
+}
+}
