@@ -43,6 +43,23 @@ TEST_ENV := $(if $(filter tsan,$(SAN)),TSAN_OPTIONS='die_after_fork=0 halt_on_er
 test: $(PRODUCTS) $(TEST_PROGRAMS) $(TEST_BIN)
 	$(Q)$(TEST_ENV) $(TEST_BIN) $(TEST_ARGS)
 
+# ---- benchmark: the timeslice policy from simgpu's trace (make bench; tests/bench/timeslice_bench.cpp) ----
+# Three GPU-bound jobs under colocd at 50, 100 and 500 ms quanta, and weights 2:1:1 at 100 ms:
+# idle time, handover latency, run lengths, shares -> build/bench/timeslice.json (about a minute).
+TIMESLICE_BENCH := $(BUILD)/bench/timeslice_bench
+$(TIMESLICE_BENCH): $(OBJ)/tests/bench/timeslice_bench.o
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^
+
+.PHONY: bench-timeslice
+bench-timeslice: $(TIMESLICE_BENCH) $(PRODUCTS) $(TEST_PROGRAMS)
+	$(call say,BENCH,timeslice)
+	$(Q)$(TIMESLICE_BENCH) --build $(BUILD) --out $(BUILD)/bench/timeslice.json
+BENCHES += bench-timeslice
+# The interposer's benchmark sets `coloc policy` on a colocd of its own (the launch in kWindow).
+bench-interpose: $(BUILD)/bin/coloc
+
 .PHONY: bench
 bench: $(BENCHES)
 
@@ -63,3 +80,4 @@ fuzz: $(FUZZERS)
 .PHONY: demo
 demo: $(PRODUCTS)
 	$(Q)tools/demo/demo.sh $(BUILD)
+
