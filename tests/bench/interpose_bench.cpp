@@ -21,6 +21,16 @@
 //     allocations of BYTES (one grant step) that each pass the grant, so each one sends a Grow and
 //     waits for the reply, timed one by one, against the same allocations with no daemon (no
 //     limit: no Grow). The difference is what a Grow costs an allocation, as the job sees it.
+//   - the launch in a gated state that does not wait (`interpose_bench measure-launch LAUNCHES`):
+//     the same launches, preloaded and registered both times, with a colocd whose device policy is
+//     share (gate RUN: the fast path) against one whose policy is timeslice (`coloc policy all
+//     timeslice --quantum 60s` (--window-quantum), the coloc CLI found beside --colocd; a long
+//     quantum, so its window is never reached): the job is alone there, so it holds the device from its
+//     first launch on (gate kWindow: every launch takes the slow path, passes the gate without
+//     waiting, is counted by the completion tracker, and every so many get a mark). The
+//     timesliced runs are checked from the job's report: launches that waited for the turn or
+//     the in-flight window (counted, with the time waited). On the null driver, events complete
+//     at once (a device that keeps up); the marks it recorded are counted.
 #include <cuda.h>
 #include <signal.h>
 #include <spawn.h>
@@ -110,6 +120,35 @@ int measure(uint64_t launches, uint64_t pairs) {
   return 0;
 }
 
+// LAUNCHES launches, best of 5 repetitions, after one launch and a synchronize (so a job of a
+// timesliced device holds its turn before the timing starts).
+int measure_launch(uint64_t launches) {
+  check(cuInit(0), "cuInit");
+  CUdevice dev;
+  CUcontext ctx;
+  check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+  check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  CUmodule mod;
+  CUfunction spin;
+  check(cuModuleLoadData(&mod, coloc_kernels_fatbin), "cuModuleLoadData");
+  check(cuModuleGetFunction(&spin, mod, "coloc_spin"), "cuModuleGetFunction");
+  unsigned long long ns = 0;
+  void* params[] = {&ns};
+  check(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
+  check(cuCtxSynchronize(), "cuCtxSynchronize");
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    uint64_t t0 = now_ns();
+    for (uint64_t i = 0; i < launches; ++i) check(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
+    uint64_t t1 = now_ns();
+    check(cuCtxSynchronize(), "cuCtxSynchronize");
+    best = std::min(best, double(t1 - t0) / double(launches));
+  }
+  std::printf("{\"launch_ns\":%.2f}\n", best);
+  return 0;
+}
+
 // COUNT allocations of BYTES, each timed; prints percentiles of the per-allocation time.
 int measure_grow(uint64_t count, uint64_t bytes) {
   check(cuInit(0), "cuInit");
@@ -137,6 +176,10 @@ int measure_grow(uint64_t count, uint64_t bytes) {
 struct Options {
   std::string sim, null_driver, lib, out, colocd;
   uint64_t grows = 500;
+  // The timeslice quantum of the kWindow measurement: long, so that the window (a quarter of it) is
+  // never reached: at 100 ms the host-stamped estimate of a launch's device time (the tracker
+  // thread's wake-up lag, when work completes at once) makes a few launches wait (docs/performance.md).
+  std::string window_quantum = "60s";
   uint64_t launches = 2000000, pairs = 200000;
   int rounds = 7;
 };
@@ -300,6 +343,96 @@ json compare_grow(const Options& o, const char* self, const std::map<std::string
               {"grow_round_trip_p99_ns", median(p99[1]) - median(p99[0])}};
 }
 
+// The job report colocd wrote for job `job` under `state` (waits up to 10 s); null when none.
+json job_report(const std::filesystem::path& state, const std::string& job) {
+  namespace fs = std::filesystem;
+  for (int i = 0; i < 1000; ++i) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(state / "reports", ec)) {
+      const std::string f = e.path().filename().string();
+      if ((f == job + ".json" || f.rfind(job + "-", 0) == 0) && f.size() > 5 && f.ends_with(".json")) {
+        std::ifstream in(e.path());
+        json r = json::parse(in, nullptr, false);
+        if (!r.is_discarded()) return r;
+      }
+    }
+    usleep(10000);
+  }
+  return nullptr;
+}
+
+// The launch in RUN (registered with `run_socket`'s colocd: policy share) against the launch in
+// kWindow (registered with `window`'s colocd: policy timeslice, the job alone on the device),
+// preloaded both times, rounds alternating. Each timesliced round is checked from its report.
+json compare_window(const Options& o, const char* self, const std::map<std::string, std::string>& env,
+                    const std::string& run_socket, const std::string& window_socket,
+                    const std::filesystem::path& window_state, uint64_t launches, const std::string& driver,
+                    bool count_marks, json& rounds) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> argv = {fs::absolute(self).string(), "measure-launch", std::to_string(launches)};
+  std::vector<double> ns[2];
+  int checked = 0, waited_quantum = 0, waited_window = 0, missing = 0;
+  double window_wait_s = 0;
+  uint64_t marks = 0;
+  for (int r = 0; r < o.rounds; ++r)
+    for (int window = 0; window < 2; ++window) {
+      std::map<std::string, std::string> e = env;
+      e["LD_PRELOAD"] = fs::absolute(o.lib).string();
+      e["COLOC_SOCKET"] = window ? window_socket : run_socket;
+      const std::string job = "bench-" + std::string(count_marks ? "null" : "sim") + "-" + std::to_string(r) + "-" +
+                              (window ? "window" : "run");
+      e["COLOC_JOB"] = job;
+      const fs::path calls = fs::temp_directory_path() / ("interpose-bench-calls-" + std::to_string(getpid()));
+      if (count_marks) e["NULLDRIVER_CALLS"] = calls.string();
+      json m = json::parse(spawn(argv, e));
+      ns[window].push_back(m["launch_ns"]);
+      json round = {{"driver", driver}, {"round", r}, {"gate", window ? "kWindow" : "RUN"}, {"launch_ns", m["launch_ns"]}};
+      if (count_marks) {
+        std::ifstream in(calls);
+        json c = json::parse(in, nullptr, false);
+        fs::remove(calls);
+        if (!c.is_discarded() && window) {
+          marks += c.value("cuEventRecord", 0ull);
+          round["marks"] = c.value("cuEventRecord", 0ull);
+        }
+      }
+      if (window) {
+        json rep = job_report(window_state, job);
+        if (rep.is_null() || rep["devices"].empty()) {
+          ++missing;
+        } else {
+          const json& d = rep["devices"][0];
+          const uint64_t q = d["gate_waited_launches"].value("quantum", 0ull), w = d["gate_waited_launches"].value("window", 0ull);
+          waited_quantum += int(q);
+          waited_window += int(w);
+          window_wait_s += d["gate_wait_s"].value("window", 0.0);
+          checked += q <= 1 && w == 0;
+          round["gate_waited_launches"] = d["gate_waited_launches"];
+          round["gate_wait_s"] = d["gate_wait_s"];
+        }
+      }
+      rounds.push_back(round);
+    }
+  const double run_ns = median(ns[0]), window_ns = median(ns[1]);
+  json out = {{"launches_per_repetition", launches},
+              {"run_ns", run_ns},
+              {"window_ns", window_ns},
+              {"added_ns", window_ns - run_ns},
+              {"run_ns_min", *std::min_element(ns[0].begin(), ns[0].end())},
+              {"window_ns_min", *std::min_element(ns[1].begin(), ns[1].end())},
+              {"window_rounds_checked", checked},
+              {"window_rounds", o.rounds},
+              {"window_rounds_without_report", missing},
+              {"launches_waited_for_turn", waited_quantum},
+              {"launches_waited_for_window", waited_window},
+              {"window_wait_s", window_wait_s}};
+  if (count_marks) {
+    const double total = double(o.rounds) * double(launches * 5 + 1);
+    out["marks_per_1000_launches"] = total > 0 ? double(marks) * 1000.0 / total : 0;
+  }
+  return out;
+}
+
 int run(const Options& o, const char* self) {
   namespace fs = std::filesystem;
   fs::path state = fs::temp_directory_path() / ("interpose-bench-" + std::to_string(getpid()));
@@ -330,6 +463,27 @@ int run(const Options& o, const char* self) {
           compare_daemon(o, self, {{"LD_LIBRARY_PATH", fs::absolute(o.null_driver).string()}}, d.socket,
                          o.launches * 5, o.pairs * 10, "null, colocd", rounds);
     out["grow"] = compare_grow(o, self, env, d.socket, rounds);
+    // The launch in kWindow: a second colocd whose devices are all timesliced.
+    const fs::path coloc_cli = fs::path(o.colocd).parent_path() / "coloc";
+    if (!fs::exists(coloc_cli)) {
+      out["window"] = {{"skipped", "no coloc CLI beside " + o.colocd + " to set the policy"}};
+    } else {
+      fs::create_directories(state / "window");
+      Daemon w(o.colocd, state / "window");
+      spawn({coloc_cli.string(), "policy", "all", "timeslice", "--quantum", o.window_quantum}, {{"COLOC_SOCKET", w.socket}});
+      json win;
+      win["what"] = "ns per cuLaunchKernel, preloaded and registered both times: gate RUN (device policy share) vs "
+                    "kWindow (policy timeslice, the job alone: it holds the device; each launch passes the gate "
+                    "without waiting and is tracked); median over rounds of the best of 5 repetitions";
+      win["quantum"] = o.window_quantum;
+      win["simgpu"] = compare_window(o, self, env, d.socket, w.socket, state / "window" / "colocd", o.launches / 4,
+                                     "simgpu, RUN vs kWindow", false, rounds);
+      if (!o.null_driver.empty())
+        win["null_driver"] = compare_window(o, self, {{"LD_LIBRARY_PATH", fs::absolute(o.null_driver).string()}},
+                                            d.socket, w.socket, state / "window" / "colocd", o.launches / 4,
+                                            "null, RUN vs kWindow", true, rounds);
+      out["window"] = win;
+    }
   }
   fs::remove_all(state);
   if (!o.null_driver.empty())
@@ -352,6 +506,22 @@ int run(const Options& o, const char* self) {
                 double(out["grow"]["with_grow_p50_ns"]) / 1e3, double(out["grow"]["with_grow_p99_ns"]) / 1e3,
                 double(out["grow"]["standalone_p50_ns"]) / 1e3, double(out["grow"]["standalone_p99_ns"]) / 1e3,
                 double(out["grow"]["grow_round_trip_p50_ns"]) / 1e3, double(out["grow"]["grow_round_trip_p99_ns"]) / 1e3);
+  if (out.contains("window") && out["window"].contains("simgpu"))
+    for (const char* drv : {"null_driver", "simgpu"}) {
+      if (!out["window"].contains(drv)) continue;
+      const json& w = out["window"][drv];
+      std::printf("interpose (%s, registered with colocd): launch in RUN %.1f ns, in kWindow (holding a timeslice, "
+                  "not waiting) %.1f ns: %+.1f ns (%d of %d timesliced rounds without a wait for the window; %d "
+                  "launches waited %.1f ms in all)%s\n",
+                  std::strcmp(drv, "simgpu") == 0 ? "simgpu" : "null driver", double(w["run_ns"]),
+                  double(w["window_ns"]), double(w["added_ns"]), int(w["window_rounds_checked"]),
+                  int(w["window_rounds"]), int(w["launches_waited_for_window"]), double(w["window_wait_s"]) * 1e3,
+                  w.contains("marks_per_1000_launches")
+                      ? (", " + std::to_string(double(w["marks_per_1000_launches"])) + " marks per 1000 launches").c_str()
+                      : "");
+    }
+  else if (out.contains("window"))
+    std::printf("interpose: launch in kWindow not measured: %s\n", out["window"].value("skipped", "?").c_str());
   std::printf("interpose: written to %s\n", o.out.c_str());
   return 0;
 }
@@ -361,6 +531,7 @@ int run(const Options& o, const char* self) {
 int main(int argc, char** argv) {
   if (argc == 4 && std::strcmp(argv[1], "measure") == 0)
     return measure(std::strtoull(argv[2], nullptr, 10), std::strtoull(argv[3], nullptr, 10));
+  if (argc == 3 && std::strcmp(argv[1], "measure-launch") == 0) return measure_launch(std::strtoull(argv[2], nullptr, 10));
   if (argc == 4 && std::strcmp(argv[1], "measure-grow") == 0)
     return measure_grow(std::strtoull(argv[2], nullptr, 10), std::strtoull(argv[3], nullptr, 10));
   if (argc >= 2 && std::strcmp(argv[1], "run") == 0) {
@@ -376,6 +547,7 @@ int main(int argc, char** argv) {
       else if (k == "--rounds") o.rounds = std::stoi(v);
       else if (k == "--colocd") o.colocd = v;
       else if (k == "--grows") o.grows = std::stoull(v);
+      else if (k == "--window-quantum") o.window_quantum = v;
       else die("unknown option " + k);
     }
     if (o.sim.empty() || o.lib.empty() || o.out.empty()) die("run needs --sim, --lib and --out");
