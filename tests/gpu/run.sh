@@ -53,5 +53,10 @@ if [ -x "$B/bin/colocd" ]; then
   check torch-pair tests/gpu/torch_pair.sh "$B"
 fi
 
+step "compute: two PyTorch jobs timesliced, one replaying a CUDA graph"
+if [ -x "$B/bin/colocd" ]; then
+  check torch-timeslice tests/gpu/torch_timeslice.sh "$B"
+fi
+
 echo; echo "failures: $failures"
 exit $((failures > 0))

@@ -11,7 +11,8 @@ using namespace coloc::test;
 TEST_SUITE("gpu") {
 TEST_CASE("the GPU scripts parse") {
   Env env;
-  for (const char* sh : {"tests/gpu/run.sh", "tests/gpu/pack.sh", "tests/gpu/torch_pair.sh"}) {
+  for (const char* sh : {"tests/gpu/run.sh", "tests/gpu/pack.sh", "tests/gpu/torch_pair.sh",
+                         "tests/gpu/torch_timeslice.sh"}) {
     auto r = run({"bash", "-n", source_path(sh)}, env, 20s);
     CHECK_MESSAGE(r.exit_code == 0, sh << ": " << describe(r));
   }
