@@ -164,7 +164,9 @@ bool Tracker::record_locked(int slot, CUcontext ctx, CUstream record_on, uint64_
     }
   }
   if (rc != CUDA_SUCCESS) {
-    give_event_locked(ctx, ev);
+    // Not pooled again: an event of a destroyed context would fail every record after it (a new
+    // context can reuse the old one's handle).
+    call<Fn::cuEventDestroy_v2>(ev);
     return false;
   }
   Mark& m = ring_[(head_ + count_) % kMarks];
@@ -203,9 +205,9 @@ void Tracker::launched(int slot, CUstream stream, bool per_thread, CUresult rc) 
   ts.last_launch_ns.store(now, std::memory_order_relaxed);
   std::lock_guard<Mutex> g(mu_);
   SlotTrack& st = slots_[slot];
-  ++st.launched;
   int i = find_stream(slot, key, pts, ctx, pts ? this_tid() : 0);
-  if (i < 0) return;  // every record busy: unmarked (the daemon's grace covers the drain)
+  if (i < 0) return;  // every record busy: unmarked and uncounted (the daemon's grace covers the drain)
+  ++st.launched;
   StreamRec& r = streams_[i];
   if (r.launched == r.marked) r.first_unmarked_ns = now;
   ++r.launched;
@@ -336,8 +338,8 @@ void Tracker::run() {
       st.done += m.launches;
       if (st.done > st.launched) st.done = st.launched;
       if (m.launches) {
-        const uint64_t per = busy / m.launches;
-        st.per_launch_ns = st.per_launch_ns ? (st.per_launch_ns * 3 + per) / 4 : (per ? per : 1);
+        const uint64_t per = busy / m.launches > 0 ? busy / m.launches : 1;
+        st.per_launch_ns = st.per_launch_ns ? (st.per_launch_ns * 3 + per) / 4 : per;  // EWMA, 1/4 weight: a phase change shows within a few marks
       }
       for (int i = 0; i < kStreams; ++i)
         if ((m.streams >> i & 1) && streams_[i].pending) --streams_[i].pending;
