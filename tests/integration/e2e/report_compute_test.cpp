@@ -1,0 +1,93 @@
+// The job report's compute part end to end: three equal GPU-bound jobs on a timesliced device
+// (interpose_client's spin loops under libcoloc.so on simgpu). Each report has a plausible GPU
+// time from completions (a share of the run, never more than its wall time), its turns, launches
+// made holding the device; `coloc report` says so in text and draws the turn lane in the SVG. A
+// job on a device in share mode has none of it.
+#include <doctest/doctest.h>
+
+#include "e2e.h"
+
+using namespace coloc::test;
+using namespace coloc::test::e2e;
+
+namespace {
+
+/// `coloc run --job NAME -- interpose_client init ctx 0 spin kernel 2ms SECONDS 10 0`.
+std::unique_ptr<Proc> spin(const Node& n, const std::string& name, double seconds) {
+  return n.run({"--job", name}, {client(), "init", "ctx", "0", "spin", "kernel", "2000000", std::to_string(seconds), "10", "0"});
+}
+
+}  // namespace
+
+TEST_SUITE("e2e") {
+TEST_CASE("report compute: timesliced jobs report GPU time, turns and window launches; the SVG draws the lane") {
+  if (simulated_only()) return;
+  Node n;
+  ProcResult p = n.cli({"policy", "all", "timeslice", "--quantum", "50ms"});
+  REQUIRE_MESSAGE(p.exit_code == 0, describe(p));
+  std::vector<std::unique_ptr<Proc>> jobs;
+  for (const char* name : {"ra", "rb", "rc"}) jobs.push_back(spin(n, name, 2));
+  for (auto& j : jobs) finish(*j);
+  for (const char* name : {"ra", "rb", "rc"}) {
+    CAPTURE(name);
+    json r = n.report(name);
+    REQUIRE(r["devices"].size() == 1);
+    const json& d = r["devices"][0];
+    INFO(d.dump());
+    const double wall = r["duration_s"].get<double>(), gpu = d["gpu_time_s"].get<double>();
+    CHECK(gpu > 0);
+    CHECK(gpu <= wall);
+    // Three equal jobs on one device: about a third each (the bounds leave room for a loaded
+    // machine and for the run's start and end, when fewer than three compete).
+    CHECK(gpu / wall >= 0.15);
+    CHECK(gpu / wall <= 0.60);
+    CHECK(d["turns_count"].get<uint64_t>() >= 2);
+    CHECK(d["turns"].size() >= 2);
+    double held = 0, last_end = 0;
+    for (const json& t : d["turns"]) {
+      CHECK(t[0].get<double>() >= last_end);
+      CHECK(t[1].get<double>() >= t[0].get<double>());
+      CHECK(t[1].get<double>() <= wall + 1e-6);
+      held += t[1].get<double>() - t[0].get<double>();
+      last_end = t[1].get<double>();
+    }
+    CHECK(held < wall);  // it shared the device: it did not hold it throughout
+    CHECK(d["launches_by_gate"]["window"].get<uint64_t>() > 0);
+    CHECK(d["launches_by_gate"]["run"].get<uint64_t>() + d["launches_by_gate"]["window"].get<uint64_t>() >=
+          d["kernel_launches"].get<uint64_t>());
+    CHECK(d["window_waits"].is_number_unsigned());
+    CHECK(d["drain_timeouts"].is_number_unsigned());
+  }
+  // The CLI: text and picture.
+  const std::string id = n.report("ra")["job"];
+  ProcResult text = n.cli({"report", id});
+  REQUIRE_MESSAGE(text.exit_code == 0, describe(text));
+  CHECK(text.out.find("Compute (timesliced devices):") != std::string::npos);
+  CHECK(text.out.find("GPU time") != std::string::npos);
+  CHECK(text.out.find(" turns") != std::string::npos);
+  ProcResult svg = n.cli({"report", id, "--svg", n.file("ra.svg")});
+  REQUIRE_MESSAGE(svg.exit_code == 0, describe(svg));
+  const std::string pic = read_file(n.file("ra.svg"));
+  CHECK(pic.find("<g class='turn-lane'>") != std::string::npos);
+  CHECK(pic.find("<rect class='turn'") != std::string::npos);
+}
+
+TEST_CASE("report compute: a job on a device in share mode has no GPU time, turns or lane") {
+  if (simulated_only()) return;
+  Node n;
+  auto j = spin(n, "sh", 0.3);
+  finish(*j);
+  json r = n.report("sh");
+  const json& d = r["devices"][0];
+  INFO(d.dump());
+  CHECK(d["gpu_time_s"] == 0.0);
+  CHECK(d["turns"] == json::array());
+  CHECK(d["turns_count"] == 0);
+  CHECK(d["launches_by_gate"]["window"] == 0);
+  CHECK(d["launches_by_gate"]["run"] == d["kernel_launches"]);
+  ProcResult svg = n.cli({"report", r["job"].get<std::string>(), "--svg", n.file("sh.svg")});
+  REQUIRE_MESSAGE(svg.exit_code == 0, describe(svg));
+  CHECK(read_file(n.file("sh.svg")).find("turn-lane") == std::string::npos);
+  CHECK(n.cli({"report", r["job"].get<std::string>()}).out.find("Compute") == std::string::npos);
+}
+}
