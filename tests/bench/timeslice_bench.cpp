@@ -13,7 +13,8 @@
 //   handover  the gaps between consecutive runs of different jobs: p50, p99, max (the previous
 //             holder's last kernel ends -> the next holder's first kernel starts)
 //   runs      median length of a run (a turn as the device saw it; expected: weight x quantum)
-//   shares    each job's device time over the time all three ran, against weight / sum of weights
+//   shares    each job's device time over the time all three ran, against weight / sum of weights;
+//             and over whole rounds within it (err pts / rounds: the worst job's error, in points)
 //   overlaps  kernels that started while another job's kernel ran (must be 0)
 //
 // Also from colocd's debug log: the drains it waited for at each turn's end and any drain
@@ -214,15 +215,37 @@ json analyse(const std::vector<Kernel>& ks, const std::vector<long>& pids, const
     const uint64_t s = std::max(k.start, all_from), e = std::min(k.end, to);
     if (e > s) busy[k.pid] += e - s, total += e - s;
   }
+  // The same over whole rounds: from the first run that starts once all ran to the start of the
+  // last run of the same process before `to` (a window that cuts no turn short: at long quanta,
+  // one turn more or less in the window above moves a share by quantum / window).
+  std::map<long, uint64_t> busy_rounds;
+  uint64_t total_rounds = 0, r_from = 0, r_to = 0;
+  for (size_t i = 0; i < runs.size() && !r_from; ++i)
+    if (runs[i].start >= all_from) {
+      r_from = runs[i].start;
+      for (size_t k = runs.size(); k-- > i + 1;)
+        if (runs[k].pid == runs[i].pid && runs[k].start <= to) {
+          r_to = runs[k].start;
+          break;
+        }
+    }
+  for (const Kernel& k : ks) {
+    const uint64_t s = std::max(k.start, r_from), e = std::min(k.end, r_to);
+    if (e > s) busy_rounds[k.pid] += e - s, total_rounds += e - s;
+  }
   json jobs = json::array();
-  double worst = 0;
+  double worst = 0, worst_rounds = 0;
   for (size_t i = 0; i < pids.size(); ++i) {
     const double share = total ? double(busy[pids[i]]) / double(total) : 0;
+    const double share_rounds = total_rounds ? double(busy_rounds[pids[i]]) / double(total_rounds) : 0;
     worst = std::max(worst, std::abs(share - expected[i]) * 100);
+    worst_rounds = std::max(worst_rounds, std::abs(share_rounds - expected[i]) * 100);
     jobs.push_back({{"pid", pids[i]},
                     {"expected_share", expected[i]},
                     {"share", share},
                     {"error_points", (share - expected[i]) * 100},
+                    {"share_whole_rounds", share_rounds},
+                    {"error_points_whole_rounds", (share_rounds - expected[i]) * 100},
                     {"runs", lengths[pids[i]].size()},
                     {"run_ms_median", pct(lengths[pids[i]], 0.5)}});
   }
@@ -243,6 +266,8 @@ json analyse(const std::vector<Kernel>& ks, const std::vector<long>& pids, const
               {"run_ms_p90", pct(all_lengths, 0.9)},
               {"all_ran_s", double(to > all_from ? to - all_from : 0) / 1e9},
               {"share_worst_error_points", worst},
+              {"whole_rounds_s", double(r_to - r_from) / 1e9},
+              {"share_worst_error_points_whole_rounds", worst_rounds},
               {"jobs", jobs}};
 }
 
@@ -419,8 +444,8 @@ int main(int argc, char** argv) {
   std::string cleanup = "rm -rf '" + n.dir + "'";
   if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "timeslice_bench: could not remove %s\n", n.dir.c_str());
 
-  std::printf("  %7s %7s %6s %7s %9s %9s %8s %8s %8s %8s %9s %8s\n", "quantum", "weights", "idle", "in hand", "hand p50",
-              "hand p99", "hand max", "handovrs", "run p50", "drain99", "shares", "err pts");
+  std::printf("  %7s %7s %6s %7s %9s %9s %8s %8s %8s %8s %14s %8s %7s\n", "quantum", "weights", "idle", "in hand", "hand p50",
+              "hand p99", "hand max", "handovrs", "run p50", "drain99", "shares", "err pts", "rounds");
   for (const json& r : runs) {
     std::string shares;
     for (auto& j : r["jobs"]) {
@@ -428,13 +453,13 @@ int main(int argc, char** argv) {
       std::snprintf(b, sizeof b, "%s%.2f", shares.empty() ? "" : "/", j["share"].get<double>());
       shares += b;
     }
-    std::printf("  %5dms %7s %5.1f%% %6.1f%% %7.2fms %7.2fms %6.1fms %8zu %6.1fms %6.1fms %9s %8.1f%s\n",
+    std::printf("  %5dms %7s %5.1f%% %6.1f%% %7.2fms %7.2fms %6.1fms %8zu %6.1fms %6.1fms %14s %8.1f %7.1f%s\n",
                 r["quantum_ms"].get<int>(), weights_str(r["weights"]).c_str(), r["idle_share"].get<double>() * 100,
                 r["idle_in_handovers_share"].get<double>() * 100, r["handover_ms_p50"].get<double>(),
                 r["handover_ms_p99"].get<double>(), r["handover_ms_max"].get<double>(),
                 r["handovers"].get<size_t>(), r["run_ms_median"].get<double>(),
                 r["daemon"]["drain_ms_p99"].get<double>(), shares.c_str(),
-                r["share_worst_error_points"].get<double>(),
+                r["share_worst_error_points"].get<double>(), r["share_worst_error_points_whole_rounds"].get<double>(),
                 r["overlaps"].get<int>() || r["daemon"]["drain_timeouts"].get<int>()
                     ? ("  overlaps " + std::to_string(r["overlaps"].get<int>()) + ", drain timeouts " +
                        std::to_string(r["daemon"]["drain_timeouts"].get<int>()))
