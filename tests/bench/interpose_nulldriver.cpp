@@ -23,6 +23,10 @@ NULL_EXPORT CUresult cuDeviceGet(CUdevice* d, int ordinal) {
   *d = ordinal;
   return ordinal == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
+NULL_EXPORT CUresult cuDeviceGetCount(int* n) {
+  *n = 1;
+  return CUDA_SUCCESS;
+}
 NULL_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* u, CUdevice) {
   std::memset(u->bytes, 0x42, sizeof u->bytes);
   return CUDA_SUCCESS;
