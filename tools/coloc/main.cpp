@@ -383,7 +383,7 @@ int run_cli(int argc, char** argv) {
   CLI::App* report_cmd = app.add_subcommand("report", "A job's memory report (running or ended): a table, JSON, or an SVG plot");
   report_cmd->add_option("job", job, "Job id (as coloc jobs shows it), or UID:JOB")->required();
   report_cmd->add_flag("--json", json_out, "Print the report's JSON");
-  report_cmd->add_option("--svg", svg_file, "Also write a plot of memory over time to this SVG file");
+  report_cmd->add_option("--svg", svg_file, "Also write a plot of memory over time (and the turns on timesliced devices) to this SVG file");
 
   // set
   std::string set_mem, set_priority, set_weight;

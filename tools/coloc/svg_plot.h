@@ -1,7 +1,9 @@
 // tools/coloc/svg_plot.h — `coloc report --svg`: a job's memory over time as an SVG picture,
 // one panel per device: bytes in use (a filled step curve), the job's limit and the device's
 // capacity as labelled lines, waiting periods as shaded bands, refused allocations (OOM events)
-// as red markers with their reason, and the peak marked; axes with units and a legend.
+// as red markers with their reason, and the peak marked; axes with units and a legend. Under the
+// panels, on the same time axis, a lane per timesliced device the job held (a bar per turn);
+// none when it held none.
 #pragma once
 
 #include <string>
