@@ -183,10 +183,12 @@ class Broker {
   /// Called by an async copy or memset (cuMemcpyAsync, cuMemsetD8Async, ... and _ptsz) when
   /// control().gate is not pages::GateState::kRun: waits while its stream's device is held by
   /// another job under the timeslice policy (a copy on the device's engines is device time too).
-  /// A copy into a capturing stream never waits. Never waits for a pause or the in-flight window.
-  virtual void copy_wait(CUstream stream, bool per_thread) {
+  /// A copy into a capturing stream never waits. Never waits for a pause or the in-flight window;
+  /// the holder's copies are tracked like its launches (the ticket).
+  virtual GateTicket copy_wait(CUstream stream, bool per_thread) {
     (void)stream;
     (void)per_thread;
+    return {};
   }
 
   /// Called now and then by launches (every kLaunchFlushEvery launches of one entry point on one

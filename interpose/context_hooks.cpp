@@ -17,6 +17,7 @@
 #include "mutex.h"
 
 #include "devices.h"
+#include "tracker.h"
 #include "driver.h"
 #include "handlers.h"
 #include "limits.h"
@@ -134,6 +135,7 @@ CUresult create(CUcontext* pctx, CUdevice dev, Create&& driver_create) {
 template <Fn id>
 CUresult destroy(CUcontext ctx) {
   int slot = ctx ? devices().slot_of_context(ctx) : -1;
+  tracker().forget_context(ctx);  // before: no call of ours may use it once it is destroyed
   CUresult r = call<id>(ctx);
   if (r != CUDA_SUCCESS || slot < 0) return r;
   bool charged = false;
@@ -151,8 +153,19 @@ CUresult destroy(CUcontext ctx) {
   return r;
 }
 
+/// The primary context of `dev` as the books know it (null when none).
+CUcontext known_primary(CUdevice dev, bool last_ref_only) {
+  int slot = devices().find_slot(dev);
+  if (slot < 0) return nullptr;
+  MutexLock g(devices().context_mutex(slot));
+  const ContextBooks& b = devices().context_books(slot);
+  return last_ref_only && b.primary_refs > 1 ? nullptr : b.primary;
+}
+
 template <Fn id>
 CUresult primary_release(CUdevice dev) {
+  // The last release destroys the context: the tracker lets go of it first.
+  tracker().forget_context(known_primary(dev, true));
   CUresult r = call<id>(dev);
   if (r != CUDA_SUCCESS) return r;
   int slot = devices().find_slot(dev);
@@ -175,6 +188,7 @@ CUresult primary_release(CUdevice dev) {
 
 template <Fn id>
 CUresult primary_reset(CUdevice dev) {
+  tracker().forget_context(known_primary(dev, false));
   CUresult r = call<id>(dev);
   if (r != CUDA_SUCCESS) return r;
   int slot = devices().find_slot(dev);

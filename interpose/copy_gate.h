@@ -50,11 +50,20 @@ inline constexpr bool per_thread_copy = copy_detail::ends_with(kFnName[index(id)
 
 /// Passes the copy gate for a copy or memset of entry point `id` with its arguments `args`: nothing
 /// but one relaxed load while the gate summary is RUN; otherwise Broker::copy_wait decides (its
-/// stream picks the device and says whether it is capturing).
+/// stream picks the device and says whether it is capturing). The ticket says whether to track it
+/// after the driver call (copy_after): a holder's copies are device work in flight like kernels.
 template <Fn id, class... A>
-inline void copy_pass(const A&... args) {
+inline GateTicket copy_pass(const A&... args) {
   if (gate_closed() != uint32_t(pages::GateState::kRun)) [[unlikely]]
-    broker().copy_wait(copy_stream<id>(args...), per_thread_copy<id>);
+    return broker().copy_wait(copy_stream<id>(args...), per_thread_copy<id>);
+  return {};
+}
+
+/// After the driver call of a copy that passed with ticket `t`: tracks it when the ticket says so.
+template <Fn id, class... A>
+inline void copy_after(const GateTicket& t, CUresult rc, const A&... args) {
+  if (t.track) [[unlikely]]
+    broker().launched(t, copy_stream<id>(args...), per_thread_copy<id>, rc);
 }
 
 }  // namespace coloc::interpose

@@ -730,7 +730,7 @@ GateTicket DaemonBroker::gate_wait(uint32_t, CUstream stream, bool per_thread) {
   return pass_gate(stream, per_thread, false);
 }
 
-void DaemonBroker::copy_wait(CUstream stream, bool per_thread) { pass_gate(stream, per_thread, true); }
+GateTicket DaemonBroker::copy_wait(CUstream stream, bool per_thread) { return pass_gate(stream, per_thread, true); }
 
 GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) {
   if (mode_.load(std::memory_order_acquire) != Mode::daemon || gate_override_.load(std::memory_order_acquire)) return {};
@@ -743,21 +743,35 @@ GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) 
   const pages::SlotGate& g = control().gates[slot];
   uint32_t state = g.state.load(std::memory_order_acquire);
   if (state == uint32_t(pages::GateState::kRun) || state >= pages::kGateStates) return {};
-  // A copy waits only for another job's turn (timeslice): a pause or the window holds launches.
-  if (copy && state != uint32_t(pages::GateState::kTimeslice)) return {};
+  // A copy waits only for another job's turn (timeslice), and is tracked in the holder's (kWindow):
+  // a pause and the window hold launches only.
+  if (copy && state == uint32_t(pages::GateState::kPaused)) return {};
   // A capture in progress is never disturbed: the launch only records into the graph.
   if (stream_capturing(stream, per_thread)) return {};
   const uint64_t released = released_[slot].load(std::memory_order_acquire);
   if (released && released == ((uint64_t(1) << 32) | g.seq.load(std::memory_order_acquire))) return {};
   pages::TrackStats& ts = stats().track[slot];
+  // Going in kWindow: counted in `launching` until the launch is tracked, then the gate read again
+  // (pages.h: StatsPage::launching), so the daemon's drain never misses it.
+  auto go_tracked = [&] {
+    stats().launching.fetch_add(1, std::memory_order_seq_cst);
+    if (g.state.load(std::memory_order_seq_cst) == uint32_t(pages::GateState::kWindow)) return true;
+    stats().launching.fetch_sub(1, std::memory_order_seq_cst);
+    return false;
+  };
   const uint64_t window = control().compute[slot].window_ns.load(std::memory_order_relaxed);
-  if (state == uint32_t(pages::GateState::kWindow) && (copy || !tracker().over_window(slot, window)))
-    return {slot, !copy};  // the holder, under its window: go (tracked)
+  if (state == uint32_t(pages::GateState::kWindow) && (copy || !tracker().over_window(slot, window)) && go_tracked())
+    return {slot, true};  // the holder, under its window: go (tracked)
   const uint64_t t0 = monotonic_ns();
   const uint32_t why = state;  // the state it first waited in (a pause that turns into a quantum wait: the pause)
   bool track = false;
   ts.waiting.fetch_add(1, std::memory_order_seq_cst);  // the job wants the device (the scheduler reads it)
   ts.last_launch_ns.store(t0, std::memory_order_relaxed);
+  tracker().nudge();  // a closed gate: what is left unmarked gets its marks for the handover
+  // A window wait lasts at most about a quantum (4 windows): work queued behind something that
+  // this thread itself must do (a host callback, a stream wait on a value it sets) would otherwise
+  // never complete, where the driver alone would have queued the launch.
+  const uint64_t window_cap_ns = 4 * window;
   {
     SignalWindow w;
     for (;;) {
@@ -768,14 +782,17 @@ GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) 
       const std::atomic<uint32_t>* word = &g.seq;
       uint32_t expected = seq;
       if (state == uint32_t(pages::GateState::kWindow)) {
-        if (copy) break;
         // Over the window: wait for a completion (the tracker wakes its word), or a gate change
         // (seen at the latest after a slice).
         expected = tracker().done_word().load(std::memory_order_acquire);
-        if (!tracker().over_window(slot, control().compute[slot].window_ns.load(std::memory_order_relaxed))) {
+        const uint64_t win = control().compute[slot].window_ns.load(std::memory_order_relaxed);
+        const bool capped = why == uint32_t(pages::GateState::kWindow) && window_cap_ns &&
+                            monotonic_ns() - t0 >= window_cap_ns;
+        if ((copy || capped || !tracker().over_window(slot, win)) && go_tracked()) {
           track = true;
           break;
         }
+        if (g.state.load(std::memory_order_acquire) != uint32_t(pages::GateState::kWindow)) continue;
         word = &tracker().done_word();
       }
       if (w.wait_futex(word, expected, SignalWindow::kSliceMs) < 0) {  // SIGINT/SIGTERM: launches proceed
@@ -796,6 +813,7 @@ GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) 
 
 void DaemonBroker::launched(const GateTicket& t, CUstream stream, bool per_thread, CUresult rc) {
   tracker().launched(t.slot, stream, per_thread, rc);
+  stats().launching.fetch_sub(1, std::memory_order_release);  // tracked: the drain sees it from here on
 }
 
 void DaemonBroker::on_lost() {

@@ -98,7 +98,7 @@ class DaemonBroker final : public Broker, private LinkOwner {
   void surplus(int slot, uint64_t in_use) override;
   bool driver_oom(int slot, uint64_t request, uint64_t charged, int attempt) override;
   GateTicket gate_wait(uint32_t state, CUstream stream, bool per_thread) override;
-  void copy_wait(CUstream stream, bool per_thread) override;
+  GateTicket copy_wait(CUstream stream, bool per_thread) override;
   void launched(const GateTicket& t, CUstream stream, bool per_thread, CUresult rc) override;
   /// True while the gates are open locally (the daemon is away).
   bool gates_overridden() const { return gate_override_.load(std::memory_order_acquire); }

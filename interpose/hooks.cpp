@@ -24,6 +24,9 @@
 
 namespace ci = coloc::interpose;
 
+// The parameter names of a manifest entry without their parentheses: `COLOC_UNPACK args`.
+#define COLOC_UNPACK(...) __VA_ARGS__
+
 #define COLOC_DEFINE_launch(name, params, args)         \
   extern "C" COLOC_EXPORT CUresult CUDAAPI name params { \
     if (auto fn = ci::launch_fast<ci::Fn::name>()) [[likely]] \
@@ -42,8 +45,10 @@ namespace ci = coloc::interpose;
 // copy: a stream-ordered copy or memset passes the copy gate, then calls the driver.
 #define COLOC_DEFINE_copy(name, params, args)            \
   extern "C" COLOC_EXPORT CUresult CUDAAPI name params { \
-    ci::copy_pass<ci::Fn::name> args;                    \
-    return ci::call<ci::Fn::name> args;                  \
+    const ci::GateTicket t = ci::copy_pass<ci::Fn::name> args; \
+    const CUresult rc = ci::call<ci::Fn::name> args;     \
+    ci::copy_after<ci::Fn::name>(t, rc, COLOC_UNPACK args); \
+    return rc;                                           \
   }
 
 #define COLOC_DEFINE_HANDLED(policy, name, params, args)   \

@@ -149,7 +149,8 @@ void Tracker::publish_tail_locked(int slot) {
   stats().track[slot].tail.store(tail, std::memory_order_release);
 }
 
-bool Tracker::record_locked(int slot, CUcontext ctx, CUstream record_on, uint64_t mask, bool exchange_mode) {
+bool Tracker::record_locked(int slot, CUcontext ctx, CUstream record_on, uint64_t mask, bool exchange_mode,
+                            uint64_t extra) {
   if (count_ >= kMarks) return false;
   CUevent ev = take_event_locked(ctx);
   if (!ev) return false;
@@ -170,7 +171,7 @@ bool Tracker::record_locked(int slot, CUcontext ctx, CUstream record_on, uint64_
     return false;
   }
   Mark& m = ring_[(head_ + count_) % kMarks];
-  m = Mark{ev, ctx, slot, mask, 0, 0};
+  m = Mark{ev, ctx, slot, mask, extra, 0};
   uint64_t first = UINT64_MAX;
   for (int i = 0; i < kStreams; ++i) {
     if (!(mask >> i & 1)) continue;
@@ -204,10 +205,17 @@ void Tracker::launched(int slot, CUstream stream, bool per_thread, CUresult rc) 
   ts.launches.fetch_add(1, std::memory_order_relaxed);
   ts.last_launch_ns.store(now, std::memory_order_relaxed);
   std::lock_guard<Mutex> g(mu_);
+  used_.store(true, std::memory_order_relaxed);
   SlotTrack& st = slots_[slot];
   int i = find_stream(slot, key, pts, ctx, pts ? this_tid() : 0);
-  if (i < 0) return;  // every record busy: unmarked and uncounted (the daemon's grace covers the drain)
   ++st.launched;
+  if (i < 0) {
+    // Every stream record is busy: this launch gets a mark of its own now (a rare case; its cost
+    // is one event record). When even that fails it is let go: counted done at once, so the
+    // window's estimate does not keep it forever, and left out of the drain.
+    if (!record_locked(slot, ctx, key, 0, true, 1)) ++st.done;
+    return;
+  }
   StreamRec& r = streams_[i];
   if (r.launched == r.marked) r.first_unmarked_ns = now;
   ++r.launched;
@@ -239,6 +247,8 @@ void Tracker::after_fork_child() {
   for (SlotTrack& s : slots_) s = SlotTrack{};
   pooled_ = 0;  // the parent's events (the child cannot use CUDA)
   thread_started_ = false;
+  syncing_ = nullptr;
+  used_.store(false, std::memory_order_relaxed);
   sleeping_.store(0, std::memory_order_relaxed);
 }
 
@@ -270,6 +280,48 @@ void* Tracker::thread_main(void* self) {
   return nullptr;
 }
 
+void Tracker::abandon_locked(int i) {
+  StreamRec& r = streams_[i];
+  if (r.slot >= 0 && r.slot < kSlotCount) slots_[r.slot].done += r.launched - r.marked;
+  r.marked = r.launched;
+}
+
+void Tracker::nudge() {
+  if (!thread_started_) return;  // (read without the lock: a missed nudge costs one slice)
+  wake_seq_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst)) futex_wake(wake_seq_, false);
+}
+
+void Tracker::forget_context(CUcontext ctx) {
+  if (!ctx || !used_.load(std::memory_order_relaxed)) return;
+  std::unique_lock<Mutex> g(mu_);
+  for (int i = pooled_ - 1; i >= 0; --i)
+    if (pool_[i].ctx == ctx) {
+      call<Fn::cuEventDestroy_v2>(pool_[i].ev);
+      pool_[i] = pool_[--pooled_];
+    }
+  // Its marks in flight: their events go with the context; the thread skips them (done).
+  for (int k = 0; k < count_; ++k) {
+    Mark& m = ring_[(head_ + k) % kMarks];
+    if (m.ctx == ctx) m.ev = nullptr;
+  }
+  for (int i = 0; i < kStreams; ++i)
+    if (streams_[i].used && streams_[i].ctx == ctx) {
+      abandon_locked(i);
+      if (streams_[i].pending == 0) streams_[i].used = false;
+    }
+  for (int slot = 0; slot < kSlotCount; ++slot) publish_tail_locked(slot);
+  // The thread may be waiting on one of its events right now: the application's destroy waits
+  // until it is done (no call of ours may use a context after it is destroyed).
+  while (syncing_ == ctx) {
+    const uint32_t seq = done_seq_.load(std::memory_order_acquire);
+    g.unlock();
+    timespec slice{0, 10 * 1000000L};
+    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done_seq_), FUTEX_WAIT, seq, &slice, nullptr, 0);
+    g.lock();
+  }
+}
+
 bool Tracker::mark_tails() {
   std::lock_guard<Mutex> g(mu_);
   bool any = false;
@@ -287,20 +339,26 @@ bool Tracker::mark_tails() {
         if (r.ctx == dctx) defaults_by_ctx |= uint64_t(1) << i;
         continue;
       }
-      if (capturing(r.stream, false) || !record_locked(slot, r.ctx, r.stream, uint64_t(1) << i, false)) {
-        r.marked = r.launched;  // cannot be marked now (capturing, destroyed): left to the grace
+      // Capturing now: tried again at the next wake (a gate change, a nudge, or the slice);
+      // meanwhile the tail holds the drain, so the daemon waits (at most its grace).
+      if (capturing(r.stream, false)) continue;
+      if (record_locked(slot, r.ctx, r.stream, uint64_t(1) << i, false)) {
+        any = true;
+      } else {  // the stream (or its context) is gone: so is the work it held
+        abandon_locked(i);
         publish_tail_locked(slot);
       }
-      any = true;
     }
     if (defaults_by_ctx) {
       ScopedContext sc(dctx);
-      if (capturing(CU_STREAM_LEGACY, false) || !record_locked(slot, dctx, CU_STREAM_LEGACY, defaults_by_ctx, false)) {
+      if (capturing(CU_STREAM_LEGACY, false)) continue;  // as above: later
+      if (record_locked(slot, dctx, CU_STREAM_LEGACY, defaults_by_ctx, false)) {
+        any = true;
+      } else {
         for (int i = 0; i < kStreams; ++i)
-          if (defaults_by_ctx >> i & 1) streams_[i].marked = streams_[i].launched;
+          if (defaults_by_ctx >> i & 1) abandon_locked(i);
         publish_tail_locked(slot);
       }
-      any = true;
     }
   }
   return any;
@@ -322,12 +380,21 @@ void Tracker::run() {
       }
     }
     if (have) {
-      {
-        ScopedContext sc(m.ctx);
-        call<Fn::cuEventSynchronize>(m.ev);  // an error (a destroyed context) counts as done
+      if (m.ev) {
+        {
+          std::lock_guard<Mutex> g(mu_);
+          m = ring_[head_];  // forget_context may have taken its event meanwhile
+          syncing_ = m.ev ? m.ctx : nullptr;
+        }
+        if (m.ev) {
+          ScopedContext sc(m.ctx);
+          call<Fn::cuEventSynchronize>(m.ev);  // an error counts as done
+        }
       }
       const uint64_t now = monotonic_ns();
       std::lock_guard<Mutex> g(mu_);
+      syncing_ = nullptr;
+      if (!ring_[head_].ev) m.ev = nullptr;  // its context was destroyed meanwhile: so was the event
       head_ = (head_ + 1) % kMarks;
       --count_;
       SlotTrack& st = slots_[m.slot];
@@ -343,10 +410,11 @@ void Tracker::run() {
       }
       for (int i = 0; i < kStreams; ++i)
         if ((m.streams >> i & 1) && streams_[i].pending) --streams_[i].pending;
-      give_event_locked(m.ctx, m.ev);
+      if (m.ev) give_event_locked(m.ctx, m.ev);
       pages::TrackStats& ts = stats().track[m.slot];
       ts.busy_ns.fetch_add(busy, std::memory_order_relaxed);
       ts.marks_done.fetch_add(1, std::memory_order_release);
+      publish_tail_locked(m.slot);
       done_seq_.fetch_add(1, std::memory_order_release);
       futex_wake(done_seq_, true);  // window waiters wait with SignalWindow::wait_futex (shared)
       continue;
@@ -378,8 +446,9 @@ void Tracker::run() {
 #define SYS_futex_waitv 449
 #endif
       long rc = ::syscall(SYS_futex_waitv, v, 2, 0, &ts, CLOCK_MONOTONIC);
-      if (rc < 0 && errno == ENOSYS) {  // before Linux 5.16: the mark word alone, in short slices
-        timespec rel{0, 2 * 1000000L};
+      if (rc < 0 && errno == ENOSYS) {  // before Linux 5.16: the mark word alone, in the slice (a
+        // launch that starts to wait at a closed gate nudges it: nudge())
+        timespec rel{0, 100 * 1000000L};
         ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_seq_), FUTEX_WAIT_PRIVATE, w, &rel, nullptr, 0);
       }
     }

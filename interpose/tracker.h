@@ -31,6 +31,11 @@
 //
 // Published per slot in the stats page's TrackStats: marks, marks_done, busy_ns, launches, tail
 // (streams with unmarked launches), last_launch_ns.
+//
+// Limits: a launch on a 65th stream while 64 others have work unmarked or in flight gets a mark of
+// its own. A stream found capturing at a handover keeps its tail (so the daemon waits, at most its
+// grace) and is tried again at the tracker's next wake. The work of a destroyed stream or context
+// is given up: counted done, not waited for.
 #pragma once
 
 #include <atomic>
@@ -65,6 +70,15 @@ class Tracker {
   bool over_window(int slot, uint64_t window_ns);
   /// The word bumped (and futex-woken) at every completion: a thread over the window waits on it.
   const std::atomic<uint32_t>& done_word() const { return done_seq_; }
+  /// A launch began to wait at a closed gate: wakes the tracker thread, so it marks the streams
+  /// left unmarked for the handover (without futex_waitv it would see the gate change only at
+  /// its next slice).
+  void nudge();
+  /// Context `ctx` is about to be destroyed (cuCtxDestroy, a primary context's reset or last
+  /// release): its pooled events are destroyed, its marks in flight count as done, its streams
+  /// are forgotten; waits while the tracker thread is inside a call on one of its events (no call
+  /// of ours may use a destroyed context). Nothing when nothing was ever tracked.
+  void forget_context(CUcontext ctx);
   /// In a child after fork: forgets everything (the child cannot use the parent's CUDA anyway).
   void after_fork_child();
 
@@ -101,7 +115,12 @@ class Tracker {
   int find_stream(int slot, CUstream stream, bool per_thread, CUcontext ctx, pid_t tid);
   /// Records a mark covering the streams in `mask` (all of one context) on `stream`; the caller
   /// holds mu_. False when none could be recorded (the pool is empty, the driver refused).
-  bool record_locked(int slot, CUcontext ctx, CUstream record_on, uint64_t mask, bool exchange_mode);
+  /// `extra`: launches it covers beyond those of the streams in `mask` (a launch without a record).
+  bool record_locked(int slot, CUcontext ctx, CUstream record_on, uint64_t mask, bool exchange_mode,
+                     uint64_t extra = 0);
+  /// Gives up the unmarked launches of streams_[i] (the stream or its context is gone): counted
+  /// done (they leave the window's estimate) and no longer in the tail.
+  void abandon_locked(int i);
   CUevent take_event_locked(CUcontext ctx);
   void give_event_locked(CUcontext ctx, CUevent ev);
   void publish_tail_locked(int slot);
@@ -123,6 +142,8 @@ class Tracker {
   PooledEvent pool_[kMarks];
   int pooled_ = 0;
   bool thread_started_ = false;
+  CUcontext syncing_ = nullptr;        ///< the context of the event the thread waits on (under mu_)
+  std::atomic<bool> used_{false};      ///< something was ever tracked (forget_context's quick exit)
   std::atomic<uint32_t> wake_seq_{0};  ///< bumped when a mark is queued (the thread waits on it)
   std::atomic<uint32_t> done_seq_{0};  ///< bumped at every completion (window waiters wait on it)
   std::atomic<uint32_t> sleeping_{0};  ///< the thread is about to wait (a queuer must wake it)

@@ -44,7 +44,9 @@ int write_gates(pages::ControlPage& page, const pages::GateState (&states)[pages
     if (want != uint32_t(pages::GateState::kRun) && all_run) first_closed = want;
     all_run &= want == uint32_t(pages::GateState::kRun);
     if (page.gates[s].state.load(std::memory_order_relaxed) != want) {
-      page.gates[s].state.store(want, std::memory_order_release);
+      // seq_cst: the drain rule with StatsPage::launching (pages.h) pairs this store with the
+      // client's seq_cst add and re-read.
+      page.gates[s].state.store(want, std::memory_order_seq_cst);
       changed[s] = true;
       ++n;
     }
@@ -89,35 +91,43 @@ bool slot_uuid(const pages::ControlPage& page, uint32_t s, broker::Uuid* out) {
 }
 }  // namespace
 
-Usage Gates::usage(JobSerial job, const Uuid& dev) const {
-  Usage u;
-  u.drained = true;
+std::map<std::pair<JobSerial, Uuid>, Usage> Gates::usages() const {
+  std::map<std::pair<JobSerial, Uuid>, Usage> out;
   for (const auto& [id, c] : clients_) {
-    if (c.job != job || !c.page || !c.stats || c.layout < pages::kTrackedLayout) continue;
+    if (!c.page || !c.stats || c.layout < pages::kTrackedLayout) continue;
+    // A launch between its check of an open gate and its tracking keeps every device of the
+    // client undrained (pages.h: StatsPage::launching).
+    const bool launching = c.stats->launching.load(std::memory_order_seq_cst) != 0;
     for (uint32_t s = 0; s < pages::kSlots; ++s) {
       Uuid d;
-      if (!slot_uuid(*c.page, s, &d) || d != dev) continue;
+      if (!slot_uuid(*c.page, s, &d)) continue;
+      auto [it, fresh] = out.try_emplace({c.job, d});
+      Usage& u = it->second;
+      if (fresh) u.drained = true;
       const pages::TrackStats& t = c.stats->track[s];
       u.present = true;
       u.wants |= t.waiting.load(std::memory_order_acquire) > 0;
-      u.drained &= t.marks_done.load(std::memory_order_acquire) >= t.marks.load(std::memory_order_acquire) &&
+      u.drained &= !launching && t.marks_done.load(std::memory_order_acquire) >= t.marks.load(std::memory_order_acquire) &&
                    t.tail.load(std::memory_order_acquire) == 0;
       u.last_activity = std::max<Nanos>(u.last_activity, t.last_launch_ns.load(std::memory_order_relaxed));
       u.busy_ns += t.busy_ns.load(std::memory_order_relaxed);
     }
   }
+  return out;
+}
+
+Usage Gates::usage(JobSerial job, const Uuid& dev) const {
+  auto all = usages();
+  auto it = all.find({job, dev});
+  if (it != all.end()) return it->second;
+  Usage u;
+  u.drained = true;
   return u;
 }
 
 std::vector<std::pair<JobSerial, Uuid>> Gates::present() const {
   std::vector<std::pair<JobSerial, Uuid>> out;
-  for (const auto& [id, c] : clients_) {
-    if (!c.page || !c.stats || c.layout < pages::kTrackedLayout) continue;
-    for (uint32_t s = 0; s < pages::kSlots; ++s) {
-      Uuid d;
-      if (slot_uuid(*c.page, s, &d)) out.emplace_back(c.job, d);
-    }
-  }
+  for (const auto& [key, u] : usages()) out.push_back(key);
   return out;
 }
 

@@ -52,7 +52,10 @@ class Gates {
   /// Rewrites every client's gates from the job states and the scheduler (after a tick, an
   /// attach, a policy change); writes only what changed. Returns how many slots changed.
   int refresh();
-  /// The job's work on `dev`, summed over its tracked clients attached there.
+  /// Every (job, device) with a tracked client attached (layout >= kTrackedLayout), with the
+  /// job's work there summed over those clients: one pass over the clients (the scheduler's tick).
+  std::map<std::pair<JobSerial, Uuid>, Usage> usages() const;
+  /// The job's work on `dev`, summed over its tracked clients attached there (one pass: tests).
   Usage usage(JobSerial job, const Uuid& dev) const;
   /// Every (job, device) with a tracked client attached (layout >= kTrackedLayout).
   std::vector<std::pair<JobSerial, Uuid>> present() const;

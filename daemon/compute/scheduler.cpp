@@ -90,14 +90,14 @@ std::vector<SchedEvent> Scheduler::take_events() {
 }
 
 Nanos Scheduler::next_tick(Nanos now) const {
-  // Contended: some exclusive device has two jobs on it, or a turn is draining.
+  // Busy: a job waits for a device or a turn drains: every kTickNs. Shared by jobs that all sit
+  // still: a slower look, for the first launch that will want a turn. Otherwise none.
+  if (hot_) return now + kTickNs;
   std::map<Uuid, int> on;
   for (const auto& [job, devs] : present_)
     for (const Uuid& d : devs) ++on[d];
   for (const auto& [d, n] : on)
-    if (n > 1) return now + kTickNs;
-  for (const auto& [job, j] : jobs_)
-    if (j.draining || (j.holding && j.held.empty())) return now + kTickNs;
+    if (n > 1) return now + kIdleTickNs;
   return broker::kNever;
 }
 
@@ -145,17 +145,27 @@ bool Scheduler::tick(Nanos now, const std::function<Usage(JobSerial, const Uuid&
     if (!j.order) j.order = next_order_++;
   }
 
-  // Turns whose devices went away (the job left, or the device stopped being exclusive).
+  // Devices a turn lost (the job left them, or they stopped being exclusive) are free at once; the
+  // rest of a gang's turn drains as usual.
   for (auto& [job, j] : jobs_) {
     if (!j.holding) continue;
     const std::set<Uuid>& on = present_[job];
-    bool lost = false;
-    for (const Uuid& d : j.held) lost |= !on.count(d) || !policy_of(d).exclusive();
-    if (lost) {
+    std::vector<Uuid> lost;
+    for (const Uuid& d : j.held)
+      if (!on.count(d) || !policy_of(d).exclusive()) lost.push_back(d);
+    if (lost.empty()) continue;
+    changed = true;
+    if (lost.size() == j.held.size()) {
       j.why = TurnEnd::kLeft;
       release(job, j, now, false);
-      changed = true;
+      continue;
     }
+    for (const Uuid& d : lost) {
+      j.held.erase(d);
+      auto dv = devices_.find(d);
+      if (dv != devices_.end() && dv->second.owner == job) dv->second.owner = 0;
+    }
+    if (!j.draining) end_turn(job, j, now, TurnEnd::kLeft);
   }
 
   // Who wants a turn: a launch of it waits at a gate on any of its devices (a gang that waits on
@@ -216,6 +226,10 @@ bool Scheduler::tick(Nanos now, const std::function<Usage(JobSerial, const Uuid&
       drained &= usage(job, d).drained;
       grace = std::max(grace, policy_of(d).grace());
     }
+    // Never in the tick that closed the gate: the engine writes the closed gate after the tick,
+    // and only a look after that write sees every launch that passed the open one (pages.h:
+    // StatsPage::launching).
+    if (now <= j.drain_start) continue;
     if (drained) {
       release(job, j, now, false);
       changed = true;
@@ -281,6 +295,9 @@ bool Scheduler::tick(Nanos now, const std::function<Usage(JobSerial, const Uuid&
       changed = true;
     }
   }
+  // Hot until nobody waits and nothing drains (next_tick).
+  hot_ = false;
+  for (const auto& [k, j] : jobs_) hot_ |= j.draining || (wants[k] && !j.holding);
   return changed;
 }
 

@@ -109,6 +109,9 @@ class Scheduler {
   /// Smallest tick interval while a device is contended (ns): how often drains and idle holders
   /// are looked at (the handover latency is about this plus the holder's drain).
   static constexpr Nanos kTickNs = 1'000'000;
+  /// Tick interval while exclusive devices are shared by jobs none of which waits (ns): how soon
+  /// the first launch that waits is noticed (a holder that idles then hands over within it).
+  static constexpr Nanos kIdleTickNs = 10'000'000;
   /// A holder with nothing in flight that has not launched for this long is idle (ns).
   static constexpr Nanos kIdleNs = 2'000'000;
 
@@ -141,6 +144,7 @@ class Scheduler {
   std::map<JobSerial, std::set<Uuid>> present_;  ///< exclusive devices each job is on (last tick)
   std::vector<SchedEvent> events_;
   SharePolicy share_;
+  bool hot_ = false;  ///< at the last tick a job waited for a device, or a turn drained
   uint64_t next_order_ = 1;
 };
 

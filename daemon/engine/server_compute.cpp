@@ -37,8 +37,21 @@ void Server::compute_tick(Nanos t) {
   // Pauses are the gates' books (coloc pause); the scheduler only needs to know who sits out.
   for (const auto& [serial, job] : broker_.jobs())
     scheduler_.set_paused(serial, gates_.paused(serial) != compute::PausedBy::kNobody);
-  scheduler_.tick(t, [this](broker::JobSerial j, const broker::Uuid& d) { return gates_.usage(j, d); },
-                  gates_.present());
+  // One pass over the clients' stats pages per tick.
+  const auto usages = gates_.usages();
+  std::vector<std::pair<broker::JobSerial, broker::Uuid>> present;
+  present.reserve(usages.size());
+  for (const auto& [key, u] : usages) present.push_back(key);
+  scheduler_.tick(
+      t,
+      [&usages](broker::JobSerial j, const broker::Uuid& d) {
+        auto it = usages.find({j, d});
+        if (it != usages.end()) return it->second;
+        compute::Usage none;
+        none.drained = true;
+        return none;
+      },
+      present);
   gates_.refresh();
   for (const compute::SchedEvent& e : scheduler_.take_events()) {
     // The job report's turns: when the job held each device.
@@ -83,11 +96,10 @@ constexpr broker::Nanos kShareWindow = 10'000'000'000;  // coloc status' GPU SHA
 
 void Server::compute_sample(Nanos t) {
   std::set<std::pair<broker::JobSerial, broker::Uuid>> seen;
-  for (const auto& [job, dev] : gates_.present()) {
-    auto key = std::make_pair(job, dev);
-    if (!seen.insert(key).second) continue;
+  for (const auto& [key, u] : gates_.usages()) {
+    seen.insert(key);
     auto& h = busy_history_[key];
-    const uint64_t busy = gates_.busy_ns(job, dev);
+    const uint64_t busy = u.busy_ns;
     if (!h.empty() && busy < h.back().second) h.clear();  // a process left: its counts went with it
     h.emplace_back(t, busy);
     while (h.size() > 2 && h[1].first + kShareWindow <= t) h.pop_front();

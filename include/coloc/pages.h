@@ -194,13 +194,19 @@ struct alignas(64) TrackStats {
   std::atomic<uint64_t> window_waits;    ///< launches that waited for the in-flight window
 };
 
-/// The stats page (client writes, daemon reads). The header is written by the daemon before it
-/// sends the page; the client must not change it.
+/// The stats page (client writes, daemon reads). The header's first three fields are written by
+/// the daemon before it sends the page; the client must not change them.
 struct StatsPage {
   uint32_t magic;           ///< kStatsMagic
   uint16_t layout_version;  ///< kLayoutVersion
   uint16_t slot_count;      ///< kSlots
-  uint8_t reserved[56];
+  /// (layout 5) Launches between their check of a kWindow gate and their tracking (the driver
+  /// call in between). The client adds 1 (seq_cst), then reads the gate again (seq_cst) and goes
+  /// only if it is still kWindow; it subtracts 1 once the launch is counted in TrackStats. The
+  /// daemon stores a closed gate (seq_cst), then counts the holder drained only while this is 0,
+  /// so a launch that saw the gate open is never missed by the drain.
+  std::atomic<uint64_t> launching;
+  uint8_t reserved[48];
   StatsSlot slots[kSlots];
   GateStats gates[kSlots];  ///< (layout 4) per slot; unused (zero) in older layouts
   TrackStats track[kSlots];  ///< (layout 5) per slot; unused (zero) in older layouts
@@ -218,7 +224,7 @@ static_assert(offsetof(ControlSlot, limit) == 24);
 static_assert(offsetof(ControlSlot, grant) == 32);
 static_assert(offsetof(ControlSlot, job_others) == 48);
 static_assert(offsetof(ControlSlot, overhead) == 56);
-static_assert(offsetof(StatsPage, slots) == 64);
+static_assert(offsetof(StatsPage, slots) == 64 && offsetof(StatsPage, launching) == 8);
 static_assert(offsetof(StatsSlot, in_use) == 0);
 static_assert(offsetof(StatsSlot, launches) == 56);
 static_assert(sizeof(SlotGate) == 8 && offsetof(ControlPage, gates) == 64 + 64 * kSlots);

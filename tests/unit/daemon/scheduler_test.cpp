@@ -205,8 +205,11 @@ TEST_CASE("scheduler: an idle holder gives the device up at once when another jo
   p.tick();
   CHECK(p.s.state(1, dev(1)) == GS::kWindow);  // launched a moment ago: not idle yet
   p.now += Scheduler::kIdleNs;
-  p.tick();  // drained, nothing launched for kIdleNs: its turn ends, and the device goes on
+  p.tick();  // drained, nothing launched for kIdleNs: its turn ends (its gate closes)
   CHECK(p.s.state(1, dev(1)) == GS::kTimeslice);
+  CHECK(p.s.state(2, dev(1)) == GS::kTimeslice);  // never in the tick that closed the gate
+  p.now += Scheduler::kTickNs;
+  p.tick();  // the next look: drained, and the device goes on
   CHECK(p.s.state(2, dev(1)) == GS::kWindow);
   bool idle_end = false;
   for (const SchedEvent& e : p.s.take_events()) idle_end |= e.kind == SchedEvent::Kind::kDrained && e.why == coloc::compute::TurnEnd::kIdle;
@@ -369,5 +372,65 @@ TEST_CASE("scheduler: a gang whose one thread waits on one device gets turns on 
     was = a;
   }
   CHECK(gang_turns >= 3);
+}
+}
+
+TEST_SUITE("daemon") {
+TEST_CASE("scheduler: a handover never completes in the tick that closed the holder's gate, even when it reads drained") {
+  Plant p;
+  p.s.set_policy(dev(1), timeslice(10));
+  p.join(1, dev(1));
+  p.tick();
+  p.join(2, dev(1));
+  p.busy(2, dev(1));
+  p.idle(1, dev(1));  // drained all along: only a later look can trust it (pages.h: launching)
+  p.now += 10 * kMs;
+  p.tick();
+  CHECK(p.s.state(1, dev(1)) == GS::kTimeslice);
+  CHECK(p.s.holder(dev(1)) == 1);
+  p.now += kMs;
+  p.tick();
+  CHECK(p.s.state(2, dev(1)) == GS::kWindow);
+}
+
+TEST_CASE("scheduler: a gang that loses one device frees it at once and drains the other before it is handed on") {
+  Plant p;
+  p.s.set_policy(dev(1), timeslice(50));
+  p.s.set_policy(dev(2), timeslice(50));
+  p.join(1, dev(1));
+  p.join(1, dev(2));
+  p.tick();
+  REQUIRE(p.s.state(1, dev(1)) == GS::kWindow);
+  p.busy(1, dev(1));
+  p.usage[{1, dev(1)}].wants = false;
+  p.join(2, dev(1));
+  p.busy(2, dev(1));
+  p.s.set_policy(dev(2), PolicySettings{});  // device 2 back to share mid-turn
+  p.now += kMs;
+  p.tick();
+  CHECK(p.s.holder(dev(2)) == 0);
+  CHECK(p.s.state(1, dev(1)) == GS::kTimeslice);  // its turn ends: the rest drains
+  CHECK(p.s.holder(dev(1)) == 1);
+  p.now += kMs;
+  p.tick();
+  CHECK(p.s.state(2, dev(1)) == GS::kTimeslice);  // not drained yet: nobody else runs
+  p.idle(1, dev(1));
+  p.now += kMs;
+  p.tick();
+  CHECK(p.s.state(2, dev(1)) == GS::kWindow);
+}
+
+TEST_CASE("scheduler: shared by jobs that sit still, it looks every 10 ms; busy, every ms; alone, never") {
+  Plant p;
+  p.s.set_policy(dev(1), timeslice(100));
+  p.join(1, dev(1));
+  p.tick();
+  CHECK(p.s.next_tick(p.now) == coloc::broker::kNever);
+  p.join(2, dev(1));
+  p.tick();
+  CHECK(p.s.next_tick(p.now) == p.now + Scheduler::kIdleTickNs);
+  p.busy(2, dev(1));
+  p.tick();
+  CHECK(p.s.next_tick(p.now) == p.now + Scheduler::kTickNs);
 }
 }
