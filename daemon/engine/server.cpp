@@ -753,7 +753,9 @@ void Server::on_admin(Connection& c, const proto::Message& m) {
   try {
     a = admin_->handle(m.body.admin, caller, now());
     // A pause, a weight or a policy may have changed: the gates follow before the answer goes.
-    if (m.body.admin.op >= uint32_t(proto::AdminOp::kSet) && m.body.admin.op != uint32_t(proto::AdminOp::kReport))
+    // (Only when it was done: a refused request costs no tick.)
+    if (a.status == proto::AdminStatus::kOk && m.body.admin.op >= uint32_t(proto::AdminOp::kSet) &&
+        m.body.admin.op != uint32_t(proto::AdminOp::kReport))
       compute_tick(now());
   } catch (const std::exception& e) {  // e.g. a report file that is not what we wrote
     a = {proto::AdminStatus::kInternal, std::string("colocd could not answer: ") + e.what()};
