@@ -143,10 +143,11 @@ void Tracker::give_event_locked(CUcontext ctx, CUevent ev) {
   call<Fn::cuEventDestroy_v2>(ev);
 }
 
-void Tracker::publish_tail_locked(int slot) {
-  uint64_t tail = 0;
-  for (const StreamRec& r : streams_) tail += r.used && r.slot == slot && r.launched > r.marked;
-  stats().track[slot].tail.store(tail, std::memory_order_release);
+void Tracker::publish_tail_locked(int slot) { stats().track[slot].tail.store(tails_[slot], std::memory_order_release); }
+
+void Tracker::set_marked_locked(StreamRec& r) {
+  if (r.launched > r.marked && r.slot >= 0 && r.slot < kSlotCount && tails_[r.slot]) --tails_[r.slot];
+  r.marked = r.launched;
 }
 
 bool Tracker::record_locked(int slot, CUcontext ctx, CUstream record_on, uint64_t mask, bool exchange_mode,
@@ -178,7 +179,7 @@ bool Tracker::record_locked(int slot, CUcontext ctx, CUstream record_on, uint64_
     StreamRec& r = streams_[i];
     m.launches += r.launched - r.marked;
     if (r.launched > r.marked) first = r.first_unmarked_ns < first ? r.first_unmarked_ns : first;
-    r.marked = r.launched;
+    set_marked_locked(r);
     ++r.pending;
   }
   m.first_ns = first == UINT64_MAX ? monotonic_ns() : first;
@@ -217,7 +218,10 @@ void Tracker::launched(int slot, CUstream stream, bool per_thread, CUresult rc) 
     return;
   }
   StreamRec& r = streams_[i];
-  if (r.launched == r.marked) r.first_unmarked_ns = now;
+  if (r.launched == r.marked) {
+    r.first_unmarked_ns = now;
+    ++tails_[slot];
+  }
   ++r.launched;
   const uint64_t unmarked = r.launched - r.marked;
   const uint64_t window = control().compute[slot].window_ns.load(std::memory_order_relaxed);
@@ -245,6 +249,7 @@ void Tracker::after_fork_child() {
   for (StreamRec& r : streams_) r = StreamRec{};
   head_ = count_ = 0;
   for (SlotTrack& s : slots_) s = SlotTrack{};
+  for (uint32_t& t : tails_) t = 0;
   pooled_ = 0;  // the parent's events (the child cannot use CUDA)
   thread_started_ = false;
   syncing_ = nullptr;
@@ -283,7 +288,7 @@ void* Tracker::thread_main(void* self) {
 void Tracker::abandon_locked(int i) {
   StreamRec& r = streams_[i];
   if (r.slot >= 0 && r.slot < kSlotCount) slots_[r.slot].done += r.launched - r.marked;
-  r.marked = r.launched;
+  set_marked_locked(r);
 }
 
 void Tracker::nudge() {
@@ -414,7 +419,6 @@ void Tracker::run() {
       pages::TrackStats& ts = stats().track[m.slot];
       ts.busy_ns.fetch_add(busy, std::memory_order_relaxed);
       ts.marks_done.fetch_add(1, std::memory_order_release);
-      publish_tail_locked(m.slot);
       done_seq_.fetch_add(1, std::memory_order_release);
       futex_wake(done_seq_, true);  // window waiters wait with SignalWindow::wait_futex (shared)
       continue;

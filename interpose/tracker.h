@@ -123,7 +123,10 @@ class Tracker {
   void abandon_locked(int i);
   CUevent take_event_locked(CUcontext ctx);
   void give_event_locked(CUcontext ctx, CUevent ev);
+  /// Publishes tails_[slot] as the slot's TrackStats::tail.
   void publish_tail_locked(int slot);
+  /// A mark (or giving up) covers r's launches: r leaves its slot's tail.
+  void set_marked_locked(StreamRec& r);
   void start_thread_locked();
   static void* thread_main(void* self);
   void run();
@@ -135,6 +138,7 @@ class Tracker {
   Mark ring_[kMarks];
   int head_ = 0, count_ = 0;
   SlotTrack slots_[pages::kSlots];
+  uint32_t tails_[pages::kSlots] = {};  ///< per slot: streams with launches no mark follows yet
   struct PooledEvent {
     CUcontext ctx = nullptr;
     CUevent ev = nullptr;
