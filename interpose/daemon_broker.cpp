@@ -763,7 +763,23 @@ GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) 
   if (state == uint32_t(pages::GateState::kWindow) && (copy || !tracker().over_window(slot, window)) && go_tracked())
     return {slot, true};  // the holder, under its window: go (tracked)
   const uint64_t t0 = monotonic_ns();
-  const uint32_t why = state;  // the state it first waited in (a pause that turns into a quantum wait: the pause)
+  // The time waited goes to the cause of each part of the wait (a holder over its window whose
+  // turn then ends waits first for the window, then for a quantum); the launch counts once under
+  // each cause it waited for.
+  pages::GateStats& gs = stats().gates[slot];
+  uint32_t cur = state;
+  uint64_t since = t0;
+  bool counted[pages::kGateStates] = {};
+  auto account = [&](uint32_t next, uint64_t at) {
+    if (next == cur) return;
+    if (cur < pages::kGateStates && cur != uint32_t(pages::GateState::kRun)) {
+      gs.wait_ns[cur].fetch_add(at - since, std::memory_order_relaxed);
+      if (!counted[cur]) gs.waits[cur].fetch_add(1, std::memory_order_relaxed);
+      counted[cur] = true;
+    }
+    cur = next;
+    since = at;
+  };
   bool track = false;
   ts.waiting.fetch_add(1, std::memory_order_seq_cst);  // the job wants the device (the scheduler reads it)
   ts.last_launch_ns.store(t0, std::memory_order_relaxed);
@@ -779,6 +795,7 @@ GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) 
       const uint32_t seq = g.seq.load(std::memory_order_acquire);
       state = g.state.load(std::memory_order_acquire);
       if (state == uint32_t(pages::GateState::kRun)) break;
+      if (state < pages::kGateStates) account(state, monotonic_ns());
       const std::atomic<uint32_t>* word = &g.seq;
       uint32_t expected = seq;
       if (state == uint32_t(pages::GateState::kWindow)) {
@@ -786,8 +803,7 @@ GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) 
         // (seen at the latest after a slice).
         expected = tracker().done_word().load(std::memory_order_acquire);
         const uint64_t win = control().compute[slot].window_ns.load(std::memory_order_relaxed);
-        const bool capped = why == uint32_t(pages::GateState::kWindow) && window_cap_ns &&
-                            monotonic_ns() - t0 >= window_cap_ns;
+        const bool capped = window_cap_ns && monotonic_ns() - since >= window_cap_ns;
         if ((copy || capped || !tracker().over_window(slot, win)) && go_tracked()) {
           track = true;
           break;
@@ -802,12 +818,10 @@ GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) 
     }
   }
   const uint64_t t1 = monotonic_ns();
+  account(uint32_t(pages::GateState::kRun), t1);  // the last part
   ts.last_launch_ns.store(t1, std::memory_order_relaxed);
   ts.waiting.fetch_sub(1, std::memory_order_seq_cst);
-  if (why == uint32_t(pages::GateState::kWindow)) ts.window_waits.fetch_add(1, std::memory_order_relaxed);
-  pages::GateStats& gs = stats().gates[slot];
-  gs.wait_ns[why].fetch_add(t1 - t0, std::memory_order_relaxed);
-  gs.waits[why].fetch_add(1, std::memory_order_relaxed);
+  if (counted[uint32_t(pages::GateState::kWindow)]) ts.window_waits.fetch_add(1, std::memory_order_relaxed);
   return {slot, track};
 }
 
