@@ -285,7 +285,16 @@ void JobRecorder::set_start(Nanos mono_start, int64_t wall_start_ms) {
 }
 
 void JobRecorder::daemon_restarted(Nanos last_seen) {
-  for (auto& [u, d] : devices_) close_turn(d, rel(last_seen));
+  for (auto& [u, d] : devices_) {
+    close_turn(d, rel(last_seen));
+    // A client carries its StatsSlot and GateStats counters over to the new daemon's pages, but
+    // not its completion tracking (TrackStats starts at zero there): what the live processes had
+    // tracked before the restart stays in the report as if they had left.
+    d.folded.busy_ns += d.live.busy_ns;
+    d.folded.window_launches += d.live.window_launches;
+    d.folded.window_waits += d.live.window_waits;
+    d.live.busy_ns = d.live.window_launches = d.live.window_waits = 0;
+  }
   for (auto& [u, d] : devices_)
     for (Wait& w : d.waits)
       if (!w.end && !w.pending_since) w.pending_since = std::max(last_seen, w.start);  // (an earlier restart's stays)

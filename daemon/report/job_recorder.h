@@ -127,7 +127,10 @@ class JobRecorder {
   /// re-registers after a restart without a saved recorder: its process start time).
   void set_start(Nanos mono_start, int64_t wall_start_ms);
   /// The daemon restarted; it last saw the job at `last_seen` (monotonic). A turn open then ends
-  /// there (the new daemon's scheduler starts over: its next turn is a new one). Waits still open then
+  /// there (the new daemon's scheduler starts over: its next turn is a new one). The live
+  /// processes' tracking counters (busy_ns, window launches and waits) are kept as folded: the
+  /// clients do not carry them over to the new pages (interpose/daemon_pages.cpp's adopt() copies
+  /// StatsSlot and GateStats only). Waits still open then
   /// stay open, pending: the clients re-send their requests to the new daemon, and a request of
   /// the same kind on the same device that comes back (parked again, granted or refused)
   /// continues that wait, so one row spans the restart. close_restart_waits() closes those that

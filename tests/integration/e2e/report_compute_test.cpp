@@ -5,10 +5,14 @@
 // job on a device in share mode has none of it.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <thread>
+
 #include "e2e.h"
 
 using namespace coloc::test;
 using namespace coloc::test::e2e;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -70,6 +74,54 @@ TEST_CASE("report compute: timesliced jobs report GPU time, turns and window lau
   const std::string pic = read_file(n.file("ra.svg"));
   CHECK(pic.find("<g class='turn-lane'>") != std::string::npos);
   CHECK(pic.find("<rect class='turn'") != std::string::npos);
+}
+
+TEST_CASE("report compute: GPU time and turns from before a colocd restart stay in the report") {
+  if (simulated_only()) return;
+  Node n;
+  ProcResult p = n.cli({"policy", "all", "timeslice", "--quantum", "50ms"});
+  REQUIRE_MESSAGE(p.exit_code == 0, describe(p));
+  // Two jobs taking turns; colocd stops late in their run, so that what they do after the
+  // restart (about half of a second or so) is less than what was saved before it.
+  auto a = spin(n, "rs", 4), b = spin(n, "rt", 4);
+  std::string id;
+  json before;
+  // Wait until the job's state is saved with some GPU time in it (saved once a second).
+  bool saved = wait_until([&] {
+    json j = n.job("rs");
+    if (j.is_null()) return false;
+    id = j["job"];
+    ProcResult r = n.cli({"report", id, "--json"});
+    if (r.exit_code != 0) return false;
+    json rep = json::parse(r.out, nullptr, false);
+    if (rep.is_discarded() || !rep.contains("devices") || rep["devices"].empty()) return false;
+    before = rep["devices"][0];
+    return before.value("gpu_time_s", 0.0) > 0.6 && before.value("turns_count", uint64_t(0)) >= 2;
+  }, 20s, 50ms);
+  REQUIRE_MESSAGE(saved, before.dump());
+  std::this_thread::sleep_for(1200ms);  // one more save, with that in it
+  // The GPU time in the job's saved state (counters: 6, 2 per gate state, then busy_ns).
+  double saved_gpu = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(n.state() + "/jobs", ec)) {
+    json j = json::parse(read_file(e.path()), nullptr, false);
+    if (j.is_discarded() || !j.is_object() || j.value("job", "") != id) continue;
+    for (const char* k : {"folded", "live"}) saved_gpu += j["recorder"]["devices"][0][k][14].get<double>() / 1e9;
+  }
+  REQUIRE(saved_gpu >= before["gpu_time_s"].get<double>());
+  REQUIRE(a->running());
+  n.kill_daemon();
+  n.start_daemon();
+  finish(*a);
+  finish(*b);
+  json d = n.report("rs")["devices"][0];
+  INFO("saved: ", saved_gpu, " s; before: ", before.dump(), "\nafter: ", d.dump());
+  // What was saved stays (the clients do not carry their tracking counters over to the new pages:
+  // had the report taken their new figures alone, it would show only the time since the restart).
+  CHECK(d["gpu_time_s"].get<double>() >= saved_gpu);
+  CHECK(d["turns_count"].get<uint64_t>() > before["turns_count"].get<uint64_t>());
+  CHECK(d["launches_by_gate"]["window"].get<uint64_t>() > before["launches_by_gate"]["window"].get<uint64_t>());
+  CHECK(d["turns"][0] == before["turns"][0]);
 }
 
 TEST_CASE("report compute: a job on a device in share mode has no GPU time, turns or lane") {

@@ -178,6 +178,18 @@ TEST_CASE("report compute: saved state round-trips; a restart ends the open turn
   CHECK(d["gpu_time_s"].get<double>() == doctest::Approx(8.0));
   CHECK(d["launches_by_gate"]["window"] == 85);
   CHECK(d["window_waits"] == 3);
+  // The clients' new pages start their tracking at zero (not carried over): what they track
+  // from now on adds to what was saved.
+  DeviceSample fresh = s;
+  fresh.live.busy_ns = kSec / 2;
+  fresh.live.window_launches = 10;
+  fresh.live.window_waits = 1;
+  x.sample(gpu(1), 111 * kSec, fresh);
+  d = dev_of(x.to_json(112 * kSec), gpu(1));
+  CHECK(d["gpu_time_s"].get<double>() == doctest::Approx(8.5));
+  CHECK(d["launches_by_gate"]["window"] == 95);
+  CHECK(d["window_waits"] == 4);
+  CHECK(d["kernel_launches"] == 90);  // carried over by the clients: the new page's figure
 }
 
 TEST_CASE("report compute: a state saved before completion tracking (14 counters, no turns) loads with zeros") {
