@@ -1,4 +1,5 @@
 #include "compute/policy_store.h"
+#include "util/fs.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -19,16 +20,6 @@ constexpr int kFormat = 1;
 /// A policy file is a few hundred bytes per device; anything this large is not one.
 constexpr size_t kMaxFileBytes = 1u << 20;
 
-Result<void> write_all(int fd, const std::string& text, const std::string& path) {
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Error::from_errno("write " + path);
-    off += size_t(n);
-  }
-  return {};
-}
 
 }  // namespace
 

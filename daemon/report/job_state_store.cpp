@@ -1,4 +1,5 @@
 #include "report/job_state_store.h"
+#include "util/fs.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -31,16 +32,6 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-Result<void> write_all(int fd, const std::string& text, const std::string& path) {
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Error::from_errno("write " + path);
-    off += size_t(n);
-  }
-  return {};
-}
 
 }  // namespace
 

@@ -1,4 +1,5 @@
 #include "report/report_store.h"
+#include "util/fs.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -37,14 +38,8 @@ std::string ReportStore::sanitize(const std::string& job_id) {
   return out;
 }
 
-static Result<void> write_all(int fd, const std::string& text, const std::string& path) {
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Error::from_errno("write " + path);
-    off += size_t(n);
-  }
+static Result<void> write_synced(int fd, const std::string& text, const std::string& path) {
+  if (auto r = write_all(fd, text, path); !r) return r;
   if (::fsync(fd) != 0) return Error::from_errno("fsync " + path);
   return {};
 }
@@ -63,7 +58,7 @@ Result<std::string> ReportStore::write(const std::string& job_id, const std::str
     if (fd < 0) return Error::from_errno("create a temporary file in " + dir_);
   }
   const std::string what = tmpl.empty() ? "a report in " + dir_ : tmpl;
-  Result<void> w = write_all(fd, text, what);
+  Result<void> w = write_synced(fd, text, what);
   if (w.ok() && ::fchmod(fd, 0640) != 0) w = Error::from_errno("chmod " + what);
   auto done = [&] {
     ::close(fd);

@@ -14,4 +14,7 @@ namespace coloc {
 /// Errors: ENOTDIR when a component is not a directory; the failing mkdir/chmod otherwise.
 Result<void> mkdir_p(const std::string& dir, mode_t mode);
 
+/// Writes all of `text` to `fd` (retrying short writes and EINTR). Errors name `path`.
+Result<void> write_all(int fd, const std::string& text, const std::string& path);
+
 }  // namespace coloc
