@@ -20,6 +20,8 @@
 // Also from colocd's debug log: the drains it waited for at each turn's end and any drain
 // timeout. Prints a table and writes JSON (--out). A benchmark, not a test: it reports, it does
 // not fail on slowness (it fails only when a run cannot be made).
+#include "../integration/e2e/trace.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -85,36 +87,12 @@ std::string read_file(const std::string& path) {
 
 // ---- the trace -------------------------------------------------------------------------------------
 
-struct Kernel {
-  long pid = 0;
-  uint64_t start = 0, end = 0;  // CLOCK_MONOTONIC ns: first slice's start, last slice's end
-};
+using Kernel = coloc::test::trace::Kernel;
 
-/// The kernels on device 0 in the trace at `path`, by start time.
+/// The kernels on device 0 in the trace at `path`, by start time (tests/integration/e2e/trace.h).
 std::vector<Kernel> kernels(const std::string& path) {
-  std::istringstream in(read_file(path));
-  std::string line;
-  std::getline(in, line);  // header
-  std::map<std::tuple<long, int, unsigned long>, Kernel> by;
-  while (std::getline(in, line)) {
-    long pid;
-    int dev;
-    unsigned ctx, stream;
-    unsigned long launch, start, end;
-    char name[128];
-    if (std::sscanf(line.c_str(), "%ld,%d,%u,%u,%lu,%127[^,],%lu,%lu", &pid, &dev, &ctx, &stream, &launch, name, &start,
-                    &end) != 8 ||
-        dev != 0)
-      continue;
-    auto [it, fresh] = by.try_emplace({pid, dev, launch}, Kernel{pid, start, end});
-    if (!fresh) {
-      it->second.start = std::min<uint64_t>(it->second.start, start);
-      it->second.end = std::max<uint64_t>(it->second.end, end);
-    }
-  }
-  std::vector<Kernel> out;
-  for (auto& [k, v] : by) out.push_back(v);
-  std::sort(out.begin(), out.end(), [](const Kernel& a, const Kernel& b) { return a.start < b.start; });
+  std::vector<Kernel> out = coloc::test::trace::kernels(path);
+  std::erase_if(out, [](const Kernel& k) { return k.device != 0; });
   return out;
 }
 

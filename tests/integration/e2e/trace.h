@@ -1,9 +1,10 @@
 // SIMGPU_TRACE analysis for the compute tests: whole kernels (slices joined by pid, device and
 // launch_id), overlaps between processes, runs (consecutive kernels of one process on a
-// device), and each process's device time.
+// device), and each process's device time. Shared by the e2e tests and tests/bench/timeslice_bench.
 #pragma once
 
 #include <algorithm>
+#include <fstream>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -11,8 +12,6 @@
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include "../../support/proc.h"
 
 namespace coloc::test::trace {
 
@@ -24,7 +23,7 @@ struct Kernel {
 
 /// Every kernel in the trace file at `path`, by start time.
 inline std::vector<Kernel> kernels(const std::string& path) {
-  std::istringstream in(read_file(path));
+  std::ifstream in(path);  // (no test support needed: the timeslice benchmark uses this too)
   std::string line;
   std::getline(in, line);  // header
   std::map<std::tuple<long, int, unsigned long>, Kernel> by;
