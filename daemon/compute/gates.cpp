@@ -116,22 +116,6 @@ std::map<std::pair<JobSerial, Uuid>, Usage> Gates::usages() const {
   return out;
 }
 
-Usage Gates::usage(JobSerial job, const Uuid& dev) const {
-  auto all = usages();
-  auto it = all.find({job, dev});
-  if (it != all.end()) return it->second;
-  Usage u;
-  u.drained = true;
-  return u;
-}
-
-std::vector<std::pair<JobSerial, Uuid>> Gates::present() const {
-  std::vector<std::pair<JobSerial, Uuid>> out;
-  for (const auto& [key, u] : usages()) out.push_back(key);
-  return out;
-}
-
-uint64_t Gates::busy_ns(JobSerial job, const Uuid& dev) const { return usage(job, dev).busy_ns; }
 
 void Gates::remove_client(ClientId id) { clients_.erase(id); }
 

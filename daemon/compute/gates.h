@@ -9,7 +9,7 @@
 // pages::kGatedLayout has no gates: it is served without gating, and counted as such (status shows
 // it); one older than pages::kTrackedLayout is paused but never timesliced (it cannot report its
 // drain). Gates also sums what the clients' stats pages say of each job's work on each device
-// (usage()), for the scheduler.
+// (usages()), for the scheduler.
 //
 // Single-threaded (the event loop). Pure but for the page writes and the futex wake.
 #pragma once
@@ -55,12 +55,6 @@ class Gates {
   /// Every (job, device) with a tracked client attached (layout >= kTrackedLayout), with the
   /// job's work there summed over those clients: one pass over the clients (the scheduler's tick).
   std::map<std::pair<JobSerial, Uuid>, Usage> usages() const;
-  /// The job's work on `dev`, summed over its tracked clients attached there (one pass: tests).
-  Usage usage(JobSerial job, const Uuid& dev) const;
-  /// Every (job, device) with a tracked client attached (layout >= kTrackedLayout).
-  std::vector<std::pair<JobSerial, Uuid>> present() const;
-  /// Device time (ns) of `job`'s completed work on `dev` so far, summed over its live clients.
-  uint64_t busy_ns(JobSerial job, const Uuid& dev) const;
   /// The client left: its page is no longer written.
   void remove_client(ClientId id);
   /// The job ended at `now` (monotonic ns). Its pause, if any, is kept for kEndedPauseNs for
