@@ -26,6 +26,9 @@ using broker::Nanos;
 struct PolicySettings {
   proto::PolicyMode mode = proto::PolicyMode::kShare;
   Nanos quantum = Nanos(proto::kDefaultQuantumMs) * 1'000'000;  ///< timeslice: one quantum (ns)
+  /// priority: the high-priority jobs' target slowdown against solo (percent,
+  /// proto::kMinTargetPct..kMaxTargetPct)
+  uint32_t target_pct = proto::kDefaultTargetPct;
   bool operator==(const PolicySettings&) const = default;
 };
 

@@ -190,6 +190,11 @@ inline constexpr uint8_t kMinWeight = 1, kMaxWeight = 100, kDefaultWeight = 1;
 enum class PolicyMode : uint8_t { kShare = 0, kTimeslice = 1, kPriority = 2 };
 /// The timeslice quantum (AdminMsg::quantum_ms): 0 = the default, else kMinQuantumMs..kMaxQuantumMs.
 inline constexpr uint32_t kDefaultQuantumMs = 100, kMinQuantumMs = 1, kMaxQuantumMs = 60000;
+/// The priority policy's target: the most a high-priority job may be slowed against its solo
+/// speed, in percent (`coloc policy DEV priority --target-slowdown 5%`). 5% is the issue's
+/// default; below 1% the measurement's own noise (a 1 s rate window) is larger than the target;
+/// above 50% "high priority" would mean little.
+inline constexpr uint32_t kDefaultTargetPct = 5, kMinTargetPct = 1, kMaxTargetPct = 50;
 
 /// Admin reply status.
 enum class AdminStatus : uint32_t {
