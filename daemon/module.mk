@@ -18,6 +18,7 @@ DAEMON_CORE_SRCS := \
   daemon/broker/priority_fifo_policy.cpp \
   daemon/compute/gates.cpp \
   daemon/compute/compute_policy.cpp \
+  daemon/compute/priority_policy.cpp \
   daemon/compute/scheduler.cpp \
   daemon/compute/policy_store.cpp \
   daemon/report/timeline.cpp \

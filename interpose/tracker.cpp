@@ -238,10 +238,10 @@ bool Tracker::over_window(int slot, uint64_t window_ns) {
   if (slot < 0 || slot >= kSlotCount) return false;
   std::lock_guard<Mutex> g(mu_);
   const SlotTrack& st = slots_[slot];
-  if (st.pending == 0) return false;  // nothing in flight that would wake a waiter
+  if (st.pending == 0 || window_ns == 0) return false;  // nothing would wake a waiter; or no bound
   const uint64_t inflight = st.launched > st.done ? st.launched - st.done : 0;
   if (st.per_launch_ns == 0) return inflight >= kFirstWindowLaunches;
-  return window_ns && inflight * st.per_launch_ns > window_ns;
+  return inflight * st.per_launch_ns > window_ns;
 }
 
 void Tracker::after_fork_child() {
@@ -331,8 +331,13 @@ bool Tracker::mark_tails() {
   std::lock_guard<Mutex> g(mu_);
   bool any = false;
   for (int slot = 0; slot < kSlotCount; ++slot) {
+    // A closed gate: the daemon waits for the drain. An open window (kWindow): called only when no
+    // mark is in flight at all, so the tail is the work the daemon cannot see complete; marked now,
+    // a job that went idle shows drained within a completion (the priority policy's idle gaps),
+    // at the cost of at most one mark per completion round (the launching thread would mark the
+    // next launch anyway: no mark is pending). Untracked (kRun): nothing to mark.
     const uint32_t state = control().gates[slot].state.load(std::memory_order_acquire);
-    if (state == uint32_t(pages::GateState::kRun) || state == uint32_t(pages::GateState::kWindow)) continue;
+    if (state == uint32_t(pages::GateState::kRun)) continue;
     // Explicit streams one by one; the default streams of a context together, on its legacy stream.
     uint64_t defaults_by_ctx = 0;
     CUcontext dctx = nullptr;

@@ -6,8 +6,9 @@
 // never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
 // limits exactly as it was.
 //
-// Used only while a device's gate is kWindow (the holder of a timeslice), so a job that is never
-// timesliced pays nothing: no thread, no event, no lock.
+// Used only while a device's gate is kWindow (the holder of a timeslice; under the priority policy,
+// the high-priority jobs and the throttled ones while they run), so a job that is never gated pays
+// nothing: no thread, no event, no lock.
 //
 // Marks. After a launch in kWindow, the launching thread records a *mark* (an event from a pool,
 // made with CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC) on the launch's stream when the
@@ -27,7 +28,9 @@
 // that still have launches with no mark after them (an explicit stream directly; the legacy and
 // per-thread default streams through one mark on the legacy stream, which follows all work of the
 // context's blocking streams), so the daemon can see the drain; a stream that is capturing then is
-// left unmarked (the daemon's grace covers it).
+// left unmarked (the daemon's grace covers it). It does the same for an open window whenever it has
+// no mark left to wait for, so a job that stops launching shows drained as soon as its work
+// completes (the priority policy sees a high-priority job's idle gaps by it).
 //
 // Published per slot in the stats page's TrackStats: marks, marks_done, busy_ns, launches, tail
 // (streams with unmarked launches), last_launch_ns.
@@ -130,7 +133,8 @@ class Tracker {
   void start_thread_locked();
   static void* thread_main(void* self);
   void run();
-  /// The thread's part: marks the unmarked streams of slots whose gate is closed (handover).
+  /// The thread's part, when no mark is in flight: marks the unmarked streams of tracked slots
+  /// (a closed gate's for the handover; an open window's so an idle job shows drained).
   bool mark_tails();
 
   Mutex mu_;

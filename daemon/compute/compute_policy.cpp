@@ -1,5 +1,7 @@
 #include "compute/compute_policy.h"
 
+#include "compute/priority_policy.h"
+
 namespace coloc::compute {
 
 const char* mode_name(proto::PolicyMode m) {
@@ -13,7 +15,8 @@ const char* mode_name(proto::PolicyMode m) {
 
 std::unique_ptr<ComputePolicy> make_policy(const PolicySettings& s) {
   if (s.mode == proto::PolicyMode::kTimeslice) return std::make_unique<TimeslicePolicy>(s.quantum);
-  return std::make_unique<SharePolicy>();  // kPriority is not served yet: the admin op refuses it
+  if (s.mode == proto::PolicyMode::kPriority) return std::make_unique<PriorityPolicy>(s.target_pct);
+  return std::make_unique<SharePolicy>();
 }
 
 }  // namespace coloc::compute

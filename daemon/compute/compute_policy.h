@@ -4,17 +4,21 @@
 //
 // Lifecycle: the Scheduler owns one policy object per device (made by make_policy from the
 // device's PolicySettings when `coloc policy` sets it, or at start from the saved settings) and
-// replaces it when the settings change. It calls it only on the daemon's loop thread, from inside
-// its own methods. A policy is a pure function of its arguments and its settings: no I/O, no
-// clock, no state that changes between calls (the scheduler keeps every job's virtual time), so
-// decisions are reproducible with a fake clock.
+// replaces it when the settings change (a controller's state then starts afresh). It calls it
+// only on the daemon's loop thread, from inside its own methods. No policy does I/O or reads a
+// clock: every call that needs the time gets `now`, so decisions are reproducible with a fake
+// clock. The turn-taking policies (share, timeslice) keep no state at all (the scheduler keeps
+// every job's virtual time); a *controlling* policy (priority: controls() is true) keeps the state
+// of its device's feedback loop, which only control() advances.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "broker/types.h"
+#include "coloc/pages.h"
 #include "coloc/protocol.h"
 
 namespace coloc::compute {
@@ -41,6 +45,44 @@ struct TurnCandidate {
   uint32_t weight = proto::kDefaultWeight;  ///< coloc set --weight, 1..100
   Nanos vtime = 0;     ///< the job's virtual time: device time held, divided by its weight (ns)
   uint64_t order = 0;  ///< arrival number: smaller came first
+};
+
+/// What a job shows on a device, summed over its processes there (their stats pages). The
+/// scheduler trusts it only to end the job's own turn sooner, never to take another's; a
+/// controller trusts a high-priority job's figures only to throttle others for it, which that
+/// job's priority (granted by colocd, not claimed) already entitles it to.
+struct Usage {
+  bool present = false;   ///< some process of the job is attached to the device with tracking
+  bool wants = false;     ///< a launch of the job waits at the gate there now
+  bool drained = false;   ///< every launch the job made there has completed (marks done, no tail)
+  Nanos last_activity = 0;  ///< CLOCK_MONOTONIC ns of its last launch or gate wait there
+  uint64_t busy_ns = 0;   ///< device time of its completed work there (host-stamped)
+  uint64_t launches = 0;  ///< launches it made there in kWindow (tracked), since its processes began
+};
+
+/// A job on a device under a controlling policy, at one tick.
+struct DeviceJob {
+  JobSerial job = 0;
+  proto::Priority priority = proto::Priority::kNormal;
+  Usage usage;
+};
+
+/// What a controlling policy wants for one job's launches on its device.
+struct GateWish {
+  JobSerial job = 0;
+  pages::GateState state = pages::GateState::kRun;  ///< kRun, kWindow or kTimeslice (held)
+  Nanos window = 0;  ///< in kWindow: the in-flight window (ns of device time; 0 = no bound)
+};
+
+/// What a controlling policy shows of itself (coloc policy --json, the benchmark, tests).
+struct ControlView {
+  bool active = false;     ///< high-priority and other jobs share the device: the loop runs
+  bool probing = false;    ///< the others are held to measure the high jobs' solo speed
+  double allow = 0;        ///< the throttled jobs' share of the high jobs' idle gaps, 0..1
+  double slowdown = 0;     ///< the worst high job's smoothed slowdown against its baseline (0.05 = 5%)
+  double target = 0;       ///< the target slowdown (fraction)
+  uint64_t probes = 0;     ///< baselines taken by holding the others
+  Nanos window = 0;        ///< the throttled jobs' in-flight window while they run (ns)
 };
 
 class ComputePolicy {
@@ -72,6 +114,17 @@ class ComputePolicy {
   /// How long past the end of its turn a holder may take to drain before the next job's gate
   /// opens anyway (ns).
   virtual Nanos grace() const = 0;
+
+  // ---- controlling policies (not exclusive; they set each job's gate by feedback) ----
+  /// Whether the policy sets gates itself through control().
+  virtual bool controls() const { return false; }
+  /// One step of the control loop at `now` (monotonic ns, never decreasing) with the jobs on the
+  /// device (attached with tracking); returns a wish per job given (jobs not given run freely).
+  virtual std::vector<GateWish> control(Nanos /*now*/, const std::vector<DeviceJob>& /*jobs*/) { return {}; }
+  /// When control() wants to run next (kNever: only when something changes).
+  virtual Nanos next_control(Nanos /*now*/) const { return broker::kNever; }
+  /// The loop's state, for people and tests.
+  virtual ControlView view() const { return {}; }
 };
 
 /// share: no gating; the device is shared as the driver shares it.

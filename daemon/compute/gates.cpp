@@ -111,6 +111,7 @@ std::map<std::pair<JobSerial, Uuid>, Usage> Gates::usages() const {
                    t.tail.load(std::memory_order_acquire) == 0;
       u.last_activity = std::max<Nanos>(u.last_activity, t.last_launch_ns.load(std::memory_order_relaxed));
       u.busy_ns += t.busy_ns.load(std::memory_order_relaxed);
+      u.launches += t.launches.load(std::memory_order_relaxed);
     }
   }
   return out;
@@ -187,7 +188,7 @@ int Gates::apply(const ClientEntry& c) const {
       Uuid d;
       Nanos window = 0, end = 0;
       if (slot_uuid(*c.page, s, &d)) {
-        window = scheduler_->window(d);
+        window = scheduler_->window(c.job, d);
         end = scheduler_->turn_end(c.job, d);
       }
       if (c.page->compute[s].window_ns.load(std::memory_order_relaxed) != window)

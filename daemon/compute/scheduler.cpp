@@ -35,6 +35,12 @@ void Scheduler::set_paused(JobSerial job, bool paused) {
   j.paused = paused;
 }
 
+void Scheduler::set_priority(JobSerial job, proto::Priority p) {
+  JobState& j = jobs_[job];
+  if (!j.order) j.order = next_order_++;
+  j.priority = p;
+}
+
 void Scheduler::forget_job(JobSerial job) {
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return;
@@ -62,6 +68,10 @@ const ComputePolicy& Scheduler::policy_of(const Uuid& dev) const {
 
 pages::GateState Scheduler::state(JobSerial job, const Uuid& dev) const {
   auto dv = devices_.find(dev);
+  if (dv != devices_.end() && dv->second.policy && dv->second.policy->controls()) {
+    auto w = wishes_.find({job, dev});
+    return w == wishes_.end() ? pages::GateState::kRun : w->second.state;
+  }
   if (dv == devices_.end() || !dv->second.policy || !dv->second.policy->exclusive()) return pages::GateState::kRun;
   if (dv->second.owner == job) {
     auto j = jobs_.find(job);
@@ -70,7 +80,14 @@ pages::GateState Scheduler::state(JobSerial job, const Uuid& dev) const {
   return pages::GateState::kTimeslice;
 }
 
-Nanos Scheduler::window(const Uuid& dev) const { return policy_of(dev).window(); }
+Nanos Scheduler::window(JobSerial job, const Uuid& dev) const {
+  const ComputePolicy& p = policy_of(dev);
+  if (!p.controls()) return p.window();
+  auto w = wishes_.find({job, dev});
+  return w == wishes_.end() ? 0 : w->second.window;
+}
+
+ControlView Scheduler::control_view(const Uuid& dev) const { return policy_of(dev).view(); }
 
 Nanos Scheduler::turn_end(JobSerial job, const Uuid& dev) const {
   auto j = jobs_.find(job);
@@ -93,6 +110,7 @@ Nanos Scheduler::next_tick(Nanos now) const {
   // Busy: a job waits for a device or a turn drains: every kTickNs. Shared by jobs that all sit
   // still: a slower look, for the first launch that will want a turn. Otherwise none.
   if (hot_) return now + kTickNs;
+  if (next_control_ != broker::kNever) return std::max(now, next_control_);
   std::map<Uuid, int> on;
   for (const auto& [job, devs] : present_)
     for (const Uuid& d : devs) ++on[d];
@@ -295,9 +313,40 @@ bool Scheduler::tick(Nanos now, const std::function<Usage(JobSerial, const Uuid&
       changed = true;
     }
   }
+  changed |= control(now, usage, present);
   // Hot until nobody waits and nothing drains (next_tick).
   hot_ = false;
   for (const auto& [k, j] : jobs_) hot_ |= j.draining || (wants[k] && !j.holding);
+  return changed;
+}
+
+}  // namespace coloc::compute
+
+namespace coloc::compute {
+
+bool Scheduler::control(Nanos now, const std::function<Usage(JobSerial, const Uuid&)>& usage,
+                        const std::vector<std::pair<JobSerial, Uuid>>& present) {
+  std::map<Uuid, std::vector<DeviceJob>> on;
+  for (const auto& [job, dev] : present) {
+    DeviceState& d = device(dev);
+    if (!d.policy->controls()) continue;
+    auto j = jobs_.find(job);
+    on[dev].push_back({job, j == jobs_.end() ? proto::Priority::kNormal : j->second.priority, usage(job, dev)});
+  }
+  std::map<std::pair<JobSerial, Uuid>, GateWish> wishes;
+  next_control_ = broker::kNever;
+  for (auto& [dev, d] : devices_) {
+    if (!d.policy || !d.policy->controls()) continue;
+    auto it = on.find(dev);
+    static const std::vector<DeviceJob> none;
+    for (const GateWish& w : d.policy->control(now, it == on.end() ? none : it->second)) wishes[{w.job, dev}] = w;
+    next_control_ = std::min(next_control_, d.policy->next_control(now));
+  }
+  auto same = [](const GateWish& a, const GateWish& b) { return a.state == b.state && a.window == b.window; };
+  bool changed = wishes.size() != wishes_.size();
+  for (auto a = wishes.begin(), b = wishes_.begin(); !changed && a != wishes.end(); ++a, ++b)
+    changed = a->first != b->first || !same(a->second, b->second);
+  wishes_.swap(wishes);
   return changed;
 }
 

@@ -1,5 +1,6 @@
 // daemon/compute/scheduler.h — who holds each device under an exclusive compute policy
-// (timeslice), with handover by drain, idle give-up and gangs.
+// (timeslice), with handover by drain, idle give-up and gangs; and the tick of controlling
+// policies (priority: compute/priority_policy.h), whose gate wishes it keeps.
 //
 // The model. A device whose policy is exclusive is held by at most one job at a time (its
 // *turn*). The holder's launches on the device go ahead within the in-flight window (gate state
@@ -38,16 +39,6 @@ namespace coloc::compute {
 
 using broker::Uuid;
 
-/// What a job shows on a device, summed over its processes there (their stats pages). The
-/// scheduler trusts it only to end the job's own turn sooner, never to take another's.
-struct Usage {
-  bool present = false;   ///< some process of the job is attached to the device with tracking
-  bool wants = false;     ///< a launch of the job waits at the gate there now
-  bool drained = false;   ///< every launch the job made there has completed (marks done, no tail)
-  Nanos last_activity = 0;  ///< CLOCK_MONOTONIC ns of its last launch or gate wait there
-  uint64_t busy_ns = 0;   ///< device time of its completed work there (host-stamped)
-};
-
 /// Why a turn ended (reports, logs, the benchmark).
 enum class TurnEnd : uint8_t { kExpired, kIdle, kPaused, kLeft };
 
@@ -82,6 +73,8 @@ class Scheduler {
   uint32_t weight(JobSerial job) const;
   /// The job is paused (coloc pause): it takes no turn; a holder's turn ends (it drains first).
   void set_paused(JobSerial job, bool paused);
+  /// The job's priority (its controlling policies' input: priority protects `high` jobs).
+  void set_priority(JobSerial job, proto::Priority p);
   /// The job ended: forgets it (its turn ends without a drain: its processes are gone).
   void forget_job(JobSerial job);
 
@@ -93,12 +86,16 @@ class Scheduler {
   /// When the next tick is due (kNever: nothing exclusive is contended).
   Nanos next_tick(Nanos now) const;
 
-  /// The gate state of `job`'s launches on `dev` as the scheduler wants it: kRun on a device that
-  /// is not exclusive, kWindow for the holder, kTimeslice for everyone else (pauses are the
-  /// engine's: compute/gates.h puts kPaused over this).
+  /// The gate state of `job`'s launches on `dev` as the scheduler wants it: on an exclusive
+  /// device kWindow for the holder, kTimeslice for everyone else; under a controlling policy what
+  /// it wished at the last tick; kRun otherwise (pauses are the engine's: compute/gates.h puts
+  /// kPaused over this).
   pages::GateState state(JobSerial job, const Uuid& dev) const;
-  /// The in-flight window for the holder of `dev` (ns; 0 = none).
-  Nanos window(const Uuid& dev) const;
+  /// The in-flight window of `job`'s launches on `dev` in kWindow (ns; 0 = none): the policy's
+  /// for a timeslice's holder, the controller's under a controlling policy.
+  Nanos window(JobSerial job, const Uuid& dev) const;
+  /// The controlling policy's state on `dev` (inactive when the device has none).
+  ControlView control_view(const Uuid& dev) const;
   /// When `job`'s turn on `dev` ends (monotonic ns), 0 when it does not hold it.
   Nanos turn_end(JobSerial job, const Uuid& dev) const;
   /// The job holding `dev` now (0 = none).
@@ -118,6 +115,7 @@ class Scheduler {
  private:
   struct JobState {
     uint32_t weight = proto::kDefaultWeight;
+    proto::Priority priority = proto::Priority::kNormal;
     Nanos vtime = 0;
     uint64_t order = 0;
     bool paused = false;
@@ -137,11 +135,16 @@ class Scheduler {
   const ComputePolicy& policy_of(const Uuid& dev) const;
   void end_turn(JobSerial job, JobState& j, Nanos now, TurnEnd why);
   void release(JobSerial job, JobState& j, Nanos now, bool timed_out);
+  /// Runs the controlling policies' loops; true when a wish changed.
+  bool control(Nanos now, const std::function<Usage(JobSerial, const Uuid&)>& usage,
+               const std::vector<std::pair<JobSerial, Uuid>>& present);
 
   std::map<Uuid, PolicySettings> settings_;
   std::map<Uuid, DeviceState> devices_;
   std::map<JobSerial, JobState> jobs_;
   std::map<JobSerial, std::set<Uuid>> present_;  ///< exclusive devices each job is on (last tick)
+  std::map<std::pair<JobSerial, Uuid>, GateWish> wishes_;  ///< controlling policies' (last tick)
+  Nanos next_control_ = broker::kNever;  ///< the soonest a controlling policy wants a tick
   std::vector<SchedEvent> events_;
   SharePolicy share_;
   bool hot_ = false;  ///< at the last tick a job waited for a device, or a turn drained

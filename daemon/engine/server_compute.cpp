@@ -35,8 +35,10 @@ void Server::compute_tick(Nanos t) {
   for (; compute_devices_ < broker_.devices().size(); ++compute_devices_)
     policies_.apply_new_device(broker_.devices()[compute_devices_].uuid, scheduler_);
   // Pauses are the gates' books (coloc pause); the scheduler only needs to know who sits out.
-  for (const auto& [serial, job] : broker_.jobs())
+  for (const auto& [serial, job] : broker_.jobs()) {
     scheduler_.set_paused(serial, gates_.paused(serial) != compute::PausedBy::kNobody);
+    scheduler_.set_priority(serial, job.priority);
+  }
   // One pass over the clients' stats pages per tick.
   const auto usages = gates_.usages();
   std::vector<std::pair<broker::JobSerial, broker::Uuid>> present;

@@ -125,7 +125,7 @@ TEST_CASE("scheduler: a lone job on a timeslice device holds it at once, without
   p.join(1, dev(1));
   CHECK(p.tick());
   CHECK(p.s.state(1, dev(1)) == GS::kWindow);
-  CHECK(p.s.window(dev(1)) == 25 * kMs);
+  CHECK(p.s.window(1, dev(1)) == 25 * kMs);
   CHECK(p.s.turn_end(1, dev(1)) == p.now + 100 * kMs);
   CHECK(p.s.next_tick(p.now) == coloc::broker::kNever);
 }

@@ -1,0 +1,311 @@
+#include "compute/priority_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace coloc::compute {
+
+// Why each constant has its value (priority_policy.h describes the loop):
+//   kTickNs 1 ms: the daemon sees a high job go busy within a tick; others' work in flight then
+//     is at most their window, so a missed prediction costs the high job about a window.
+//   kMinRateWindow 1 s / kRateIters 20 / kMaxRateWindow 4 s: a rate over 20 iterations between
+//     boundaries has a quantization error under 1/20 of an iteration's jitter; 1 s keeps the loop
+//     fast for short iterations (convergence within the 10 s is 2-6 windows), 4 s bounds
+//     it for long ones (a job of 1 s iterations is measured over 4 of them: noisier, still usable).
+//   kMinProbe 0.5 s / kProbeIters 10 / kMaxProbe 2 s / kProbeEvery 60 s: a baseline over 10
+//     iterations, at most 2 s; the others then lose at most 2 s of every 60 (3%), usually 0.5 s
+//     (under 1%). Drift re-probes are at most one per kDriftProbeHold (5 s).
+//   kPhaseChange 25%: iteration periods of a steady training job vary by a few percent; a change
+//     of a quarter is a new phase (evaluation, a different sequence length), not jitter.
+//   kStartAllow 0.5, kMinAllow 0.05: start in the middle of the range (two slow-start steps to
+//     1.0, two decreases to 0.25); never quite zero, so the others still progress and the loop
+//     still sees the effect of its actuator.
+//   kDecrease 0.7: one violation takes back what two slow-start steps or six additive steps gave
+//     (TGS's -8% needs many windows to undo an overshoot; ours acts in gaps, so overshoot costs).
+//   kSlowStart 1.5: TGS's factor, until the first violation.
+//   kStep 0.05: after the first violation, 1/20 of the range per window, up to just below the
+//     level that last violated (the ceiling), which is explored again only every kCeilingWindows
+//     windows: AIMD's sawtooth becomes a rare, small probe instead of a sustained oscillation.
+//   kSmoothing 0.5: the decision sees half the last window and half the history: one noisy window
+//     cannot cause a decrease alone unless it is over twice the target. Reset after every change,
+//     so a decision never averages two different actuator levels.
+//   kHoldWindows 2: after a decrease, two windows without an increase: the first shows the new
+//     level, the second confirms it (the hold-down).
+//   band: the dead band below the target, target / 2 (2.5 points at 5%): TGS uses 3%.
+//   kFaster 3%: a throttled rate that beats the baseline by more than the noise twice in a row
+//     proves the baseline low: it is raised at once (no probe).
+//   kMinWindow 0.25 ms / kMaxWindow 2 ms: the others' in-flight window is a quarter of the high
+//     jobs' shortest gap times allow, within these bounds: enough queued work to keep the device
+//     busy between their launches, little enough to drain before the high job returns.
+//   kUnknownGap 2 ms: before any gap was measured, the others get a short opening only.
+//   kAwayMin 20 ms: a high job idle for over twice its usual gap (and at least 20 ms) has left
+//     the device for a while: the others run until it is back.
+//   kMaxGap 1 s: longer idle spells are pauses, not the gaps of an iteration.
+namespace {
+constexpr int kCeilingWindows = 10;
+constexpr int kStuckWindows = 3;
+
+Nanos ewma(Nanos old, Nanos sample) { return old ? (old * 3 + sample) / 4 : sample; }
+}  // namespace
+
+PriorityPolicy::PriorityPolicy(uint32_t target_pct) {
+  const uint32_t pct = std::clamp<uint32_t>(target_pct, proto::kMinTargetPct, proto::kMaxTargetPct);
+  target_ = pct / 100.0;
+  band_ = target_ / 2;
+}
+
+double PriorityPolicy::rate(const High& h, Nanos now, uint64_t launches_now) {
+  const Nanos span = now > h.start.at ? now - h.start.at : 0;
+  if (h.bounds.size() >= 2) {
+    const Boundary& a = h.bounds.front();
+    const Boundary& b = h.bounds.back();
+    if (b.at > a.at && b.at - a.at >= span / 2 && b.launches >= a.launches)
+      return double(b.launches - a.launches) * 1e9 / double(b.at - a.at);
+  }
+  if (span == 0 || launches_now <= h.start.launches) return -1;
+  return double(launches_now - h.start.launches) * 1e9 / double(span);
+}
+
+Nanos PriorityPolicy::rate_window() const {
+  Nanos w = kMinRateWindow;
+  for (const auto& [job, h] : highs_) w = std::max(w, h.period * kRateIters);
+  return std::min(w, kMaxRateWindow);
+}
+
+Nanos PriorityPolicy::be_window() const {
+  Nanos gap = 0;
+  for (const auto& [job, h] : highs_)
+    if (h.gap) gap = gap ? std::min(gap, h.gap) : h.gap;
+  if (!gap) return kMinWindow;
+  return std::clamp(Nanos(allow_ * double(gap) / 4), kMinWindow, kMaxWindow);
+}
+
+void PriorityPolicy::begin_measure(Nanos now) {
+  measure_start_ = now;
+  for (auto& [job, h] : highs_) {
+    h.start = {now, h.launches};
+    h.bounds.clear();
+  }
+}
+
+void PriorityPolicy::begin_probe(Nanos now) {
+  phase_ = Phase::kProbe;
+  ++probes_;
+  begin_measure(now);
+}
+
+bool PriorityPolicy::others_may_run(Nanos now) const {
+  if (phase_ != Phase::kControl) return false;
+  const Nanos w = be_window();
+  Nanos close = broker::kNever;
+  for (const auto& [job, h] : highs_) {
+    if (h.busy) return false;
+    const Nanos gap = h.gap ? h.gap : kUnknownGap;
+    if (now - h.idle_since > std::max(kAwayMin, 2 * gap)) continue;  // away: no bound from it
+    const Nanos use = Nanos(allow_ * double(gap));
+    close = std::min(close, h.idle_since + (use > w ? use - w : 0));
+  }
+  return now < close;
+}
+
+void PriorityPolicy::end_window(Nanos now) {
+  double worst = -1;
+  bool any = false, phase_change = false;
+  for (auto& [job, h] : highs_) {
+    const double r = rate(h, now, h.launches);
+    if (h.base_period && h.period &&
+        std::fabs(double(h.period) - double(h.base_period)) > kPhaseChange * double(h.base_period))
+      phase_change = true;
+    if (r < 0 || h.base <= 0) continue;  // away all window, or no baseline: nothing to say
+    if (r > h.base * (1 + kFaster)) {
+      if (++h.faster >= 2) {  // the baseline was low: what it does while throttled is a floor
+        h.base = r;
+        h.base_period = h.period;
+        h.faster = 0;
+      }
+    } else {
+      h.faster = 0;
+    }
+    worst = std::max(worst, 1 - r / h.base);
+    any = true;
+  }
+  const bool may_drift_probe = !have_drift_probe_ || now - last_drift_probe_ >= kDriftProbeHold;
+  if (phase_change && may_drift_probe) {
+    have_drift_probe_ = true;
+    last_drift_probe_ = now;
+    begin_probe(now);
+    return;
+  }
+  if (!any) {
+    begin_measure(now);
+    return;
+  }
+  smoothed_ = have_smoothed_ ? kSmoothing * smoothed_ + (1 - kSmoothing) * worst : worst;
+  have_smoothed_ = true;
+  shown_ = smoothed_;
+  if (smoothed_ > target_ || worst > 2 * target_) {
+    // Far over the target with the others already at the floor: the slowdown is not theirs (the
+    // high job itself got slower). A new baseline, unless one was just taken.
+    if (allow_ <= kMinAllow && smoothed_ > 2 * target_) {
+      if (++stuck_ >= kStuckWindows && may_drift_probe) {
+        stuck_ = 0;
+        have_drift_probe_ = true;
+        last_drift_probe_ = now;
+        begin_probe(now);
+        return;
+      }
+    } else {
+      stuck_ = 0;
+    }
+    if (allow_ > kMinAllow) {
+      ceiling_ = allow_;
+      allow_ = std::max(kMinAllow, allow_ * kDecrease);
+      have_smoothed_ = false;
+    }
+    slow_start_ = false;
+    hold_ = kHoldWindows;
+    at_ceiling_ = 0;
+  } else if (smoothed_ < target_ - band_) {
+    stuck_ = 0;
+    if (hold_ > 0) {
+      --hold_;
+    } else {
+      // Up to just below the level that last violated; that level itself is tried again only
+      // after kCeilingWindows quiet windows there.
+      const double cap = slow_start_ ? 1.0 : std::max(kMinAllow, ceiling_ - kStep);
+      double next = slow_start_ ? allow_ * kSlowStart : allow_ + kStep;
+      if (allow_ >= cap - 1e-9) {
+        if (++at_ceiling_ >= kCeilingWindows) {
+          at_ceiling_ = 0;
+          ceiling_ = std::min(1.0, ceiling_ + kStep);
+          next = std::min(1.0, allow_ + kStep);
+        } else {
+          next = allow_;
+        }
+      } else {
+        next = std::min(next, cap);
+      }
+      if (next != allow_) {
+        allow_ = std::min(1.0, next);
+        have_smoothed_ = false;
+      }
+    }
+  } else {
+    stuck_ = 0;
+    if (hold_ > 0) --hold_;
+  }
+  begin_measure(now);
+}
+
+std::vector<GateWish> PriorityPolicy::control(Nanos now, const std::vector<DeviceJob>& jobs) {
+  std::vector<const DeviceJob*> hi, lo;
+  for (const DeviceJob& j : jobs) (j.priority == proto::Priority::kHigh ? hi : lo).push_back(&j);
+  std::vector<GateWish> out;
+  if (hi.empty() || lo.empty()) {
+    // Nobody to protect, or nobody to throttle: every gate open, no tracking, no loop. The next
+    // contention starts afresh with a probe.
+    phase_ = Phase::kFree;
+    highs_.clear();
+    allow_ = kStartAllow;
+    ceiling_ = 1.0;
+    slow_start_ = true;
+    hold_ = stuck_ = at_ceiling_ = 0;
+    have_smoothed_ = false;
+    shown_ = 0;
+    return out;
+  }
+  // The high jobs: who left, who came, who went busy or idle this tick.
+  for (auto it = highs_.begin(); it != highs_.end();) {
+    bool there = false;
+    for (const DeviceJob* j : hi) there |= j->job == it->first;
+    it = there ? std::next(it) : highs_.erase(it);
+  }
+  bool newcomer = false;
+  for (const DeviceJob* j : hi) {
+    auto [it, fresh] = highs_.try_emplace(j->job);
+    High& h = it->second;
+    const Usage& u = j->usage;
+    if (fresh) {
+      newcomer = true;
+      h.launches = u.launches;
+      h.busy = !u.drained;
+      h.idle_since = now;
+      h.start = {now, u.launches};
+      continue;
+    }
+    const bool busy = !u.drained || u.launches != h.launches;
+    if (busy && !h.busy) {  // an iteration boundary (the launches before this tick's burst)
+      if (now - h.idle_since <= kMaxGap) h.gap = ewma(h.gap, now - h.idle_since);
+      if (h.last_start) h.period = ewma(h.period, now - h.last_start);
+      h.last_start = now;
+      h.bounds.push_back({now, h.launches});
+    }
+    if (!busy && h.busy) h.idle_since = now;
+    h.busy = busy;
+    h.launches = u.launches;
+  }
+
+  switch (phase_) {
+    case Phase::kFree:
+      begin_probe(now);
+      break;
+    case Phase::kProbe: {
+      if (newcomer) break;  // its own measurement starts with the next probe window
+      const Nanos took = now - measure_start_;
+      bool enough = took >= kMinProbe;
+      for (const auto& [job, h] : highs_)
+        enough &= int(h.bounds.size()) > kProbeIters || (h.bounds.empty() && h.busy);
+      if (!enough && took < kMaxProbe) break;
+      for (auto& [job, h] : highs_) {
+        const double r = rate(h, now, h.launches);
+        if (r > 0) {
+          h.base = r;
+          h.base_period = h.period;
+        }
+        h.faster = 0;
+      }
+      phase_ = Phase::kControl;
+      next_probe_ = now + kProbeEvery;
+      have_smoothed_ = false;
+      begin_measure(now);
+      break;
+    }
+    case Phase::kControl:
+      if (newcomer) {  // a new high job needs its own baseline
+        begin_probe(now);
+        break;
+      }
+      if (now >= next_probe_) {
+        begin_probe(now);
+        break;
+      }
+      if (now - measure_start_ >= rate_window()) end_window(now);
+      break;
+  }
+
+  const bool open = others_may_run(now);
+  const Nanos w = be_window();
+  out.reserve(jobs.size());
+  for (const DeviceJob* j : hi) out.push_back({j->job, pages::GateState::kWindow, 0});
+  for (const DeviceJob* j : lo)
+    out.push_back(open ? GateWish{j->job, pages::GateState::kWindow, w} : GateWish{j->job, pages::GateState::kTimeslice, 0});
+  return out;
+}
+
+Nanos PriorityPolicy::next_control(Nanos now) const {
+  return phase_ == Phase::kFree ? broker::kNever : now + kTickNs;
+}
+
+ControlView PriorityPolicy::view() const {
+  ControlView v;
+  v.active = phase_ != Phase::kFree;
+  v.probing = phase_ == Phase::kProbe;
+  v.allow = allow_;
+  v.slowdown = shown_;
+  v.target = target_;
+  v.probes = probes_;
+  v.window = v.active ? be_window() : 0;
+  return v;
+}
+
+}  // namespace coloc::compute
