@@ -64,6 +64,15 @@
 //         (the new op kPolicy, whose `job` names a device: a UUID or a unique prefix of one, an
 //         NVML index, or "all"). Below v7 those bytes must be zero and kPolicy is malformed. A
 //         v6 daemon refuses a v7 client with kVersion: clients then speak v6.
+//     v8  Priority is granted, not taken: `high` is for root and members of colocd's
+//         --admin-group or --high-priority-group; anyone else asking for it is registered as
+//         `normal`. RegisterReply gave meaning to its reserved0: `granted_priority` (the job's
+//         priority + 1; 0 = not told) and `priority_flags` (kPriorityLowered: the Register asked
+//         for a priority its caller may not have, and the job runs lower). Admin gave meaning to its
+//         last reserved byte: `target_pct` (kPolicy with kPriority: the target slowdown, 0 = the
+//         default), and a v8 daemon serves kPriority. Below v8 those bytes must be zero. Every
+//         layout is identical in v7 and v8. A v7 daemon refuses a v8 client with kVersion: clients
+//         then speak v7 (and are not told the priority they got).
 //
 // Validation
 //   decode() checks everything a peer could get wrong: the header, the exact size for the type and
@@ -84,7 +93,7 @@
 namespace coloc::proto {
 
 /// The version this header speaks, and the oldest one a daemon built from it still accepts.
-inline constexpr uint16_t kVersion = 7;
+inline constexpr uint16_t kVersion = 8;
 inline constexpr uint16_t kMinVersion = 1;
 
 /// First four bytes of every message: "COLC" in memory order on little-endian machines.
@@ -185,8 +194,9 @@ inline constexpr uint32_t kSetPriority = 1u << 1;
 inline constexpr uint32_t kSetWeight = 1u << 2;  ///< (v7)
 /// A job's weight under the timeslice policy: quanta per round (coloc set --weight).
 inline constexpr uint8_t kMinWeight = 1, kMaxWeight = 100, kDefaultWeight = 1;
-/// A device's compute policy (coloc policy). kPriority belongs to the priority policy (not yet
-/// served: a daemon refuses it as kBadRequest).
+/// A device's compute policy (coloc policy). kPriority (served from v8; a v7 daemon refuses it as
+/// kInvalid): jobs of priority high go first, the others are throttled so that a high job is
+/// slowed by at most its target (AdminMsg::target_pct).
 enum class PolicyMode : uint8_t { kShare = 0, kTimeslice = 1, kPriority = 2 };
 /// The timeslice quantum (AdminMsg::quantum_ms): 0 = the default, else kMinQuantumMs..kMaxQuantumMs.
 inline constexpr uint32_t kDefaultQuantumMs = 100, kMinQuantumMs = 1, kMaxQuantumMs = 60000;
@@ -205,6 +215,11 @@ enum class AdminStatus : uint32_t {
   kAmbiguous = 4,   ///< the job name matches jobs of several users; name it as uid:job
   kInternal = 5,    ///< the daemon failed (e.g. could not read a report file)
 };
+/// RegisterReplyMsg::priority_flags (v8): the Register asked for a priority its caller may not
+/// have (high: root, --admin-group and --high-priority-group only); the job runs at
+/// granted_priority, which is lower.
+inline constexpr uint8_t kPriorityLowered = 1u << 0;
+
 /// AdminReplyMsg::flags: more chunks follow.
 inline constexpr uint32_t kAdminMore = 1u << 0;
 /// Largest payload of one AdminReply chunk (bytes of UTF-8 text, not NUL-terminated).
@@ -313,7 +328,10 @@ struct RegisterReplyMsg {
   uint64_t grant_step;  ///< bytes; grants move in multiples of this (default 64 MiB)
   uint32_t n_slots;     ///< slots already attached (resume: == n_ledger), others come from Attach
   uint16_t daemon_version;  ///< the daemon's own kVersion (may be newer than h.version)
-  uint16_t reserved0;
+  /// (v8) The priority the job runs at, as Priority + 1; 0 = not told (below v8). It is the job's:
+  /// a process joining a job gets the job's priority whatever it asked for.
+  uint8_t granted_priority;
+  uint8_t priority_flags;  ///< (v8) kPriorityLowered, or 0
   char job[kJobIdSize];  ///< the job id the daemon filed the process under (derived when "" was sent)
 };
 
@@ -445,7 +463,9 @@ struct AdminMsg {
   uint8_t priority;     ///< kSet with kSetPriority: Priority; else 0
   uint8_t weight;       ///< (v7) kSet with kSetWeight: kMinWeight..kMaxWeight; else 0
   uint8_t mode;         ///< (v7) kPolicy: PolicyMode; else 0
-  uint8_t reserved0;
+  /// (v8) kPolicy with kPriority: the target slowdown in percent, 0 (the default,
+  /// kDefaultTargetPct) or kMinTargetPct..kMaxTargetPct; else 0.
+  uint8_t target_pct;
   uint32_t quantum_ms;  ///< (v7) kPolicy with kTimeslice: 0 (default) or kMinQuantumMs..kMaxQuantumMs; else 0
   char job[kJobIdSize];  ///< kSet, kReport: "job" or "uid:job"; else ""
 };
@@ -734,7 +754,12 @@ inline Status validate(const RegisterReplyMsg& m) noexcept {
   if (m.grant_step == 0) return detail::fail(Error::kBadValue, "RegisterReply.grant_step");
   if (m.n_slots > kMaxDevices) return detail::fail(Error::kBadCount, "RegisterReply.n_slots");
   if (m.daemon_version < kMinVersion) return detail::fail(Error::kBadValue, "RegisterReply.daemon_version");
-  if (m.reserved0 != 0) return detail::fail(Error::kReserved, "RegisterReply.reserved0");
+  if (m.granted_priority > uint8_t(Priority::kHigh) + 1) return detail::fail(Error::kBadEnum, "RegisterReply.granted_priority");
+  if (m.priority_flags & ~kPriorityLowered) return detail::fail(Error::kReserved, "RegisterReply.priority_flags");
+  // Lowered: told, and below high.
+  if ((m.priority_flags & kPriorityLowered) &&
+      (m.granted_priority == 0 || m.granted_priority > uint8_t(Priority::kHigh)))
+    return detail::fail(Error::kBadValue, "RegisterReply.priority_flags");
   if (!detail::string_ok(m.job, detail::Charset::kJobId) || m.job[0] == '\0')
     return detail::fail(Error::kBadString, "RegisterReply.job");
   return {};
@@ -822,7 +847,6 @@ inline Status validate(const GoodbyeMsg& m) noexcept {
 }
 inline Status validate(const AdminMsg& m) noexcept {
   if (m.op < uint32_t(AdminOp::kStatus) || m.op > last_admin_op(kVersion)) return detail::fail(Error::kBadEnum, "Admin.op");
-  if (m.reserved0 != 0) return detail::fail(Error::kReserved, "Admin.reserved0");
   if (!detail::string_ok(m.job, detail::Charset::kJobId)) return detail::fail(Error::kBadString, "Admin.job");
   if (m.op == uint32_t(AdminOp::kPolicy)) {
     if (m.set_fields != 0 || m.mem != 0 || m.priority != 0 || m.weight != 0)
@@ -831,10 +855,13 @@ inline Status validate(const AdminMsg& m) noexcept {
     if (m.mode != uint8_t(PolicyMode::kTimeslice) ? m.quantum_ms != 0
                                                    : m.quantum_ms != 0 && (m.quantum_ms < kMinQuantumMs || m.quantum_ms > kMaxQuantumMs))
       return detail::fail(Error::kBadValue, "Admin.quantum_ms");
+    if (m.mode != uint8_t(PolicyMode::kPriority) ? m.target_pct != 0
+                                                 : m.target_pct != 0 && (m.target_pct < kMinTargetPct || m.target_pct > kMaxTargetPct))
+      return detail::fail(Error::kBadValue, "Admin.target_pct");
     if (m.job[0] == '\0') return detail::fail(Error::kBadString, "Admin.job (the device)");
     return {};
   }
-  if (m.mode != 0 || m.quantum_ms != 0) return detail::fail(Error::kReserved, "Admin.mode");
+  if (m.mode != 0 || m.quantum_ms != 0 || m.target_pct != 0) return detail::fail(Error::kReserved, "Admin.mode");
   bool is_set = m.op == uint32_t(AdminOp::kSet);
   bool needs_job = is_set || m.op == uint32_t(AdminOp::kReport) || m.op == uint32_t(AdminOp::kPause) ||
                    m.op == uint32_t(AdminOp::kResume);
@@ -993,14 +1020,25 @@ inline Status decode_body(const void* data, size_t len, Message* out, ContextFoo
 }
 
 /// Admin: one layout in every version; kPause and kResume are v6 ops, kPolicy and the weight, mode
-/// and quantum fields v7.
+/// and quantum fields v7, the target v8.
 inline Status decode_body(const void* data, size_t len, Message* out, AdminMsg* into) noexcept {
   if (len < sizeof *into) return fail(Error::kShort, "Admin");
   if (len > sizeof *into) return fail(Error::kTooLong, "Admin");
   std::memcpy(into, data, sizeof *into);
   if (into->op > last_admin_op(out->h.version)) return fail(Error::kBadEnum, "Admin.op (pause and resume: v6; policy: v7)");
-  if (out->h.version < 7 && (into->weight != 0 || into->mode != 0 || into->reserved0 != 0 || into->quantum_ms != 0))
+  if (out->h.version < 7 && (into->weight != 0 || into->mode != 0 || into->target_pct != 0 || into->quantum_ms != 0))
     return fail(Error::kReserved, "Admin.reserved0 (weight, mode, quantum: v7)");
+  if (out->h.version < 8 && into->target_pct != 0) return fail(Error::kReserved, "Admin.target_pct (v8)");
+  return validate(*into);
+}
+
+/// RegisterReply: one layout in every version; the granted priority and its flags are v8.
+inline Status decode_body(const void* data, size_t len, Message* out, RegisterReplyMsg* into) noexcept {
+  if (len < sizeof *into) return fail(Error::kShort, "RegisterReply");
+  if (len > sizeof *into) return fail(Error::kTooLong, "RegisterReply");
+  std::memcpy(into, data, sizeof *into);
+  if (out->h.version < 8 && (into->granted_priority != 0 || into->priority_flags != 0))
+    return fail(Error::kReserved, "RegisterReply.reserved0 (granted priority: v8)");
   return validate(*into);
 }
 
@@ -1102,7 +1140,8 @@ inline Encoded write_layout(Old old, void* buf, size_t cap) noexcept {
 /// kMinVersion..kVersion; a Register at version 1 is written in the RegisterV1 layout, dropping
 /// wait_timeout_ns and cmdline; below version 5 an Attach is written in the AttachV4 layout and a
 /// Register's ledger caps as 0, dropping the caps; a ContextFootprint below 5 and an Admin
-/// kPause/kResume below 6, and kPolicy or a weight, mode or quantum below 7, are kBadVersion.
+/// kPause/kResume below 6, kPolicy or a weight, mode or quantum below 7, and an Admin target or a
+/// RegisterReply's granted priority (or its flags) below 8, are kBadVersion.
 template <class T>
 inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_t version) noexcept {
   Encoded r;
@@ -1117,6 +1156,13 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
     if (copy.op > last_admin_op(version)) { r.status = detail::fail(Error::kBadVersion, "Admin.op (pause and resume: v6; policy: v7)"); return r; }
     if (version < 7 && (copy.weight != 0 || copy.mode != 0 || copy.quantum_ms != 0)) {
       r.status = detail::fail(Error::kBadVersion, "Admin.weight, mode, quantum_ms (v7)");
+      return r;
+    }
+    if (version < 8 && copy.target_pct != 0) { r.status = detail::fail(Error::kBadVersion, "Admin.target_pct (v8)"); return r; }
+  }
+  if constexpr (std::is_same_v<T, RegisterReplyMsg>) {
+    if (version < 8 && (copy.granted_priority != 0 || copy.priority_flags != 0)) {
+      r.status = detail::fail(Error::kBadVersion, "RegisterReply.granted_priority, priority_flags (v8)");
       return r;
     }
   }

@@ -686,7 +686,7 @@ TEST_CASE("protocol: v7 admin fields: a policy and a weight round-trip; an older
   set_string(p.job, "GPU-0ceeb82b");
   Message m;
   REQUIRE(dec(enc(p), Receiver::kDaemon, &m));
-  CHECK(m.h.version == 7);
+  CHECK(m.h.version == kVersion);
   CHECK(m.body.admin.op == uint32_t(AdminOp::kPolicy));
   CHECK(m.body.admin.mode == uint8_t(PolicyMode::kTimeslice));
   CHECK(m.body.admin.quantum_ms == 250);
@@ -705,7 +705,7 @@ TEST_CASE("protocol: v7 admin fields: a policy and a weight round-trip; an older
   x.quantum_ms = 0;
   CHECK(status_of(x) == Error::kNone);
   x.mode = uint8_t(PolicyMode::kPriority);
-  CHECK(status_of(x) == Error::kNone);  // well-formed: the daemon refuses it (not served yet)
+  CHECK(status_of(x) == Error::kNone);  // (its target is v8: protocol_v8_test.cpp)
   x.mode = 3;
   CHECK(status_of(x) == Error::kBadEnum);
   x = p;
@@ -721,8 +721,8 @@ TEST_CASE("protocol: v7 admin fields: a policy and a weight round-trip; an older
   x.weight = 2;
   CHECK(status_of(x) == Error::kReserved);  // a policy sets no job field
   x = p;
-  x.reserved0 = 1;
-  CHECK(status_of(x) == Error::kReserved);
+  x.target_pct = 1;  // (v8) a target is the priority policy's
+  CHECK(status_of(x) == Error::kBadValue);
 
   // kSet with kSetWeight: 1..100, and only with the bit.
   auto w = zeroed<AdminMsg>();
