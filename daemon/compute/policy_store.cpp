@@ -33,7 +33,9 @@ bool PolicyStore::parse_mode(const std::string& name, proto::PolicyMode* out) {
 }
 
 json PolicyStore::to_json(const PolicySettings& s) {
-  return {{"mode", mode_name(s.mode)}, {"quantum_ms", s.quantum / 1'000'000}};
+  json j{{"mode", mode_name(s.mode)}, {"quantum_ms", s.quantum / 1'000'000}};
+  if (s.mode == proto::PolicyMode::kPriority) j["target_pct"] = s.target_pct;
+  return j;
 }
 
 std::optional<PolicySettings> PolicyStore::from_json(const json& j, std::string* why) {
@@ -47,10 +49,6 @@ std::optional<PolicySettings> PolicyStore::from_json(const json& j, std::string*
     *why = "mode is not share, timeslice or priority";
     return std::nullopt;
   }
-  if (s.mode == proto::PolicyMode::kPriority) {  // not served yet: never set, so never saved
-    *why = "mode priority is not served by this colocd";
-    return std::nullopt;
-  }
   auto q = j.find("quantum_ms");
   if (q != j.end()) {
     if (!q->is_number_unsigned() || q->get<uint64_t>() < proto::kMinQuantumMs || q->get<uint64_t>() > proto::kMaxQuantumMs) {
@@ -59,6 +57,17 @@ std::optional<PolicySettings> PolicyStore::from_json(const json& j, std::string*
       return std::nullopt;
     }
     s.quantum = Nanos(q->get<uint64_t>()) * 1'000'000;
+  }
+  // The priority policy's target (absent: the default, as in files written before it existed).
+  // Only priority keeps it; another mode's is checked, and left at the default.
+  auto t = j.find("target_pct");
+  if (t != j.end()) {
+    if (!t->is_number_unsigned() || t->get<uint64_t>() < proto::kMinTargetPct || t->get<uint64_t>() > proto::kMaxTargetPct) {
+      *why = "target_pct is not an integer from " + std::to_string(proto::kMinTargetPct) + " to " +
+             std::to_string(proto::kMaxTargetPct);
+      return std::nullopt;
+    }
+    if (s.mode == proto::PolicyMode::kPriority) s.target_pct = uint32_t(t->get<uint64_t>());
   }
   return s;
 }

@@ -10,7 +10,10 @@
 //
 // The file:
 //   {"format": 1, "default": {"mode": "timeslice", "quantum_ms": 100} | null,
-//    "devices": {"GPU-...": {"mode": "share", "quantum_ms": 100}, ...}}
+//    "devices": {"GPU-...": {"mode": "share", "quantum_ms": 100},
+//                "GPU-...": {"mode": "priority", "quantum_ms": 100, "target_pct": 5}, ...}}
+// `target_pct` (the priority policy's target slowdown, percent) is written for priority only; a
+// file without it (written before it existed) loads with the default, proto::kDefaultTargetPct.
 //
 // Single-threaded (the event loop). The scheduler is told of every change by the caller (apply(),
 // apply_new_device(), or Scheduler::set_policy with what set() stored).
@@ -59,9 +62,11 @@ class PolicyStore {
   /// the default unless the device has its own entry (applied already). True when it set one.
   bool apply_new_device(const Uuid& dev, Scheduler& scheduler) const;
 
-  /// {mode, quantum_ms} of `s` (the file's and the admin answers' shape).
+  /// {mode, quantum_ms[, target_pct]} of `s` (the file's and the admin answers' shape; the target
+  /// for priority only).
   static nlohmann::json to_json(const PolicySettings& s);
-  /// The inverse; nullopt (and *why) when `j` is not one.
+  /// The inverse; nullopt (and *why) when `j` is not one (an unknown mode, a quantum or target out
+  /// of range or not an integer).
   static std::optional<PolicySettings> from_json(const nlohmann::json& j, std::string* why);
   /// "share", "timeslice", "priority" to the mode; false for anything else.
   static bool parse_mode(const std::string& name, proto::PolicyMode* out);

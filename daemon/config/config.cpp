@@ -144,6 +144,8 @@ Result<void> apply_toml(const std::string& text, const std::string& origin, Conf
       cfg.headroom = h.value();
     } else if (key == "admin_group") {
       cfg.admin_group = v;
+    } else if (key == "high_priority_group") {
+      cfg.high_priority_group = v;
     } else if (key == "max_per_user") {
       auto b = parse_max_per_user(v, where);
       if (!b) return b.error();
@@ -184,7 +186,7 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
   CLI::App app{"colocd: the coloc node daemon. Keeps the books of GPU memory for every job on this machine,\n"
                "admits jobs when their footprint fits, and makes allocations wait instead of crash.",
                "colocd"};
-  std::string socket, state_dir, config_file, headroom, admin_group, max_per_user, log_level, grant_step,
+  std::string socket, state_dir, config_file, headroom, admin_group, high_priority_group, max_per_user, log_level, grant_step,
       wait_timeout, sample_interval, resume_grace, watcher, max_connections, hello_timeout;
   bool no_bpf = false;
   app.add_option("--socket", socket, "Unix socket to listen on (default /run/coloc/colocd.sock)");
@@ -192,6 +194,9 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
   app.add_option("--config", config_file, "TOML file with the same settings (flags override it)");
   app.add_option("--headroom", headroom, "Memory kept free on each device: a size or a percentage (default 2%)");
   app.add_option("--admin-group", admin_group, "Group whose members may change other users' jobs (default: root only)");
+  app.add_option("--high-priority-group", high_priority_group,
+                 "Group whose members may run jobs at priority high (root and --admin-group may anyway; others asking "
+                 "for high run as normal)");
   app.add_option("--max-per-user", max_per_user, "Cap on one user's grants over all devices (default none)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off (default info, or $COLOC_LOG_LEVEL)");
   app.add_option("--grant-step", grant_step, "Grants move in multiples of this (default 64MiB)");
@@ -233,6 +238,7 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
     cfg.headroom = h.value();
   }
   if (!admin_group.empty()) cfg.admin_group = admin_group;
+  if (!high_priority_group.empty()) cfg.high_priority_group = high_priority_group;
   if (!max_per_user.empty()) {
     auto b = parse_max_per_user(max_per_user, "--max-per-user");
     if (!b) return b.error();

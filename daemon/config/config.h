@@ -5,6 +5,7 @@
 //   state directory  --state-dir DIR    state_dir         /var/lib/coloc
 //   headroom         --headroom SIZE|N% headroom          2% of each device
 //   admin group      --admin-group NAME admin_group       none (root only)
+//   high priority    --high-priority-group NAME  high_priority_group  none (high: root and the admin group only)
 //   per-user cap     --max-per-user SIZE max_per_user     none
 //   log level        --log-level LEVEL  log_level         $COLOC_LOG_LEVEL, else info
 //   grant step       --grant-step SIZE  grant_step        64MiB
@@ -40,6 +41,9 @@ struct Config {
   std::string config_file;  ///< "" = none
   Headroom headroom;
   std::string admin_group;  ///< "" = root only
+  /// Members may run jobs at priority high (besides root and the admin group, who may anyway);
+  /// "" = none. Anyone else asking for high is registered as normal.
+  std::string high_priority_group;
   std::optional<broker::Bytes> max_per_user;
   std::string log_level = "info";
   broker::Bytes grant_step = 64ull << 20;

@@ -43,6 +43,21 @@ bool Admin::is_admin(const Caller& c) const {
   return std::find(c.groups.begin(), c.groups.end(), *info_.admin_gid) != c.groups.end();
 }
 
+bool Admin::may_be_high(const Caller& c) const {
+  if (is_admin(c)) return true;
+  if (!info_.high_priority_gid) return false;
+  if (c.gid == *info_.high_priority_gid) return true;
+  return std::find(c.groups.begin(), c.groups.end(), *info_.high_priority_gid) != c.groups.end();
+}
+
+std::string Admin::high_priority_holders() const {
+  std::string groups;
+  if (info_.admin_gid) groups = "the admin group " + info_.admin_group;
+  if (info_.high_priority_gid)
+    groups += (groups.empty() ? "" : " and ") + std::string("the high-priority group ") + info_.high_priority_group;
+  return groups.empty() ? std::string("no other user") : groups;
+}
+
 json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices) const {
   const report::JobRecorder* rec = nullptr;
   if (auto it = recorders_.find(job.serial); it != recorders_.end()) rec = &it->second;
@@ -196,7 +211,9 @@ json Admin::status(broker::Nanos now) const {
               {"holding_for_restart", broker_.holding()},
               {"clients", broker_.clients().size()},
               {"waiting_requests", broker_.waiters().size()},
-              {"fd_limit", info_.fd_limit}};
+              {"fd_limit", info_.fd_limit},
+              {"admin_group", info_.admin_gid ? json(info_.admin_group) : json(nullptr)},
+              {"high_priority_group", info_.high_priority_gid ? json(info_.high_priority_group) : json(nullptr)}};
   if (info_.connections) daemon["connections"] = info_.connections();
   return json{{"daemon", daemon}, {"devices", devices}, {"jobs", jobs}, {"policies", policies_json()}};
 }
@@ -541,11 +558,10 @@ const Admin::DeviceRow* Admin::resolve_device(const std::string& selector, const
 AdminAnswer Admin::policy(const proto::AdminMsg& msg, const Caller& caller) {
   if (!is_admin(caller)) return {AdminStatus::kNotAllowed, "only root or the admin group may set a device's compute policy"};
   const auto mode = proto::PolicyMode(msg.mode);
-  if (mode == proto::PolicyMode::kPriority)
-    return {AdminStatus::kInvalid, "the priority policy comes with a later release of coloc; use share or timeslice"};
   compute::PolicySettings s;
   s.mode = mode;
   s.quantum = broker::Nanos(msg.quantum_ms ? msg.quantum_ms : proto::kDefaultQuantumMs) * 1'000'000;
+  if (mode == proto::PolicyMode::kPriority) s.target_pct = msg.target_pct ? msg.target_pct : proto::kDefaultTargetPct;
   const std::string selector = msg.job;
   const bool all = selector == "all";
   const std::vector<DeviceRow> rows = device_rows();
@@ -582,7 +598,8 @@ AdminAnswer Admin::policy(const proto::AdminMsg& msg, const Caller& caller) {
                            all ? std::string("every device (and those to come)") : targets.front()->uuid.str(),
                            compute::mode_name(s.mode),
                            s.mode == proto::PolicyMode::kTimeslice ? fmt::format(" (quantum {} ms)", s.quantum / 1'000'000)
-                                                                   : std::string());
+                           : s.mode == proto::PolicyMode::kPriority ? fmt::format(" (target slowdown {}%)", s.target_pct)
+                                                                    : std::string());
   return {AdminStatus::kOk, json{{"device", selector},
                                  {"all", all},
                                  {"default", all ? compute::PolicyStore::to_json(s) : json(nullptr)},

@@ -3,7 +3,8 @@
 // user; changing a job and reading its report is for its owner (who may only lower its limit,
 // priority or weight, and may not resume a pause an admin set) and for root or members of
 // --admin-group, checked against SO_PEERCRED / SO_PEERGROUPS; a device's compute policy is for
-// root and the admin group only.
+// root and the admin group only. Priority high is for root and the admin and high-priority groups
+// (may_be_high: the engine asks at registration).
 #pragma once
 
 #include <sys/types.h>
@@ -43,6 +44,10 @@ struct DaemonInfo {
   std::string watcher;
   broker::Nanos started = 0;
   std::optional<gid_t> admin_gid;
+  std::string admin_group;  ///< its name ("" = none)
+  /// --high-priority-group: members may run jobs at priority high (as root and the admin group).
+  std::optional<gid_t> high_priority_gid;
+  std::string high_priority_group;  ///< its name ("" = none)
   size_t fd_limit = 0;  ///< RLIMIT_NOFILE in effect
   /// The "connections" object of status (listener counters, open connections per uid); null
   /// when not set.
@@ -82,6 +87,11 @@ class Admin {
   /// ("unchanged", "lowered", "raised", "kept: ..."), before, after, wanted, available}] (bytes).
   nlohmann::json reservation_changes_json(const std::vector<broker::ReservationChange>& changes) const;
   bool is_admin(const Caller& c) const;
+  /// Whether `c` may run a job at priority high: root, the admin group, the high-priority group.
+  bool may_be_high(const Caller& c) const;
+  /// Who may, after "root": "the admin group gpuadmin and the high-priority group ml", or "no
+  /// other user" (for messages).
+  std::string high_priority_holders() const;
   /// The writer of reports still on their way to disk: reading reports waits for it first.
   void set_report_writer(report::ReportWriter* w) { writer_ = w; }
   /// Where `coloc policy` saves what it sets (loaded and applied by the engine at start); null:

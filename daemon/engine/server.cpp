@@ -108,15 +108,25 @@ Result<void> Server::open_state_dir() {
   lock_fd_.reset(fd);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0)
     return Error{errno, "another colocd is using the state directory " + cfg_.state_dir + " (" + lock + " is locked)"};
-  std::optional<gid_t> admin_gid;
-  if (!cfg_.admin_group.empty()) {
+  // The groups, by name, once at start: a name that is no group is an error now, not a silent
+  // "nobody is a member" later.
+  auto group_id = [](const std::string& name, const char* flag) -> Result<std::optional<gid_t>> {
+    if (name.empty()) return std::optional<gid_t>();
     struct group gr, *out = nullptr;
     char buf[4096];
-    if (::getgrnam_r(cfg_.admin_group.c_str(), &gr, buf, sizeof buf, &out) != 0 || !out)
-      return Error{ENOENT, "--admin-group " + cfg_.admin_group + ": no such group"};
-    admin_gid = out->gr_gid;
-  }
+    if (::getgrnam_r(name.c_str(), &gr, buf, sizeof buf, &out) != 0 || !out)
+      return Error{ENOENT, std::string(flag) + " " + name + ": no such group"};
+    return std::optional<gid_t>(out->gr_gid);
+  };
+  auto admin = group_id(cfg_.admin_group, "--admin-group");
+  if (!admin) return admin.error();
+  auto high = group_id(cfg_.high_priority_group, "--high-priority-group");
+  if (!high) return high.error();
+  const std::optional<gid_t> admin_gid = admin.value();
   info_.admin_gid = admin_gid;
+  info_.admin_group = cfg_.admin_group;
+  info_.high_priority_gid = high.value();
+  info_.high_priority_group = cfg_.high_priority_group;
   if (auto r = store_.prepare(admin_gid ? int(*admin_gid) : -1); !r) return r;
   if (auto r = resume_.load(); !r) return r;
   // The devices' compute policies, as coloc policy last set them (a bad file: every device shares).
@@ -670,6 +680,13 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   // A job that was running when the previous daemon stopped keeps the limit and priority the
   // daemon last gave it (a `coloc set` survives), not the ones its environment asked for.
   std::optional<report::SavedJob> saved = claim_saved(spec, start_time, resume);
+  // Priority high buys device time: it is granted to root and the admin and high-priority groups
+  // only. Anyone else asking for it registers as normal (a lower one is always theirs to ask for).
+  // A priority restored from a saved state was granted before, and holds.
+  const proto::Priority asked = spec.priority;
+  const bool high_refused = asked == proto::Priority::kHigh && !saved &&
+                            !admin_->may_be_high(Caller{c.uid(), c.gid(), c.groups()});
+  if (high_refused) spec.priority = proto::Priority::kNormal;
   if (saved) {
     spec.limit = saved->limit;
     for (proto::Priority p : {proto::Priority::kBestEffort, proto::Priority::kNormal, proto::Priority::kHigh})
@@ -698,6 +715,13 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   }
   const broker::Client* client = broker_.find_client(id);
   const broker::Job& job = broker_.jobs().at(client->job);
+  // Lowered: it asked for high, may not have it, and its job runs lower (a job an admin raised to
+  // high, which it joins, stays high).
+  const bool lowered = high_refused && job.priority < asked;
+  if (lowered)
+    log::limited(lg, spdlog::level::warn, "priority uid " + std::to_string(c.uid()),
+                 "{} asked for priority high, which is for root and {}: job {} runs as {}", c.describe(),
+                 admin_->high_priority_holders(), job.key.str(), proto::priority_name(job.priority));
   c.role = Connection::Role::kJob;
   c.version = m.h.version;
   c.client = id;
@@ -733,6 +757,10 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   reply.grant_step = broker_.config().grant_step;
   reply.n_slots = resume ? r.n_ledger : 0;
   reply.daemon_version = proto::kVersion;
+  if (c.version >= 8) {  // an older client knows these bytes as reserved (zero)
+    reply.granted_priority = uint8_t(uint8_t(job.priority) + 1);
+    reply.priority_flags = lowered ? proto::kPriorityLowered : 0;
+  }
   proto::set_string(reply.job, job.key.id.c_str());
   unsigned char buf[sizeof reply];
   proto::Encoded enc = proto::encode(reply, m.h.seq, buf, sizeof buf, c.version);

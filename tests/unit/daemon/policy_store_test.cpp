@@ -107,7 +107,7 @@ TEST_CASE("policy store: a malformed file is kept aside as .bad, said, and nothi
         std::string(R"({"format": 1})"),
         R"({"format": 1, "devices": {")" + good_uuid + R"(": {"mode": "fast"}}})",
         R"({"format": 1, "devices": {")" + good_uuid + R"(": {"mode": "timeslice", "quantum_ms": 0}}})",
-        R"({"format": 1, "devices": {")" + good_uuid + R"(": {"mode": "priority"}}})",
+        R"({"format": 1, "devices": {")" + good_uuid + R"(": {"mode": "priority", "target_pct": 51}}})",
         std::string(R"({"format": 1, "devices": {"GPU-1": {"mode": "share"}}})"),
         std::string(R"({"format": 1, "default": "timeslice", "devices": {}})")}) {
     CAPTURE(text);
