@@ -52,6 +52,9 @@ constexpr uint64_t kDefaultWaitNs = 300ull * 1000000000ull;  // the daemon's def
 
 constinit NoDestroy<DaemonBroker> g_daemon_broker;
 constinit std::atomic<bool> g_on_exit_installed{false};
+/// The process was told (and said) that colocd lowered the priority it asked for: once per process,
+/// and not again in a forked child that registers anew (it inherits the flag).
+constinit std::atomic<bool> g_priority_said{false};
 
 void goodbye_hook(int status, void*) { g_daemon_broker.value.goodbye(status); }
 
@@ -255,6 +258,18 @@ bool DaemonBroker::adopt(const proto::RegisterReplyMsg& reply, int control_fd, i
          "COLOC_JOB '%s' is not a job id as it stands (printable characters without spaces, '/' or '\\', at most "
          "63): colocd files this process under job '%s'",
          o.job, filed);
+  }
+  // Priority high is granted, not taken (protocol v8): colocd registered the job lower than
+  // COLOC_PRIORITY asked (`coloc run` sets the granted one, so its processes never get here).
+  if (!resume && (reply.priority_flags & proto::kPriorityLowered) && reply.granted_priority != 0 &&
+      !g_priority_said.exchange(true, std::memory_order_acq_rel)) {
+    char filed[sizeof reply.job + 1] = {};
+    std::memcpy(filed, reply.job, sizeof reply.job);
+    const char* asked = proto::priority_name(o.priority);
+    logf(LogLevel::warn,
+         "COLOC_PRIORITY=%s: priority %s is for root and the members of colocd's admin and high-priority groups; "
+         "job %s runs as %s",
+         asked, asked, filed, proto::priority_name(proto::Priority(reply.granted_priority - 1)));
   }
   if (!resume) own_cap_.store(kNoLimit, std::memory_order_relaxed);  // (a forked child registering anew)
   if (!resume && o.mem_limit != kNoLimit && o.mem_limit != reply.limit) {

@@ -58,7 +58,8 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
   // refuses the version, and says so).
   const bool v7 = msg.op > proto::last_admin_op(6) || msg.weight != 0 || msg.mode != 0 || msg.quantum_ms != 0 ||
                   (msg.op == uint32_t(proto::AdminOp::kSet) && (msg.set_fields & proto::kSetWeight));
-  const uint16_t kAdminVersion = v7 ? 7 : msg.op > proto::last_admin_op(2) ? 6 : 2;
+  // A policy's target is v8: sent as v8.
+  const uint16_t kAdminVersion = msg.target_pct != 0 ? 8 : v7 ? 7 : msg.op > proto::last_admin_op(2) ? 6 : 2;
   if (int rc = wire::send(fd, msg, 1, kAdminVersion, &st); rc != 0) {
     ::close(fd);
     a.kind = rc == -EINVAL ? Answer::Kind::kProtocol : Answer::Kind::kUnreachable;
@@ -97,13 +98,13 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
 namespace {
 
 int register_anchor_as(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms, bool resume,
-                       bool* busy, uint16_t version);
+                       bool* busy, uint16_t version, proto::RegisterReplyMsg* reply);
 
 }  // namespace
 
 int register_anchor(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms, bool resume,
-                    bool* busy) {
-  return register_anchor_as(socket, spec, why, timeout_ms, resume, busy, proto::kVersion);
+                    bool* busy, proto::RegisterReplyMsg* reply) {
+  return register_anchor_as(socket, spec, why, timeout_ms, resume, busy, proto::kVersion, reply);
 }
 
 namespace {
@@ -111,7 +112,7 @@ namespace {
 // At `version`; a colocd that refuses it but speaks v3 (anchors) or later is asked again in its
 // newest version (a coloc newer than the node's colocd).
 int register_anchor_as(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms, bool resume,
-                       bool* busy, uint16_t version) {
+                       bool* busy, uint16_t version, proto::RegisterReplyMsg* reply) {
   int fd = -1;
   bool busy_local = false;
   bool& is_busy = busy ? *busy : busy_local;
@@ -164,10 +165,13 @@ int register_anchor_as(const std::string& socket, const AnchorSpec& spec, std::s
       *why = std::string("colocd refused the registration: ") + m.body.error.text;
       const proto::ErrorMsg& e = m.body.error;
       if (e.code == uint32_t(proto::ErrorCode::kVersion) && e.max_version >= 3 && e.max_version < version)
-        return register_anchor_as(socket, spec, why, timeout_ms, resume, busy, e.max_version);
+        return register_anchor_as(socket, spec, why, timeout_ms, resume, busy, e.max_version, reply);
       return -1;
     }
-    if (m.type() == proto::MsgType::kRegisterReply && m.h.seq == 1) return fd;
+    if (m.type() == proto::MsgType::kRegisterReply && m.h.seq == 1) {
+      if (reply) *reply = m.body.register_reply;
+      return fd;
+    }
   }
 }
 

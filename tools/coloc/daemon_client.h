@@ -44,9 +44,12 @@ struct AnchorSpec {
 /// sentence in *why: no colocd, one that refuses anchors (e.g. an older protocol), or one that is
 /// there but busy — its listen queue full, no answer in time, or the connection closed unanswered
 /// (*busy = true when given: then try again later, never run outside the books).
-/// `resume`: registering again after colocd restarted (kRegResume, no ledger).
+/// `resume`: registering again after colocd restarted (kRegResume, no ledger). `reply` (when
+/// given) receives colocd's RegisterReply on success: its granted_priority (0 from a colocd older
+/// than protocol v8, which does not tell) and priority_flags say whether the job's priority was
+/// lowered (kPriorityLowered: high is for root and colocd's admin and high-priority groups).
 int register_anchor(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms = 10000,
-                    bool resume = false, bool* busy = nullptr);
+                    bool resume = false, bool* busy = nullptr, proto::RegisterReplyMsg* reply = nullptr);
 
 /// Says goodbye on the anchor's connection with the command's exit status (its exit code, or
 /// 128 + the signal that killed it), then closes it: the job ends once its processes are gone,

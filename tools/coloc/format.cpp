@@ -116,6 +116,8 @@ std::string short_uuid(const std::string& u) { return u.size() > 12 ? u.substr(0
 std::string policy_text(const json& policy) {
   if (!policy.is_object()) return "share";
   const std::string mode = str(policy, "mode", "share");
+  if (mode == "priority" && policy.contains("target_pct"))
+    return "priority, target slowdown " + str(policy, "target_pct") + "%";
   if (mode != "timeslice") return mode;
   return "timeslice, quantum " + str(policy, "quantum_ms") + " ms";
 }
@@ -216,16 +218,24 @@ std::string policy_table(const json& s) {
   std::ostringstream o;
   if (p.at("devices").empty()) o << "No devices yet (colocd learns of them from NVML and from its jobs).\n";
   else {
-    Table t({"INDEX", "DEVICE", "POLICY", "QUANTUM", "TURN"});
+    // The priority policy's target slowdown in a column of its own, when a device has that policy.
+    bool any_priority = false;
+    for (const json& dev : p.at("devices"))
+      any_priority |= str(dev.value("policy", json::object()), "mode", "share") == "priority";
+    std::vector<std::string> cols = {"INDEX", "DEVICE", "POLICY", "QUANTUM", "TURN"};
+    if (any_priority) cols.push_back("TARGET");
+    Table t(cols);
     bool colocd_numbered = false, unseen = false;
     for (const json& dev : p.at("devices")) {
       const json pol = dev.value("policy", json::object());
-      const bool timeslice = str(pol, "mode", "share") == "timeslice";
+      const std::string mode = str(pol, "mode", "share");
       std::string index = device_index_text(dev);
       colocd_numbered |= index.back() == '*';
       unseen |= !dev.value("seen", true);
-      t.add({index, str(dev, "uuid"), str(pol, "mode", "share"), timeslice ? str(pol, "quantum_ms") + " ms" : "-",
-             dev.value("holder", json()).is_string() ? dev["holder"].get<std::string>() : "-"});
+      std::vector<std::string> row = {index, str(dev, "uuid"), mode, mode == "timeslice" ? str(pol, "quantum_ms") + " ms" : "-",
+                                      dev.value("holder", json()).is_string() ? dev["holder"].get<std::string>() : "-"};
+      if (any_priority) row.push_back(mode == "priority" && pol.contains("target_pct") ? str(pol, "target_pct") + "%" : "-");
+      t.add(row);
     }
     o << t.render();
     if (colocd_numbered) o << "* numbered by colocd: NVML does not list the device\n";

@@ -30,12 +30,14 @@ std::string ran_text(const nlohmann::json& report);
 /// time); lines of at most 100 columns for job ids of up to about 20 characters. `wide`: also
 /// grants, reservations, driver overhead and peaks.
 std::string status_table(const nlohmann::json& status, bool wide = false);
-/// `coloc policy`: one line per device (index, UUID, policy, quantum, whose turn), from status'
-/// "policies"; "" when the status has none (a colocd older than protocol 7).
+/// `coloc policy`: one line per device (index, UUID, policy, quantum, whose turn, and — when a
+/// device has the priority policy — its target slowdown), from status' "policies"; "" when the
+/// status has none (a colocd older than protocol 7).
 std::string policy_table(const nlohmann::json& status);
 /// `coloc policy DEVICE MODE`: what changed, from kPolicy's answer.
 std::string policy_set_text(const nlohmann::json& reply);
-/// "share", "timeslice, quantum 100 ms" (from {mode, quantum_ms}).
+/// "share", "timeslice, quantum 100 ms", "priority, target slowdown 5%" (from {mode, quantum_ms,
+/// target_pct}).
 std::string policy_text(const nlohmann::json& policy);
 /// Columns `text` takes on a terminal (UTF-8 code points).
 size_t display_width(const std::string& text);

@@ -5,7 +5,7 @@
 //   coloc report JOB [--json] [--svg FILE]
 //   coloc set JOB [--mem SIZE] [--priority P] [--weight W]
 //   coloc pause JOB      coloc resume JOB
-//   coloc policy [--json]      coloc policy DEVICE share|timeslice [--quantum 100ms]
+//   coloc policy [--json]      coloc policy DEVICE share|timeslice|priority [--quantum 100ms] [--target-slowdown 5%]
 //
 // Exit codes: 0 done; 1 the daemon refused or failed; 2 bad usage; 3 the daemon is unreachable;
 // 4 no such job or device; 5 not allowed; 127 the command of `coloc run` could not be started.
@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -105,6 +106,7 @@ const char* empty_what(const std::string& option) {
       {"--socket", "empty path"},
       {"--weight", "empty weight: a whole number from 1 to 100"},
       {"--quantum", "empty duration: such as 100ms"},
+      {"--target-slowdown", "empty target: a whole percentage from 1% to 50%, such as 5%"},
   };
   auto it = what.find(option);
   return it == what.end() ? "empty value" : it->second;
@@ -133,6 +135,28 @@ std::string exe_dir() {
   std::string p(buf);
   auto slash = p.rfind('/');
   return slash == std::string::npos ? "." : p.substr(0, slash);
+}
+
+/// Who may run jobs at priority high, for coloc run's warning: "root and the groups gpuadmin and
+/// ml" from colocd's status (admin_group, high_priority_group); a general phrase when colocd does
+/// not say.
+std::string high_priority_holders(const std::string& socket) {
+  const std::string general = "root and the members of colocd's admin and high-priority groups";
+  Answer a = coloc::cli::admin_request(socket, admin_msg(coloc::proto::AdminOp::kStatus), 2000);
+  if (a.kind != Answer::Kind::kOk) return general;
+  json s = json::parse(a.text, nullptr, false);
+  if (s.is_discarded() || !s.is_object() || !s.contains("daemon") || !s["daemon"].is_object() ||
+      !s["daemon"].contains("high_priority_group"))
+    return general;
+  std::vector<std::string> groups;
+  for (const char* key : {"admin_group", "high_priority_group"}) {
+    const json& g = s["daemon"][key];
+    if (g.is_string() && std::find(groups.begin(), groups.end(), g.get<std::string>()) == groups.end())
+      groups.push_back(g.get<std::string>());
+  }
+  if (groups.empty()) return "root only";
+  if (groups.size() == 1) return "root and the group " + groups[0];
+  return "root and the groups " + groups[0] + " and " + groups[1];
 }
 
 /// The command `coloc run` waits for (0 before it is forked).
@@ -212,13 +236,6 @@ int do_run(const coloc::cli::RunOptions& opt) {
                    plan.job_id.c_str(), plan.env["COLOC_SOCKET"].c_str());
   };
   coloc::log::get("cli")->debug("running {} as job {}", plan.argv.front(), plan.job_id);
-  std::vector<std::string> env_strings;
-  for (auto& [k, v] : plan.env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp, argv;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  for (auto& s : plan.argv) argv.push_back(s.data());
-  argv.push_back(nullptr);
 
   // With colocd: register as the job's anchor first, so that the job (its limit, priority, any
   // `coloc set`, and its reservation between the command's steps) lives exactly as long as this
@@ -227,9 +244,31 @@ int do_run(const coloc::cli::RunOptions& opt) {
   coloc::cli::AnchorSpec spec{plan.job_id, plan.limit, plan.priority, plan.on_full, plan.wait_timeout_ns, plan.argv};
   std::string why;
   bool busy = false;
+  coloc::proto::RegisterReplyMsg reply;
+  std::memset(&reply, 0, sizeof reply);
   int anchor = coloc::cli::register_anchor(plan.env["COLOC_SOCKET"], spec, &why, coloc::wire::kConnectTimeoutMs,
-                                           false, &busy);
+                                           false, &busy, &reply);
   say_id(anchor >= 0 || busy);
+  // The priority colocd granted (protocol v8; an older colocd does not tell): the command's
+  // processes register with it, so that they neither ask again for what was refused nor warn
+  // again; the anchor asks for it when it registers again after a restart.
+  if (anchor >= 0 && reply.granted_priority != 0) {
+    const auto granted = coloc::proto::Priority(reply.granted_priority - 1);
+    if (reply.priority_flags & coloc::proto::kPriorityLowered)
+      std::fprintf(stderr, "coloc: warning: priority %s is for %s; job %s runs as %s\n",
+                   coloc::proto::priority_name(plan.priority),
+                   high_priority_holders(plan.env["COLOC_SOCKET"]).c_str(), plan.job_id.c_str(),
+                   coloc::proto::priority_name(granted));
+    plan.priority = spec.priority = granted;
+    plan.env["COLOC_PRIORITY"] = coloc::proto::priority_name(granted);
+  }
+  std::vector<std::string> env_strings;
+  for (auto& [k, v] : plan.env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, argv;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  for (auto& s : plan.argv) argv.push_back(s.data());
+  argv.push_back(nullptr);
   if (anchor < 0 && busy) {
     // A colocd is there but does not answer: never run outside its books. The command runs (its
     // CUDA processes wait for colocd at their first context), and the anchor registers once
@@ -406,21 +445,28 @@ int run_cli(int argc, char** argv) {
   resume_cmd->add_flag("--json", json_out, "Print the daemon's JSON answer (the job, and who had paused it)");
 
   // policy
-  std::string policy_device, policy_mode, quantum;
+  std::string policy_device, policy_mode, quantum, target_slowdown;
   CLI::App* policy_cmd = app.add_subcommand(
       "policy", "Show each device's compute policy, or set one device's (or all devices') policy (root or the admin group)");
   policy_cmd->add_option("device", policy_device,
                          "A device: its index (as coloc status shows it), its UUID or a unique prefix of it, or all "
                          "(every device, and those colocd learns of later)");
-  policy_cmd->add_option("mode", policy_mode, "share (no gating, the default) or timeslice (one job at a time, in turns)");
+  policy_cmd->add_option("mode", policy_mode,
+                         "share (no gating, the default), timeslice (one job at a time, in turns) or priority (high-priority "
+                         "jobs first: the others are throttled to keep them near their solo speed)");
   policy_cmd->add_option("--quantum", quantum, "timeslice: one quantum, e.g. 50ms, 100ms (default), 1s");
+  policy_cmd->add_option("--target-slowdown", target_slowdown,
+                         "priority: the most a high-priority job may be slowed against running alone, 1% to 50% "
+                         "(default 5%)");
   policy_cmd->add_flag("--json", json_out, "Print the daemon's JSON");
   policy_cmd->footer(
       "Examples: coloc policy            (every device)\n"
       "          coloc policy 0 timeslice --quantum 50ms\n"
       "          coloc policy all share\n"
-      "A job of weight W (coloc set JOB --weight W) gets W quanta per round. The policy is kept in colocd's state\n"
-      "directory and survives restarts.");
+      "          coloc policy 0 priority --target-slowdown 10%\n"
+      "A job of weight W (coloc set JOB --weight W) gets W quanta per round. Under priority, jobs of priority high\n"
+      "(root, colocd's --admin-group and --high-priority-group) keep within the target; normal and best-effort\n"
+      "jobs get what is left. The policy is kept in colocd's state directory and survives restarts.");
 
   // Every subcommand's --help names the global option too (it may come before or after the subcommand).
   for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, set_cmd, pause_cmd, resume_cmd, policy_cmd})
@@ -468,6 +514,8 @@ int run_cli(int argc, char** argv) {
   if (policy_cmd->parsed()) {
     if (policy_device.empty() && policy_mode.empty()) {
       if (!quantum.empty()) return fail(kUsage, "policy: --quantum goes with a device and the mode timeslice");
+      if (!target_slowdown.empty())
+        return fail(kUsage, "policy: --target-slowdown goes with a device and the mode priority");
       if (!ask(socket, admin_msg(coloc::proto::AdminOp::kStatus), &j, &code)) return code;
       if (json_out) {
         std::cout << j.value("policies", json(nullptr)).dump(2) << "\n";
@@ -480,10 +528,12 @@ int run_cli(int argc, char** argv) {
       std::cout << text;
       return kOk;
     }
-    if (policy_mode.empty()) return fail(kUsage, "policy: give the device and the mode (share or timeslice)");
+    if (policy_mode.empty()) return fail(kUsage, "policy: give the device and the mode (share, timeslice or priority)");
     if (!coloc::proto::valid_job_id(policy_device.c_str()))
       return fail(kUsage, "'" + policy_device + "' is not a device (an index, a UUID or a prefix of one, or all)");
     auto m = admin_msg(coloc::proto::AdminOp::kPolicy, policy_device);
+    if (!target_slowdown.empty() && (policy_mode == "share" || policy_mode == "timeslice"))
+      return fail(kUsage, "policy: --target-slowdown goes with priority (" + policy_mode + " has no target)");
     if (policy_mode == "share") {
       m.mode = uint8_t(coloc::proto::PolicyMode::kShare);
       if (!quantum.empty()) return fail(kUsage, "policy: --quantum goes with timeslice (share has no quanta)");
@@ -496,9 +546,16 @@ int run_cli(int argc, char** argv) {
         m.quantum_ms = ms;
       }
     } else if (policy_mode == "priority") {
-      return fail(kUsage, "policy: the priority policy comes with a later release of coloc; use share or timeslice");
+      m.mode = uint8_t(coloc::proto::PolicyMode::kPriority);
+      if (!quantum.empty()) return fail(kUsage, "policy: --quantum goes with timeslice (priority has no quanta)");
+      if (!target_slowdown.empty()) {
+        std::string error;
+        uint32_t pct = 0;
+        if (!coloc::cli::parse_target_slowdown(target_slowdown, &pct, &error)) return fail(kUsage, error);
+        m.target_pct = uint8_t(pct);
+      }
     } else {
-      return fail(kUsage, "policy: unknown mode '" + policy_mode + "': use share or timeslice");
+      return fail(kUsage, "policy: unknown mode '" + policy_mode + "': use share, timeslice or priority");
     }
     if (!ask(socket, m, &j, &code)) return code;
     std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::policy_set_text(j));

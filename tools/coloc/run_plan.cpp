@@ -83,6 +83,25 @@ bool parse_quantum(const std::string& text, uint32_t* ms, std::string* error) {
   return true;
 }
 
+bool parse_target_slowdown(const std::string& text, uint32_t* pct, std::string* error) {
+  const std::string range = std::to_string(proto::kMinTargetPct) + "% to " + std::to_string(proto::kMaxTargetPct) + "%";
+  std::string t = text;
+  if (!t.empty() && t.back() == '%') t.pop_back();
+  if (t.empty() || t.size() > 9 ||
+      !std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    *error = "--target-slowdown '" + text + "': a whole percentage from " + range + ", such as 5%";
+    return false;
+  }
+  const unsigned long v = std::stoul(t);
+  if (v < proto::kMinTargetPct || v > proto::kMaxTargetPct) {
+    *error = "--target-slowdown " + text + ": out of range (" + range +
+             ": the most a high-priority job may be slowed against running alone)";
+    return false;
+  }
+  *pct = uint32_t(v);
+  return true;
+}
+
 int exit_code_of(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
   if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);

@@ -62,6 +62,11 @@ bool parse_weight(const std::string& text, uint32_t* out, std::string* error);
 /// *error otherwise (0 among them).
 bool parse_quantum(const std::string& text, uint32_t* ms, std::string* error);
 
+/// The priority policy's target slowdown (`coloc policy ... priority --target-slowdown`): "5%" or
+/// "5", a whole percentage from proto::kMinTargetPct to proto::kMaxTargetPct. False with a sentence
+/// in *error otherwise.
+bool parse_target_slowdown(const std::string& text, uint32_t* pct, std::string* error);
+
 /// The exit status `coloc run` reports for a command's wait status (waitpid): its exit code, or
 /// 128 + the signal that killed it.
 int exit_code_of(int wait_status);

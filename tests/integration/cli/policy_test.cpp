@@ -205,7 +205,16 @@ TEST_CASE("coloc policy, set --weight, run --weight: bad input exits 2, an unkno
            {{"policy", index, "timeslice", "--quantum", "soon"}, 2, "--quantum 'soon'"},
            {{"policy", index, "timeslice", "--quantum", ""}, 2, "--quantum ''"},
            {{"policy", index, "share", "--quantum", "100ms"}, 2, "--quantum goes with timeslice"},
-           {{"policy", index, "priority"}, 2, "comes with a later release"},
+           {{"policy", index, "priority", "--target-slowdown", "0"}, 2, "--target-slowdown 0: out of range"},
+           {{"policy", index, "priority", "--target-slowdown", "51%"}, 2, "--target-slowdown 51%: out of range"},
+           {{"policy", index, "priority", "--target-slowdown", "5.5%"}, 2, "--target-slowdown '5.5%'"},
+           {{"policy", index, "priority", "--target-slowdown", "%"}, 2, "--target-slowdown '%'"},
+           {{"policy", index, "priority", "--target-slowdown", "low"}, 2, "--target-slowdown 'low'"},
+           {{"policy", index, "priority", "--target-slowdown", ""}, 2, "--target-slowdown ''"},
+           {{"policy", index, "priority", "--quantum", "100ms"}, 2, "--quantum goes with timeslice (priority has no quanta)"},
+           {{"policy", index, "timeslice", "--target-slowdown", "5%"}, 2, "--target-slowdown goes with priority (timeslice has no target)"},
+           {{"policy", index, "share", "--target-slowdown", "5"}, 2, "--target-slowdown goes with priority (share has no target)"},
+           {{"policy", "--target-slowdown", "5%"}, 2, "--target-slowdown goes with a device and the mode priority"},
            {{"policy", index}, 2, "give the device and the mode"},
            {{"policy", "--quantum", "100ms"}, 2, "--quantum goes with a device"},
            {{"policy", "a b", "share"}, 2, "is not a device"},
@@ -235,6 +244,8 @@ TEST_CASE("coloc policy, set --weight, run --weight: bad input exits 2, an unkno
   CHECK(h.exit_code == 0);
   CHECK(h.out.find("timeslice") != std::string::npos);
   CHECK(h.out.find("--quantum") != std::string::npos);
+  CHECK(h.out.find("--target-slowdown") != std::string::npos);
+  CHECK(h.out.find("priority") != std::string::npos);
   CHECK(h.out.find("--socket PATH") != std::string::npos);
   for (const char* sub : {"set", "run"}) CHECK(coloc_cli(d, {sub, "--help"}).out.find("--weight") != std::string::npos);
   c->kill(SIGKILL);
