@@ -434,3 +434,48 @@ TEST_CASE("scheduler: shared by jobs that sit still, it looks every 10 ms; busy,
   CHECK(p.s.next_tick(p.now) == p.now + Scheduler::kTickNs);
 }
 }
+
+TEST_SUITE("daemon") {
+TEST_CASE("scheduler: a priority device runs its controller every tick: the high job tracked, others held to probe, gates per job") {
+  Plant p;
+  PolicySettings pr;
+  pr.mode = proto::PolicyMode::kPriority;
+  pr.target_pct = 5;
+  p.s.set_policy(dev(1), pr);
+  p.s.set_policy(dev(2), timeslice(100));
+  p.s.set_priority(1, proto::Priority::kHigh);
+  p.s.set_priority(2, proto::Priority::kBestEffort);
+  // The high job alone: nothing to protect it from, no tracking, no ticks.
+  p.join(1, dev(1));
+  p.tick();
+  CHECK(p.s.state(1, dev(1)) == GS::kRun);
+  CHECK(p.s.next_tick(p.now) == coloc::broker::kNever);
+  CHECK_FALSE(p.s.control_view(dev(1)).active);
+  // A best-effort job joins: the high job is tracked without a bound, the other held for the
+  // baseline probe, and the controller wants a tick every millisecond.
+  p.join(2, dev(1));
+  CHECK(p.tick());
+  CHECK(p.s.state(1, dev(1)) == GS::kWindow);
+  CHECK(p.s.window(1, dev(1)) == 0);
+  CHECK(p.s.state(2, dev(1)) == GS::kTimeslice);
+  CHECK(p.s.next_tick(p.now) == p.now + kMs);
+  CHECK(p.s.control_view(dev(1)).probing);
+  CHECK(p.s.control_view(dev(1)).target == doctest::Approx(0.05));
+  // A job's wishes are per device: on the timeslice device the other policy decides.
+  CHECK(p.s.window(1, dev(2)) == 25 * kMs);
+  // The high job's priority drops: the loop stops and every gate opens.
+  p.s.set_priority(1, proto::Priority::kNormal);
+  CHECK(p.tick());
+  CHECK(p.s.state(1, dev(1)) == GS::kRun);
+  CHECK(p.s.state(2, dev(1)) == GS::kRun);
+  CHECK(p.s.next_tick(p.now) == coloc::broker::kNever);
+  // Switching the device to share forgets the wishes.
+  p.s.set_priority(1, proto::Priority::kHigh);
+  p.tick();
+  CHECK(p.s.state(2, dev(1)) == GS::kTimeslice);
+  p.s.set_policy(dev(1), PolicySettings{});
+  p.tick();
+  CHECK(p.s.state(2, dev(1)) == GS::kRun);
+  CHECK(p.s.state(1, dev(1)) == GS::kRun);
+}
+}
