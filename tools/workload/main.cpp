@@ -4,6 +4,9 @@
 //   coloc-train --model NAME [--batch N] [--iters N] [--seq N] [--dtype T] [--optimizer O] ...
 //   coloc-train --model-file SPEC.json ...
 //   coloc-train --trace FILE [--time-scale X] [--loops N] [--size-scale X]
+//   coloc-train --gpu-util PCT --iter-ms MS [--kernel-us US] [--iters N | --duration S]
+//   coloc-train --lucid MODEL/DATASET/BATCH[/amp] [--lucid-dir DIR] ...
+//   (--gpu-util/--iter-ms or --lucid also combine with --model/--model-file: a duty cycle)
 //
 // Prints one JSON line on stdout at the end:
 //   {"job":…,"status":"ok"|"oom"|"error","iters":…,"iter_ms_p50":…,"peak_bytes":…,"error":…, …}
@@ -25,8 +28,10 @@
 
 #include "caching_allocator.h"
 #include "coloc/size.h"
+#include "duty.h"
 #include "errors.h"
 #include "gpu.h"
+#include "lucid.h"
 #include "model.h"
 #include "model_spec.h"
 #include "trace.h"
@@ -46,13 +51,20 @@ struct Options {
   std::string dtype = "fp32", optimizer = "adam";
   double tflops = 400, time_scale = 1, size_scale = 1;
   bool progress = false, list_models = false;
+  // Duty cycle (duty.h): --gpu-util/--iter-ms, or both from --lucid.
+  double gpu_util = 0, iter_ms = 0, kernel_us = 500, duration_s = 0;
+  std::string lucid, lucid_dir, host_model = "serial";
+  bool duty = false;  // a duty cycle was asked for (set by validate)
 };
+
+// The memory a model-less duty-cycle job holds for its whole run (one cuMemAlloc).
+constexpr uint64_t kDutyJobBytes = 64ULL << 20;
 
 // What a run produced, whatever way it ended.
 struct Outcome {
   std::string status = "ok";
   std::string error;
-  std::vector<double> iter_ms;
+  LoopStats loop;
   uint64_t peak_bytes = 0;
   json extra = json::object();
 };
@@ -78,11 +90,43 @@ void only_for(const CLI::App& app, const char* mode, std::initializer_list<const
     if (app.count(f)) throw InputError(std::string(f) + " applies only to " + mode);
 }
 
-void validate(const Options& o, const CLI::App& app) {
+// Checks everything but the files (trace, spec, Lucid data), which main() reads next. Sets o.duty.
+void validate(Options& o, const CLI::App& app) {
+  const bool duty_opts = app.count("--gpu-util") || app.count("--iter-ms");
+  o.duty = duty_opts || app.count("--lucid");
   const int modes = !o.model.empty() + !o.model_file.empty() + !o.trace.empty();
-  if (modes != 1) throw InputError("give exactly one of --model, --model-file and --trace (see --help)");
+  if (modes > 1 || (modes == 0 && !o.duty))
+    throw InputError("give exactly one of --model, --model-file and --trace, or a duty cycle (--gpu-util and --iter-ms, or --lucid) (see --help)");
   if (o.device < 0 || o.device > INT32_MAX) throw InputError("--device must be a device ordinal (0, 1, ...)");
-  if (o.trace.empty()) {
+  if (app.count("--lucid-dir") && !app.count("--lucid")) throw InputError("--lucid-dir applies only with --lucid");
+  if (o.duty) {
+    if (!o.trace.empty()) throw InputError("a duty cycle (--gpu-util, --iter-ms, --lucid) applies only to --model, --model-file or no model");
+    if (app.count("--lucid") && duty_opts) throw InputError("--lucid sets --gpu-util and --iter-ms: give one or the other");
+    if (!app.count("--lucid")) {
+      if (!app.count("--gpu-util") || !app.count("--iter-ms")) throw InputError("--gpu-util and --iter-ms go together");
+      if (std::string why = check_duty(o.gpu_util, o.iter_ms); !why.empty()) throw InputError(why);
+    }
+    if (!parse_host_model(o.host_model)) throw InputError("unknown --host-model '" + o.host_model + "' (serial or overlap)");
+    if (modes == 1 && app.count("--tflops"))
+      throw InputError("--tflops does not apply with a duty cycle: the model's kernels are scaled to fill --gpu-util of --iter-ms");
+  }
+  if (app.count("--host-model") && !o.duty) throw InputError("--host-model applies only to a duty cycle (--gpu-util, --iter-ms, --lucid)");
+  if (app.count("--kernel-us")) {
+    if (!o.duty || modes == 1) throw InputError("--kernel-us applies only to a duty cycle without a model");
+    if (!std::isfinite(o.kernel_us) || o.kernel_us < kMinKernelUs || o.kernel_us > kMaxKernelUs)
+      throw InputError("--kernel-us must be from 10 to 1000000 microseconds");
+  }
+  if (app.count("--duration")) {
+    if (!o.trace.empty()) throw InputError("--duration applies only to --model, --model-file or a duty cycle (--trace runs --loops)");
+    if (app.count("--iters")) throw InputError("give --iters or --duration, not both");
+    if (!std::isfinite(o.duration_s) || !(o.duration_s > 0) || o.duration_s > kMaxDurationS)
+      throw InputError("--duration must be a positive number of seconds, at most 86400");
+  }
+  if (modes == 0) {  // a duty cycle of plain kernels
+    only_for(app, "--model and --model-file", {"--batch", "--seq", "--dtype", "--optimizer", "--tflops"});
+    only_for(app, "--trace", {"--time-scale", "--loops", "--size-scale"});
+    if (o.iters < 1) throw InputError("--iters must be at least 1 (got " + std::to_string(o.iters) + ")");
+  } else if (o.trace.empty()) {
     only_for(app, "--trace", {"--time-scale", "--loops", "--size-scale"});
     if (o.batch < 1) throw InputError("--batch must be at least 1 (got " + std::to_string(o.batch) + ")");
     if (o.iters < 1) throw InputError("--iters must be at least 1 (got " + std::to_string(o.iters) + ")");
@@ -101,10 +145,38 @@ void validate(const Options& o, const CLI::App& app) {
   }
 }
 
+// `total` 0: a --duration run (no count known).
 void progress_line(const Options& o, const std::string& job, size_t iter, size_t total, double ms, const std::string& mem) {
   if (!o.progress) return;
-  std::fprintf(stderr, "coloc-train[%s]: iter %zu/%zu %.3f ms %s\n", job.c_str(), iter, total, ms, mem.c_str());
+  const std::string of = total ? "/" + std::to_string(total) : "";
+  std::fprintf(stderr, "coloc-train[%s]: iter %zu%s %.3f ms %s\n", job.c_str(), iter, of.c_str(), ms, mem.c_str());
   std::fflush(stderr);
+}
+
+// The loop of a model or duty-cycle run: --iters or --duration, and the duty cycle's host wait.
+LoopPlan loop_plan(const Options& o, const Duty& duty) {
+  LoopPlan p;
+  if (o.duration_s > 0) p.duration_ns = uint64_t(std::llround(o.duration_s * 1e9));
+  else p.iters = o.iters;
+  if (o.duty) {
+    p.host = *parse_host_model(o.host_model);
+    // overlap: the host works the whole period beside the device (duty.h).
+    p.host_ns = p.host == HostModel::overlap ? duty.iter_ns() : duty.host_ns();
+  }
+  return p;
+}
+
+size_t plan_total(const LoopPlan& p) { return p.duration_ns ? 0 : size_t(p.iters); }
+
+// The duty cycle's fields of the result line.
+void duty_extras(const Options& o, const Duty& duty, json& extra) {
+  if (!o.duty) return;
+  if (!o.lucid.empty()) extra["lucid"] = o.lucid;
+  extra["gpu_util"] = duty.gpu_util;
+  extra["iter_ms"] = std::round(duty.iter_ms * 1000) / 1000;
+  extra["device_ms"] = std::round(double(duty.device_ns()) / 1e3) / 1000;
+  extra["host_ms"] = std::round(double(duty.host_ns()) / 1e3) / 1000;
+  extra["host_model"] = o.host_model;
 }
 
 // Runs `body`, turning driver and other errors into the outcome's status.
@@ -121,8 +193,11 @@ void guarded(Outcome& out, F&& body) {
   }
 }
 
-void run_model(const Options& o, const Model& model, const std::string& job, Outcome& out) {
-  const TrainOptions topts{*parse_dtype(o.dtype), *parse_optimizer(o.optimizer), o.tflops};
+void run_model(const Options& o, const Model& model, const Duty& duty, const std::string& job, Outcome& out) {
+  // A duty cycle scales every kernel so that the step's kernels fill gpu_util% of iter_ms.
+  const double tflops = o.duty ? tflops_for_step(model, duty.device_ns()) : o.tflops;
+  const TrainOptions topts{*parse_dtype(o.dtype), *parse_optimizer(o.optimizer), tflops};
+  duty_extras(o, duty, out.extra);
   out.extra["model"] = model.name;
   out.extra["params"] = model.param_count();
   out.extra["batch"] = o.batch;
@@ -139,14 +214,13 @@ void run_model(const Options& o, const Model& model, const std::string& job, Out
     alloc.emplace(*gpu);
     trainer.emplace(model, topts, *alloc, *gpu);
     trainer->setup();
-    for (int64_t i = 0; i < o.iters; ++i) {
-      auto t0 = std::chrono::steady_clock::now();
-      trainer->step();
-      out.iter_ms.push_back(ms_since(t0));
-      progress_line(o, job, size_t(i + 1), size_t(o.iters), out.iter_ms.back(),
+    MonotonicClock clock;
+    const LoopPlan plan = loop_plan(o, duty);
+    run_loop(clock, plan, [&] { trainer->launch_step(); }, [&] { gpu->synchronize(); }, [&](size_t i, double ms) {
+      progress_line(o, job, i, plan_total(plan), ms,
                     "reserved " + gib(alloc->stats().reserved_bytes) + ", peak allocated " +
                         gib(alloc->stats().peak_allocated_bytes));
-    }
+    }, out.loop);
   });
   if (alloc) {
     const AllocatorStats& s = alloc->stats();
@@ -175,18 +249,49 @@ void run_trace(const Options& o, const Trace& trace, const std::string& job, Out
     replay.emplace(trace, *gpu, o.size_scale, o.time_scale);
     SteadyPacer pacer;
     replay->restore_preexisting();
-    for (int64_t i = 0; i < o.loops; ++i) {
-      auto t0 = std::chrono::steady_clock::now();
-      replay->run_loop(pacer);
-      out.iter_ms.push_back(ms_since(t0));
-      progress_line(o, job, size_t(i + 1), size_t(o.loops), out.iter_ms.back(),
-                    "live " + gib(replay->live_bytes()) + ", peak " + gib(replay->peak_bytes()));
-    }
+    MonotonicClock clock;
+    run_loop(clock, LoopPlan{o.loops, 0, 0}, [&] { replay->run_loop(pacer); }, [] {}, [&](size_t i, double ms) {
+      progress_line(o, job, i, size_t(o.loops), ms, "live " + gib(replay->live_bytes()) + ", peak " + gib(replay->peak_bytes()));
+    }, out.loop);
     replay->release_all();
   });
   if (replay) {
     out.peak_bytes = replay->peak_bytes();
     out.extra["segments_allocated"] = replay->device_allocs();
+  }
+}
+
+// A duty cycle of plain coloc_spin kernels: one fixed allocation, then each iteration launches
+// device_ms of kernels of about --kernel-us, synchronizes and waits host_ms on the host.
+void run_duty(const Options& o, const Duty& duty, const std::string& job, Outcome& out) {
+  duty_extras(o, duty, out.extra);
+  const std::vector<uint64_t> kernels = split_kernels(duty.device_ns(), uint64_t(std::llround(o.kernel_us * 1000)));
+  out.extra["kernel_us"] = o.kernel_us;
+  std::optional<Gpu> gpu;
+  CUdeviceptr mem = 0;
+  uint64_t launched = 0;
+  guarded(out, [&] {
+    gpu.emplace(int(o.device));
+    out.extra["device"] = gpu->ordinal();
+    out.extra["device_name"] = gpu->name();
+    out.extra["device_total_bytes"] = gpu->total_bytes();
+    mem = gpu->allocate(kDutyJobBytes);
+    out.peak_bytes = kDutyJobBytes;
+    MonotonicClock clock;
+    const LoopPlan plan = loop_plan(o, duty);
+    run_loop(clock, plan, [&] {
+      for (uint64_t ns : kernels) gpu->spin(ns), ++launched;
+    }, [&] { gpu->synchronize(); }, [&](size_t i, double ms) { progress_line(o, job, i, plan_total(plan), ms, ""); }, out.loop);
+    gpu->release(mem);
+    mem = 0;
+  });
+  out.extra["kernels"] = launched;
+  if (mem) {
+    try {
+      gpu->release(mem);
+    } catch (...) {
+      // After an error: the process exit returns the memory anyway.
+    }
   }
 }
 
@@ -225,6 +330,20 @@ MODES
       --time-scale (2 = twice as slow, 0 = as fast as possible). --loops N replays N times, each
       loop ending back at the pre-existing state. --size-scale X multiplies every size, rounded up
       to a multiple of 2 MiB (scale 1 keeps sizes exact). Each loop counts as one iteration.
+  --gpu-util PCT --iter-ms MS  (a duty cycle; alone, or with --model / --model-file)
+      Each iteration launches PCT% of MS of kernels, synchronizes (as reading the loss does), then
+      waits on the host for a fixed (100-PCT)% of MS (data loading, Python): alone, an iteration
+      lasts MS; slowed on the device, it is slowed by that much. Without a model: coloc_spin
+      kernels of about --kernel-us (default 500 us) and one 64 MiB allocation. With a model: its
+      memory pattern, its kernels scaled to sum to PCT% of MS (--tflops does not apply).
+      --host-model overlap instead does MS of host work from the iteration's start beside the
+      kernels, then synchronizes: a slower device part costs nothing until it outlasts MS (a job
+      whose GPU idles because its CPU side cannot feed it).
+  --lucid MODEL/DATASET/BATCH[/amp]
+      The duty cycle of a configuration Lucid measured alone on a real GPU (lucid-solo.csv in
+      --lucid-dir, default $COLOC_LUCID_DIR or tools/workload/lucid): PCT = its gpu_util, MS =
+      1000 x BATCH / speed (speed is samples/s). E.g. ResNet18/CIFAR-10/32 = 58.7% of 18.1 ms.
+  --duration SECONDS runs iterations until that much wall time passed (instead of --iters).
 
 PRESETS
 )" + presets + R"(
@@ -234,9 +353,11 @@ OUTPUT
   iters: iterations (loops) completed; iter_ms_p50: median wall time of one iteration, measured.
   peak_bytes: the peak of bytes held from the driver through cuMemAlloc (allocator segments, or
   live trace segments) -- what the driver sees, not counting the CUDA context.
-  Extra fields: model, params, batch, dtype, optimizer, static_bytes, peak_allocated_bytes,
-  kernels, trace, time_scale, size_scale, device, device_name, device_total_bytes,
-  segments_allocated, cache_flushes, wall_ms.
+  Extra fields: lucid, gpu_util, iter_ms, device_ms, host_ms, host_model, kernel_us (duty cycle), model,
+  params, batch, dtype, optimizer, static_bytes, peak_allocated_bytes, kernels, trace,
+  time_scale, size_scale, device, device_name, device_total_bytes, segments_allocated,
+  cache_flushes; then duration_s, wall_ms, loop_ms (the iterations alone) and iters_per_s
+  (iters / loop_ms: the speed to compare).
   --progress prints one line per iteration on stderr. The job name is --job, else $COLOC_JOB,
   else coloc-train-<pid>.
 
@@ -283,6 +404,13 @@ int main(int argc, char** argv) {
   app.add_option("--size-scale", o.size_scale, "multiply every trace size by X > 0 (default 1)");
   app.add_option("--device", o.device, "device ordinal, as CUDA_VISIBLE_DEVICES numbers them (default 0)");
   app.add_option("--job", o.job, "job name in the output (default $COLOC_JOB or coloc-train-<pid>)");
+  app.add_option("--gpu-util", o.gpu_util, "duty cycle: percent of each iteration the device is busy, 1-100");
+  app.add_option("--iter-ms", o.iter_ms, "duty cycle: an iteration's period alone, ms (0 < MS <= 60000)");
+  app.add_option("--kernel-us", o.kernel_us, "duty cycle without a model: kernel length, us (default 500)");
+  app.add_option("--lucid", o.lucid, "duty cycle of a Lucid configuration MODEL/DATASET/BATCH[/amp]");
+  app.add_option("--lucid-dir", o.lucid_dir, "directory of lucid-solo.csv (default $COLOC_LUCID_DIR or tools/workload/lucid)");
+  app.add_option("--host-model", o.host_model, "duty cycle: serial (host work after the sync) | overlap (beside the kernels) (default serial)");
+  app.add_option("--duration", o.duration_s, "run iterations until SECONDS of wall time passed (instead of --iters)");
   app.add_flag("--progress", o.progress, "one line per iteration on stderr");
   app.add_flag("--list-models", o.list_models, "list the presets with their parameter counts and exit");
 
@@ -300,11 +428,20 @@ int main(int argc, char** argv) {
   // Everything the user gave is checked before the device is touched.
   std::optional<Model> model;
   std::optional<Trace> trace;
+  Duty duty;
   try {
     validate(o, app);
+    if (!o.lucid.empty()) {
+      const std::string dir = o.lucid_dir.empty() ? lucid::default_dir() : o.lucid_dir;
+      duty = lucid::duty_of(lucid::lookup(lucid::load_solo(dir + "/lucid-solo.csv"), o.lucid));
+      if (std::string why = check_duty(duty.gpu_util, duty.iter_ms); !why.empty())
+        throw InputError("--lucid '" + o.lucid + "': " + why);
+    } else if (o.duty) {
+      duty = Duty{o.gpu_util, o.iter_ms};
+    }
     if (!o.trace.empty()) {
       trace = load_trace(o.trace);
-    } else {
+    } else if (!o.model.empty() || !o.model_file.empty()) {
       const RunShape shape{uint64_t(o.batch), app.count("--seq") ? uint64_t(o.seq) : 0, *parse_dtype(o.dtype)};
       model = o.model.empty() ? build_from_spec(load_model_spec(o.model_file), shape) : make_preset(o.model, shape);
     }
@@ -316,17 +453,23 @@ int main(int argc, char** argv) {
   const std::string job = o.job.empty() ? default_job() : o.job;
   Outcome out;
   auto t0 = std::chrono::steady_clock::now();
-  if (model) run_model(o, *model, job, out);
-  else run_trace(o, *trace, job, out);
+  if (model) run_model(o, *model, duty, job, out);
+  else if (trace) run_trace(o, *trace, job, out);
+  else run_duty(o, duty, job, out);
 
+  const std::vector<double>& iter_ms = out.loop.iter_ms;
   json line = {{"job", job},
                {"status", out.status},
-               {"iters", out.iter_ms.size()},
-               {"iter_ms_p50", out.iter_ms.empty() ? json(nullptr) : json(std::round(median(out.iter_ms) * 1000) / 1000)},
+               {"iters", iter_ms.size()},
+               {"iter_ms_p50", iter_ms.empty() ? json(nullptr) : json(std::round(median(iter_ms) * 1000) / 1000)},
                {"peak_bytes", out.peak_bytes},
                {"error", out.error.empty() ? json(nullptr) : json(out.error)}};
   line.update(out.extra);
+  if (o.duration_s > 0) line["duration_s"] = o.duration_s;
   line["wall_ms"] = std::round(ms_since(t0) * 1000) / 1000;
+  // The loop alone (setup and teardown left out): what speeds are compared on.
+  line["loop_ms"] = std::round(double(out.loop.loop_ns) / 1e3) / 1000;
+  line["iters_per_s"] = iter_ms.empty() ? json(nullptr) : json(std::round(out.loop.iters_per_s() * 1000) / 1000);
   std::printf("%s\n", line.dump().c_str());
   std::fflush(stdout);
   if (out.status == "ok") return kOk;

@@ -43,6 +43,11 @@ void Trainer::setup() {
 }
 
 void Trainer::step() {
+  launch_step();
+  compute_.synchronize();
+}
+
+void Trainer::launch_step() {
   const auto& layers = model_.layers;
   std::vector<std::vector<CUdeviceptr>> saved(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -60,7 +65,6 @@ void Trainer::step() {
     allocator_.free(grad_out);
     grad_out = grad_in;
   }
-  compute_.synchronize();
 }
 
 }  // namespace coloc::workload

@@ -48,9 +48,11 @@ class Trainer {
 
   /// Allocates weights, master copies, gradients and optimizer state. Throws CudaError.
   void setup();
-  /// Runs one iteration and waits for it to finish. Throws CudaError; after an error the trainer
-  /// must not be stepped again.
+  /// Runs one iteration and waits for it to finish: launch_step(), then the stream's synchronize.
+  /// Throws CudaError; after an error the trainer must not be stepped again.
   void step();
+  /// One iteration's allocations, launches and frees, without the final synchronize.
+  void launch_step();
   /// Bytes requested by setup() (before the allocator's rounding).
   uint64_t static_bytes() const { return static_bytes_; }
   /// Kernels launched so far.
