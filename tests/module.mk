@@ -57,6 +57,22 @@ bench-timeslice: $(TIMESLICE_BENCH) $(PRODUCTS) $(TEST_PROGRAMS)
 	$(call say,BENCH,timeslice)
 	$(Q)$(TIMESLICE_BENCH) --build $(BUILD) --out $(BUILD)/bench/timeslice.json
 BENCHES += bench-timeslice
+
+# ---- benchmark: simgpu's contention against Lucid's measured pairs (tests/bench/contention_bench.cpp) ----
+# Lucid pairs replayed as duty-cycle coloc-train jobs (--lucid) alone and together on simgpu:
+# speed together / alone against Lucid's, the errors and their MAE -> build/bench/contention.json
+# (a few minutes).
+CONTENTION_BENCH := $(BUILD)/bench/contention_bench
+$(CONTENTION_BENCH): $(OBJ)/tests/bench/contention_bench.o $(OBJ)/tools/workload/lucid.o
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^
+
+.PHONY: bench-contention
+bench-contention: $(CONTENTION_BENCH) $(BUILD)/bin/coloc-train $(BUILD)/sim/libcuda.so.1
+	$(call say,BENCH,contention)
+	$(Q)$(CONTENTION_BENCH) --build $(BUILD) --data tools/workload/lucid --out $(BUILD)/bench/contention.json
+BENCHES += bench-contention
 # The interposer's benchmark sets `coloc policy` on a colocd of its own (the launch in kWindow).
 bench-interpose: $(BUILD)/bin/coloc
 
