@@ -1,5 +1,7 @@
 #include "engine/admin.h"
 
+#include <cmath>
+
 #include <pwd.h>
 #include <unistd.h>
 
@@ -487,6 +489,18 @@ std::vector<Admin::DeviceRow> Admin::device_rows() const {
 
 json Admin::policy_json(const broker::Uuid& dev) const { return compute::PolicyStore::to_json(scheduler_.policy(dev)); }
 
+json Admin::control_json(const broker::Uuid& dev) const {
+  if (scheduler_.policy(dev).mode != proto::PolicyMode::kPriority) return nullptr;
+  const compute::ControlView v = scheduler_.control_view(dev);
+  return {{"active", v.active},
+          {"probing", v.probing},
+          {"allow", std::round(v.allow * 1000) / 1000},
+          {"slowdown", std::round(v.slowdown * 1000) / 1000},
+          {"target", v.target},
+          {"probes", v.probes},
+          {"window_ms", double(v.window) / 1e6}};
+}
+
 json Admin::holder_json(const broker::Uuid& dev) const {
   const broker::JobSerial serial = scheduler_.holder(dev);
   if (serial == 0) return nullptr;
@@ -499,7 +513,14 @@ const char* Admin::compute_state(const broker::Job& job, const broker::Uuid* dev
   for (const auto& [d, jd] : job.devices) {
     const broker::Uuid& u = broker_.devices()[d].uuid;
     if (dev && u != *dev) continue;
-    if (scheduler_.state(job.serial, u) == pages::GateState::kTimeslice) return "waiting-quantum";
+    const pages::GateState st = scheduler_.state(job.serial, u);
+    // Under priority a throttled job's gate opens and closes with the high jobs' gaps (every few
+    // ms): it is `throttled` while the controller holds it in either state.
+    if (scheduler_.policy(u).mode == proto::PolicyMode::kPriority) {
+      if (job.priority != proto::Priority::kHigh && st != pages::GateState::kRun) return "throttled";
+      continue;
+    }
+    if (st == pages::GateState::kTimeslice) return "waiting-quantum";
   }
   return "running";
 }
@@ -512,6 +533,7 @@ json Admin::policies_json() const {
                     {"uuid", r.uuid.str()},
                     {"policy", policy_json(r.uuid)},
                     {"holder", holder_json(r.uuid)},
+                    {"control", control_json(r.uuid)},
                     {"seen", r.index.has_value()}});
   json dflt = policies_ && policies_->default_settings() ? compute::PolicyStore::to_json(*policies_->default_settings())
                                                           : json(nullptr);

@@ -135,6 +135,8 @@ class Admin {
   /// {mode, quantum_ms} of the device now.
   nlohmann::json policy_json(const broker::Uuid& dev) const;
   /// The id of the job holding `dev` under an exclusive policy, or null.
+  /// The priority controller's state on `dev` (null for other policies).
+  nlohmann::json control_json(const broker::Uuid& dev) const;
   nlohmann::json holder_json(const broker::Uuid& dev) const;
   /// The job's compute state on `dev` (`dev` null: on any device): "paused", "waiting-quantum",
   /// "running".

@@ -304,6 +304,7 @@ std::string job_state_text(const json& j) {
   const std::string compute = j.value("compute_state", std::string("running"));
   if (compute == "paused") return state == "running" ? "paused" : state + "+paused";
   if (compute == "waiting-quantum") return state == "running" ? "waiting-quantum" : state + "+quantum";
+  if (compute == "throttled") return state == "running" ? "throttled" : state + "+throttled";
   return state;
 }
 

@@ -5,6 +5,8 @@
 // the suite runs on a loaded 2-core machine.
 #include <doctest/doctest.h>
 
+#include <functional>
+
 #include "e2e.h"
 
 using namespace coloc::test;
@@ -49,8 +51,9 @@ struct Mix {
   uint64_t others = 0;          ///< the best-effort jobs' iterations, together
 };
 
-/// Two hungry best-effort jobs, then (once both run) the high job for `seconds`.
-Mix collocated(const Node& n, const std::string& tag, double seconds) {
+/// Two hungry best-effort jobs, then (once both run) the high job for `seconds`; `during` runs
+/// while all three do.
+Mix collocated(const Node& n, const std::string& tag, double seconds, const std::function<void()>& during = {}) {
   auto b1 = train(n, tag + "-be1", "best-effort", kHungry, seconds + 3);
   auto b2 = train(n, tag + "-be2", "best-effort", kHungry, seconds + 3);
   for (const std::string& b : {tag + "-be1", tag + "-be2"})
@@ -59,6 +62,7 @@ Mix collocated(const Node& n, const std::string& tag, double seconds) {
       return !j.is_null() && !j["pids"].empty() && j["devices"].size() == 1;
     }, 30s, 10ms));
   auto h = train(n, tag + "-high", "high", kHigh, seconds);
+  if (during) during();
   Mix m;
   m.high = result(*h)["iters_per_s"].get<double>();
   m.others = result(*b1)["iters"].get<uint64_t>() + result(*b2)["iters"].get<uint64_t>();
@@ -79,7 +83,23 @@ TEST_CASE("priority: a high-priority job keeps at least 0.85 of its solo speed b
   policy(n, {"share"});
   const Mix share = collocated(n, "share", 4);
   policy(n, {"priority", "--target-slowdown", "5%"});
-  const Mix prio = collocated(n, "prio", 6);
+  const Mix prio = collocated(n, "prio", 6, [&] {
+    // What people see meanwhile: the controller running (after its probe), the others throttled.
+    json control;
+    CHECK(wait_until([&] {
+      ProcResult r = n.cli({"policy", "--json"});
+      if (r.exit_code != 0) return false;
+      control = json::parse(r.out)["devices"][0]["control"];
+      return control.is_object() && control["active"] == true && control["probes"].get<uint64_t>() >= 1 &&
+             control["probing"] == false;
+    }, 10s, 20ms));
+    CHECK(control["target"].get<double>() == doctest::Approx(0.05));
+    CHECK(control["allow"].get<double>() > 0);
+    json be = n.job("prio-be1");
+    REQUIRE(!be.is_null());
+    CHECK(be["compute_state"] == "throttled");
+    CHECK(n.job("prio-high")["compute_state"] == "running");
+  });
 
   MESSAGE("high job alone ", solo, " it/s; share ", share.high, " it/s (", share.high / solo, "); priority ",
        prio.high, " it/s (", prio.high / solo, "); best-effort iterations: share ", share.others, ", priority ",
