@@ -58,5 +58,10 @@ if [ -x "$B/bin/colocd" ]; then
   check torch-timeslice tests/gpu/torch_timeslice.sh "$B"
 fi
 
+step "compute: priority isolation with PyTorch (ResNet-50 high, GPT-2 best-effort)"
+if [ -x "$B/bin/colocd" ]; then
+  check torch-priority tests/gpu/torch_priority.sh "$B"
+fi
+
 echo; echo "failures: $failures"
 exit $((failures > 0))
