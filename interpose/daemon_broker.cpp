@@ -799,12 +799,13 @@ GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) 
   ts.waiting.fetch_add(1, std::memory_order_seq_cst);  // the job wants the device (the scheduler reads it)
   ts.last_launch_ns.store(t0, std::memory_order_relaxed);
   tracker().nudge();  // a closed gate: what is left unmarked gets its marks for the handover
-  // A window wait lasts at most about a quantum (4 windows), and at least 50 ms: work queued
-  // behind something that this thread itself must do (a host callback, a stream wait on a value it
-  // sets) would otherwise never complete, where the driver alone would have queued the launch. The
-  // floor matters for the priority policy's small windows (0.25-2 ms): 4 of them is shorter than
-  // one long kernel, so without it a throttled job's queue would grow past its window by a kernel
-  // every few ms.
+  // A window wait (one spell of kWindow while over the window) lasts at most 4 windows (about a
+  // quantum under timeslice), and at least 50 ms: work queued behind something that this thread
+  // itself must do (a host callback, a stream wait on a value it sets) would otherwise never
+  // complete, where the driver alone would have queued the launch. The floor matters for the
+  // priority policy's small windows (0.25-2 ms): 4 of them is shorter than one long kernel, so
+  // without it a throttled job's queue would grow past its window by a kernel every few ms. (A
+  // wait at a closed gate, TIMESLICE or PAUSED, is not capped: the daemon opens it.)
   constexpr uint64_t kWindowCapFloorNs = 50'000'000;
   const uint64_t window_cap_ns = window ? std::max<uint64_t>(4 * window, kWindowCapFloorNs) : 0;
   {

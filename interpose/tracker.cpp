@@ -331,13 +331,17 @@ bool Tracker::mark_tails() {
   std::lock_guard<Mutex> g(mu_);
   bool any = false;
   for (int slot = 0; slot < kSlotCount; ++slot) {
-    // A closed gate: the daemon waits for the drain. An open window (kWindow): called only when no
-    // mark is in flight at all, so the tail is the work the daemon cannot see complete; marked now,
-    // a job that went idle shows drained within a completion (the priority policy's idle gaps),
-    // at the cost of at most one mark per completion round (the launching thread would mark the
-    // next launch anyway: no mark is pending). Untracked (kRun): nothing to mark.
+    // A closed gate: the daemon waits for the drain. An open window without a bound (window 0:
+    // a high-priority job under the priority policy, whose idle gaps the daemon watches): called
+    // only when no mark is in flight at all, so the tail is the work the daemon cannot see
+    // complete; marked now, the job shows drained within a completion of going idle, at the cost
+    // of at most one mark per completion round (the launching thread would mark its next launch
+    // anyway: no mark is pending). A bounded window (a timeslice's holder, a throttled job) is
+    // left to the handover, as before. Untracked (kRun): nothing to mark.
     const uint32_t state = control().gates[slot].state.load(std::memory_order_acquire);
     if (state == uint32_t(pages::GateState::kRun)) continue;
+    if (state == uint32_t(pages::GateState::kWindow) && control().compute[slot].window_ns.load(std::memory_order_relaxed) != 0)
+      continue;
     // Explicit streams one by one; the default streams of a context together, on its legacy stream.
     uint64_t defaults_by_ctx = 0;
     CUcontext dctx = nullptr;

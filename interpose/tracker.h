@@ -28,9 +28,10 @@
 // that still have launches with no mark after them (an explicit stream directly; the legacy and
 // per-thread default streams through one mark on the legacy stream, which follows all work of the
 // context's blocking streams), so the daemon can see the drain; a stream that is capturing then is
-// left unmarked (the daemon's grace covers it). It does the same for an open window whenever it has
-// no mark left to wait for, so a job that stops launching shows drained as soon as its work
-// completes (the priority policy sees a high-priority job's idle gaps by it).
+// left unmarked (the daemon's grace covers it). It does the same for an open window without a
+// bound (a high-priority job under the priority policy) whenever it has no mark left to wait for,
+// so a job that stops launching shows drained as soon as its work completes (the priority policy
+// sees the high job's idle gaps by it).
 //
 // Published per slot in the stats page's TrackStats: marks, marks_done, busy_ns, launches, tail
 // (streams with unmarked launches), last_launch_ns.
@@ -134,7 +135,7 @@ class Tracker {
   static void* thread_main(void* self);
   void run();
   /// The thread's part, when no mark is in flight: marks the unmarked streams of tracked slots
-  /// (a closed gate's for the handover; an open window's so an idle job shows drained).
+  /// (a closed gate's for the handover; an unbounded window's so an idle job shows drained).
   bool mark_tails();
 
   Mutex mu_;

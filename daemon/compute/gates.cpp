@@ -191,6 +191,9 @@ int Gates::apply(const ClientEntry& c) const {
         window = scheduler_->window(c.job, d);
         end = scheduler_->turn_end(c.job, d);
       }
+      // A closed gate keeps the window it had: 0 means "no bound", and a thread that read the
+      // gate open just before it closed must not then read that (the gate is stored after this).
+      if (states[s] != pages::GateState::kWindow) window = c.page->compute[s].window_ns.load(std::memory_order_relaxed);
       if (c.page->compute[s].window_ns.load(std::memory_order_relaxed) != window)
         c.page->compute[s].window_ns.store(window, std::memory_order_relaxed);
       if (c.page->compute[s].turn_end_ns.load(std::memory_order_relaxed) != end)

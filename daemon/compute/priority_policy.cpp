@@ -18,10 +18,14 @@ namespace coloc::compute {
 //   kPhaseChange 25%: iteration periods of a steady training job vary by a few percent; a change
 //     of a quarter is a new phase (evaluation, a different sequence length), not jitter.
 //   kStartAllow 0.5, kMinAllow 0.05: start in the middle of the range (two slow-start steps to
-//     1.0, two decreases to 0.25); never quite zero, so the others still progress and the loop
-//     still sees the effect of its actuator.
+//     1.0, two decreases to 0.25); never quite zero, so the loop still sees the effect of its
+//     actuator. (The others may still get nothing: a gap too short for one of their launches,
+//     or a high job that never idles, opens no gate.)
 //   kDecrease 0.7: one violation takes back what two slow-start steps or six additive steps gave
 //     (TGS's -8% needs many windows to undo an overshoot; ours acts in gaps, so overshoot costs).
+//   kGentleDecrease 0.9: a slight violation (smoothed at most 1.5× the target, no window over
+//     twice it), as when the level just below the ceiling drifts over, needs a slight correction:
+//     one step or two of kStep, not the cut a new competitor's overshoot needs (TGS: −8%).
 //   kSlowStart 1.5: TGS's factor, until the first violation.
 //   kStep 0.05: after the first violation, 1/20 of the range per window, up to just below the
 //     level that last violated (the ceiling), which is explored again only every kCeilingWindows
@@ -94,25 +98,38 @@ void PriorityPolicy::begin_probe(Nanos now) {
   begin_measure(now);
 }
 
-bool PriorityPolicy::others_may_run(Nanos now) const {
-  if (phase_ != Phase::kControl) return false;
+bool PriorityPolicy::away(const High& h, Nanos now) {
+  const Nanos gap = h.gap ? h.gap : kUnknownGap;
+  return !h.busy && now > h.idle_since && now - h.idle_since > std::max(kAwayMin, 2 * gap);
+}
+
+bool PriorityPolicy::all_away(Nanos now) const {
+  for (const auto& [job, h] : highs_)
+    if (!away(h, now)) return false;
+  return true;
+}
+
+Nanos PriorityPolicy::close_at(Nanos now) const {
+  if (phase_ != Phase::kControl) return 0;
   const Nanos w = be_window();
   Nanos close = broker::kNever;
   for (const auto& [job, h] : highs_) {
-    if (h.busy) return false;
+    if (h.busy) return 0;
+    if (away(h, now)) continue;  // no bound from it
     const Nanos gap = h.gap ? h.gap : kUnknownGap;
-    if (now - h.idle_since > std::max(kAwayMin, 2 * gap)) continue;  // away: no bound from it
     const Nanos use = Nanos(allow_ * double(gap));
     close = std::min(close, h.idle_since + (use > w ? use - w : 0));
   }
-  return now < close;
+  return close;
 }
 
 void PriorityPolicy::end_window(Nanos now) {
   double worst = -1;
   bool any = false, phase_change = false;
+  bool unmeasured = false;  // a high job with no baseline that is active now
   for (auto& [job, h] : highs_) {
     const double r = rate(h, now, h.launches);
+    unmeasured |= h.base <= 0 && r > 0;
     if (h.base_period && h.period &&
         std::fabs(double(h.period) - double(h.base_period)) > kPhaseChange * double(h.base_period))
       phase_change = true;
@@ -130,7 +147,7 @@ void PriorityPolicy::end_window(Nanos now) {
     any = true;
   }
   const bool may_drift_probe = !have_drift_probe_ || now - last_drift_probe_ >= kDriftProbeHold;
-  if (phase_change && may_drift_probe) {
+  if ((phase_change || unmeasured) && may_drift_probe) {
     have_drift_probe_ = true;
     last_drift_probe_ = now;
     begin_probe(now);
@@ -159,7 +176,8 @@ void PriorityPolicy::end_window(Nanos now) {
     }
     if (allow_ > kMinAllow) {
       ceiling_ = allow_;
-      allow_ = std::max(kMinAllow, allow_ * kDecrease);
+      const bool slight = smoothed_ <= 1.5 * target_ && worst <= 2 * target_;
+      allow_ = std::max(kMinAllow, allow_ * (slight ? kGentleDecrease : kDecrease));
       have_smoothed_ = false;
     }
     slow_start_ = false;
@@ -236,7 +254,7 @@ std::vector<GateWish> PriorityPolicy::control(Nanos now, const std::vector<Devic
     const bool busy = !u.drained || u.launches != h.launches;
     if (busy && !h.busy) {  // an iteration boundary (the launches before this tick's burst)
       if (now - h.idle_since <= kMaxGap) h.gap = ewma(h.gap, now - h.idle_since);
-      if (h.last_start) h.period = ewma(h.period, now - h.last_start);
+      if (h.last_start && now - h.last_start <= 2 * kMaxGap) h.period = ewma(h.period, now - h.last_start);
       h.last_start = now;
       h.bounds.push_back({now, h.launches});
     }
@@ -276,24 +294,40 @@ std::vector<GateWish> PriorityPolicy::control(Nanos now, const std::vector<Devic
         break;
       }
       if (now >= next_probe_) {
-        begin_probe(now);
-        break;
+        // Not while every high job is away: nothing to measure (it comes when one is back).
+        if (!all_away(now)) {
+          begin_probe(now);
+          break;
+        }
       }
       if (now - measure_start_ >= rate_window()) end_window(now);
       break;
   }
 
-  const bool open = others_may_run(now);
+  // The others run while every high job is away, or until `close`, and then only a job whose
+  // launches fit before it: a launch passes an open window at least once (the client cannot bound
+  // a single launch), so a job of long kernels gets no gate it would overrun. A job's device time
+  // per launch is what its completions showed (host-stamped: an upper bound); before any, it is
+  // taken to fit.
+  const bool away_all = phase_ == Phase::kControl && all_away(now);
+  const Nanos close = close_at(now);
   const Nanos w = be_window();
   out.reserve(jobs.size());
   for (const DeviceJob* j : hi) out.push_back({j->job, pages::GateState::kWindow, 0});
-  for (const DeviceJob* j : lo)
+  for (const DeviceJob* j : lo) {
+    const Nanos per_launch = j->usage.launches ? Nanos(j->usage.busy_ns / j->usage.launches) : 0;
+    const bool open = away_all || (close != broker::kNever && now + per_launch < close);
     out.push_back(open ? GateWish{j->job, pages::GateState::kWindow, w} : GateWish{j->job, pages::GateState::kTimeslice, 0});
+  }
   return out;
 }
 
 Nanos PriorityPolicy::next_control(Nanos now) const {
-  return phase_ == Phase::kFree ? broker::kNever : now + kTickNs;
+  if (phase_ == Phase::kFree) return broker::kNever;
+  // Every high job away (a pause, a long host phase, an idle notebook): the others run; a slower
+  // look is enough to see one come back (it then waits at most this long beside their window).
+  if (phase_ == Phase::kControl && all_away(now)) return now + kAwayTickNs;
+  return now + kTickNs;
 }
 
 ControlView PriorityPolicy::view() const {

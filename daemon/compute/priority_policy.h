@@ -13,9 +13,11 @@
 //
 // The baseline (its solo rate) is taken by holding the others (kTimeslice) for a *probe*: at
 // least kMinProbe and kProbeIters iterations, at most kMaxProbe. Probes happen when contention
-// begins, every kProbeEvery (so the others lose at most kMaxProbe / kProbeEvery of their time:
-// 0.5–2 s every 60 s, 1–3%), and when the rate drifts: a high job whose iteration period changed
-// by more than kPhaseChange (evaluation, checkpointing, a new phase change its solo speed), or
+// begins, every kProbeEvery while some high job is active (so the others lose kMaxProbe /
+// kProbeEvery of their time to periodic probes: 0.5–2 s every 60 s, 1–3%), and when the rate
+// drifts (at most one such probe per kDriftProbeHold, 5 s): a high job whose iteration period
+// changed by more than kPhaseChange (evaluation, checkpointing, a new phase change its solo
+// speed), one that had no baseline (it was idle through the probe) and is active now, or one
 // whose slowdown stays far over the target although the others are throttled to the floor. A
 // rate measured while others ran that beats the baseline proves the baseline low: it is raised
 // at once, without a probe.
@@ -23,15 +25,18 @@
 // The actuator. Others run only while every high job is idle, and only for `allow` of the gap a
 // high job's idle gaps have lasted (EWMA): their gate opens (kWindow) when the last high job
 // goes idle and closes (kTimeslice) early enough that what they have in flight (their window,
-// at most kMaxWindow) completes before the high job is expected back. A high job idle for much
-// longer than its gaps (it left the device for a while: data loading, a checkpoint) is *away*:
-// the others run until it is busy again.
+// at most kMaxWindow) completes before the high job is expected back; a job whose launches (their
+// device time, from its completions) would not complete before then gets no opening in that gap.
+// A high job idle for much longer than its gaps (it left the device for a while: data loading, a
+// checkpoint, a pause) is *away*: the others run until it is busy again, and the loop ticks every
+// kAwayTickNs instead of every kTickNs. The others may get nothing: a high job that never idles,
+// or whose gaps are shorter than one of their launches, leaves them none.
 //
 // The loop. Every rate window (kMinRateWindow, or kRateIters iterations of the slowest high
 // job, at most kMaxRateWindow) the worst high job's slowdown is smoothed (EWMA, kSmoothing) and
 // compared with the target, with a dead band below it:
-//   - over the target (or the raw window over twice the target): allow ×= kDecrease, and no
-//     increase for kHoldWindows windows;
+//   - over the target (or the raw window over twice the target): allow ×= kDecrease (×=
+//     kGentleDecrease when only slightly over), and no increase for kHoldWindows windows;
 //   - under target − band: allow grows, ×kSlowStart until the first decrease (TGS's slow start),
 //     then +kStep per window;
 //   - in the band: unchanged.
@@ -75,6 +80,7 @@ class PriorityPolicy final : public ComputePolicy {
 
   // ---- constants (each one's reason is at its definition in priority_policy.cpp) ----
   static constexpr Nanos kTickNs = 1'000'000;
+  static constexpr Nanos kAwayTickNs = 10'000'000;
   static constexpr Nanos kMinRateWindow = 1'000'000'000;
   static constexpr Nanos kMaxRateWindow = 4'000'000'000;
   static constexpr int kRateIters = 20;
@@ -87,6 +93,7 @@ class PriorityPolicy final : public ComputePolicy {
   static constexpr double kStartAllow = 0.5;
   static constexpr double kMinAllow = 0.05;
   static constexpr double kDecrease = 0.7;
+  static constexpr double kGentleDecrease = 0.9;
   static constexpr double kSlowStart = 1.5;
   static constexpr double kStep = 0.05;
   static constexpr double kSmoothing = 0.5;
@@ -125,7 +132,11 @@ class PriorityPolicy final : public ComputePolicy {
   void end_window(Nanos now);
   Nanos rate_window() const;
   Nanos be_window() const;
-  bool others_may_run(Nanos now) const;
+  /// Idle for much longer than its gaps: it left the device for a while.
+  static bool away(const High& h, Nanos now);
+  bool all_away(Nanos now) const;
+  /// When the others' gate must close (kNever: no high job bounds it; 0: closed now).
+  Nanos close_at(Nanos now) const;
 
   double target_;
   double band_;

@@ -9,6 +9,10 @@ Scheduler::Scheduler() = default;
 // ---- settings ------------------------------------------------------------------------------------
 
 void Scheduler::set_policy(const Uuid& dev, const PolicySettings& s) {
+  // The same settings again (`coloc policy all ...` over devices that have them) keep the policy
+  // object: a controller keeps what it learned (baselines, its level).
+  auto dv = devices_.find(dev);
+  if (dv != devices_.end() && dv->second.policy && policy(dev) == s) return;
   if (s == PolicySettings{}) settings_.erase(dev);
   else settings_[dev] = s;
   device(dev).policy = make_policy(s);

@@ -275,8 +275,12 @@ AdminAnswer Admin::set(const proto::AdminMsg& msg, const Caller& caller, broker:
   const bool admin = is_admin(caller);
   if ((msg.set_fields & proto::kSetMem) && !admin && msg.mem > job.limit)
     return {AdminStatus::kNotAllowed, "only root or the admin group may raise a job's limit"};
-  if ((msg.set_fields & proto::kSetPriority) && !admin && msg.priority > uint8_t(job.priority))
-    return {AdminStatus::kNotAllowed, "only root or the admin group may raise a job's priority"};
+  // Raising a priority needs an admin; raising it to high, what registration would have granted
+  // (root, --admin-group, --high-priority-group).
+  if ((msg.set_fields & proto::kSetPriority) && !admin && msg.priority > uint8_t(job.priority) &&
+      !(msg.priority == uint8_t(proto::Priority::kHigh) && may_be_high(caller)))
+    return {AdminStatus::kNotAllowed, "only root or the admin group may raise a job's priority (and members of the "
+                                      "high-priority group to high)"};
   if ((msg.set_fields & proto::kSetWeight) && !admin && msg.weight > scheduler_.weight(job.serial))
     return {AdminStatus::kNotAllowed, "only root or the admin group may raise a job's weight (it is " +
                                           std::to_string(scheduler_.weight(job.serial)) + ")"};

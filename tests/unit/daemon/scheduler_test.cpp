@@ -463,6 +463,16 @@ TEST_CASE("scheduler: a priority device runs its controller every tick: the high
   CHECK(p.s.control_view(dev(1)).target == doctest::Approx(0.05));
   // A job's wishes are per device: on the timeslice device the other policy decides.
   CHECK(p.s.window(1, dev(2)) == 25 * kMs);
+  // The same settings again (coloc policy all priority, once more) keep what the controller has.
+  const uint64_t probes = p.s.control_view(dev(1)).probes;
+  p.s.set_policy(dev(1), pr);
+  CHECK(p.s.control_view(dev(1)).probing);
+  CHECK(p.s.control_view(dev(1)).probes == probes);
+  pr.target_pct = 10;  // new settings: a new controller
+  p.s.set_policy(dev(1), pr);
+  CHECK_FALSE(p.s.control_view(dev(1)).active);
+  CHECK(p.s.control_view(dev(1)).target == doctest::Approx(0.10));
+  p.tick();
   // The high job's priority drops: the loop stops and every gate opens.
   p.s.set_priority(1, proto::Priority::kNormal);
   CHECK(p.tick());
