@@ -190,6 +190,15 @@ TEST_CASE("colocd priority: high for root and the admin and high-priority groups
   raise.priority = uint8_t(Priority::kHigh);
   CHECK(ask_as(d, pw, raise) == 10 + uint32_t(coloc::proto::AdminStatus::kNotAllowed));
   CHECK(d.job("hp-normal")["priority"] == "best-effort");
+  // The same user as a member of the high-priority group may raise its own job to high (what its
+  // registration would have been granted), but not to normal (an admin's).
+  struct passwd member_pw = *pw;
+  member_pw.pw_gid = high_gid;
+  coloc::proto::AdminMsg to_normal = lower;
+  to_normal.priority = uint8_t(Priority::kNormal);
+  CHECK(ask_as(d, &member_pw, to_normal) == 10 + uint32_t(coloc::proto::AdminStatus::kNotAllowed));
+  CHECK(ask_as(d, &member_pw, raise) == 0);
+  CHECK(d.job("hp-normal")["priority"] == "high");
 }
 
 TEST_CASE("colocd priority: a v7 client asking high is lowered too, without being told; joining a job an admin raised keeps it high") {
