@@ -211,6 +211,16 @@ std::string status_table(const json& s, bool wide) {
   return o.str();
 }
 
+/// The priority controller's state in a few words: "idle" (no high-priority job shares the
+/// device with others), "probing", or the others' share of the gaps and the measured slowdown.
+static std::string controller_text(const json& c) {
+  if (!c.is_object() || !c.value("active", false)) return "idle";
+  if (c.value("probing", false)) return "probing";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "allow %.2f, slowdown %.1f%%", c.value("allow", 0.0), c.value("slowdown", 0.0) * 100);
+  return buf;
+}
+
 std::string policy_table(const json& s) {
   auto it = s.find("policies");
   if (it == s.end() || !it->is_object()) return "";
@@ -223,7 +233,10 @@ std::string policy_table(const json& s) {
     for (const json& dev : p.at("devices"))
       any_priority |= str(dev.value("policy", json::object()), "mode", "share") == "priority";
     std::vector<std::string> cols = {"INDEX", "DEVICE", "POLICY", "QUANTUM", "TURN"};
-    if (any_priority) cols.push_back("TARGET");
+    if (any_priority) {
+      cols.push_back("TARGET");
+      cols.push_back("CONTROLLER");
+    }
     Table t(cols);
     bool colocd_numbered = false, unseen = false;
     for (const json& dev : p.at("devices")) {
@@ -234,7 +247,10 @@ std::string policy_table(const json& s) {
       unseen |= !dev.value("seen", true);
       std::vector<std::string> row = {index, str(dev, "uuid"), mode, mode == "timeslice" ? str(pol, "quantum_ms") + " ms" : "-",
                                       dev.value("holder", json()).is_string() ? dev["holder"].get<std::string>() : "-"};
-      if (any_priority) row.push_back(mode == "priority" && pol.contains("target_pct") ? str(pol, "target_pct") + "%" : "-");
+      if (any_priority) {
+        row.push_back(mode == "priority" && pol.contains("target_pct") ? str(pol, "target_pct") + "%" : "-");
+        row.push_back(mode == "priority" ? controller_text(dev.value("control", json())) : "-");
+      }
       t.add(row);
     }
     o << t.render();

@@ -53,6 +53,15 @@ TEST_CASE("coloc policy and status show the priority policy's target") {
   CHECK_MESSAGE(t.find("0      GPU-aa  priority   -        -        12%") != std::string::npos, t);
   CHECK_MESSAGE(t.find("1      GPU-bb  timeslice  50 ms    train-1  -") != std::string::npos, t);
   CHECK(t.find("Devices colocd learns of later: priority, target slowdown 5% (coloc policy all)") != std::string::npos);
+  // The controller's state: idle without a control object, then probing, then its level.
+  CHECK_MESSAGE(t.find("CONTROLLER") != std::string::npos, t);
+  CHECK_MESSAGE(t.find("12%     idle") != std::string::npos, t);
+  s["policies"]["devices"][0]["control"] = json{{"active", true}, {"probing", true}, {"allow", 0.5}, {"slowdown", 0}};
+  t = policy_table(s);
+  CHECK_MESSAGE(t.find("12%     probing") != std::string::npos, t);
+  s["policies"]["devices"][0]["control"] = json{{"active", true}, {"probing", false}, {"allow", 0.85}, {"slowdown", 0.031}};
+  t = policy_table(s);
+  CHECK_MESSAGE(t.find("12%     allow 0.85, slowdown 3.1%") != std::string::npos, t);
   // No device under priority: no TARGET column (the table as before).
   s["policies"]["devices"][0]["policy"] = json{{"mode", "share"}, {"quantum_ms", 100}};
   CHECK(policy_table(s).find("TARGET") == std::string::npos);
