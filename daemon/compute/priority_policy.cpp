@@ -15,6 +15,10 @@ namespace coloc::compute {
 //   kMinProbe 0.5 s / kProbeIters 10 / kMaxProbe 2 s / kProbeEvery 60 s: a baseline over 10
 //     iterations, at most 2 s; the others then lose at most 2 s of every 60 (3%), usually 0.5 s
 //     (under 1%). Drift re-probes are at most one per kDriftProbeHold (5 s).
+//   kSettleProbe 5 s: a high job's first baseline may still hold its warm-up (the first probe
+//     comes when contention begins, often at the job's own start); one more probe 5 s later costs
+//     the others 0.5 s once per contention and removes that bias (measured: a 2% low baseline
+//     from one slow first iteration let a 6.6% slowdown read as 4.5%).
 //   kPhaseChange 25%: iteration periods of a steady training job vary by a few percent; a change
 //     of a quarter is a new phase (evaluation, a different sequence length), not jitter.
 //   kStartAllow 0.5, kMinAllow 0.05: start in the middle of the range (two slow-start steps to
@@ -228,6 +232,7 @@ std::vector<GateWish> PriorityPolicy::control(Nanos now, const std::vector<Devic
     ceiling_ = 1.0;
     slow_start_ = true;
     hold_ = stuck_ = at_ceiling_ = 0;
+    settle_probe_ = 0;
     have_smoothed_ = false;
     shown_ = 0;
     return out;
@@ -274,9 +279,16 @@ std::vector<GateWish> PriorityPolicy::control(Nanos now, const std::vector<Devic
       for (const auto& [job, h] : highs_)
         enough &= int(h.bounds.size()) > kProbeIters || (h.bounds.empty() && h.busy);
       if (!enough && took < kMaxProbe) break;
+      bool first = false;
       for (auto& [job, h] : highs_) {
+        // A job's first iterations on the device are slow (allocations, first launches, cuDNN's
+        // autotuning): its first baseline leaves its first iteration out, and a second one is
+        // taken kSettleProbe later, when any longer warm-up is over.
+        if (h.baselines == 0 && h.bounds.size() >= 3) h.bounds.pop_front();
         const double r = rate(h, now, h.launches);
         if (r > 0) {
+          first |= h.baselines == 0;
+          ++h.baselines;
           h.base = r;
           h.base_period = h.period;
         }
@@ -284,12 +296,18 @@ std::vector<GateWish> PriorityPolicy::control(Nanos now, const std::vector<Devic
       }
       phase_ = Phase::kControl;
       next_probe_ = now + kProbeEvery;
+      settle_probe_ = first ? now + kSettleProbe : settle_probe_;
       have_smoothed_ = false;
       begin_measure(now);
       break;
     }
     case Phase::kControl:
       if (newcomer) {  // a new high job needs its own baseline
+        begin_probe(now);
+        break;
+      }
+      if (settle_probe_ && now >= settle_probe_ && !all_away(now)) {
+        settle_probe_ = 0;
         begin_probe(now);
         break;
       }

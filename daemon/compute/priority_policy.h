@@ -13,7 +13,8 @@
 //
 // The baseline (its solo rate) is taken by holding the others (kTimeslice) for a *probe*: at
 // least kMinProbe and kProbeIters iterations, at most kMaxProbe. Probes happen when contention
-// begins, every kProbeEvery while some high job is active (so the others lose kMaxProbe /
+// begins, once more kSettleProbe after a high job's first baseline (its warm-up may be in the
+// first), every kProbeEvery while some high job is active (so the others lose kMaxProbe /
 // kProbeEvery of their time to periodic probes: 0.5–2 s every 60 s, 1–3%), and when the rate
 // drifts (at most one such probe per kDriftProbeHold, 5 s): a high job whose iteration period
 // changed by more than kPhaseChange (evaluation, checkpointing, a new phase change its solo
@@ -89,6 +90,7 @@ class PriorityPolicy final : public ComputePolicy {
   static constexpr int kProbeIters = 10;
   static constexpr Nanos kProbeEvery = 60'000'000'000;
   static constexpr Nanos kDriftProbeHold = 5'000'000'000;
+  static constexpr Nanos kSettleProbe = 5'000'000'000;
   static constexpr double kPhaseChange = 0.25;
   static constexpr double kStartAllow = 0.5;
   static constexpr double kMinAllow = 0.05;
@@ -122,6 +124,7 @@ class PriorityPolicy final : public ComputePolicy {
     std::deque<Boundary> bounds;  ///< boundaries of the current measurement
     Boundary start;            ///< where the current measurement began
     int faster = 0;            ///< consecutive windows above the baseline
+    int baselines = 0;         ///< baselines taken of it
   };
   enum class Phase : uint8_t { kFree, kProbe, kControl };
 
@@ -153,6 +156,7 @@ class PriorityPolicy final : public ComputePolicy {
   double shown_ = 0;           ///< the last smoothed slowdown decided on (view())
   Nanos measure_start_ = 0;    ///< the current window (or probe) began
   Nanos next_probe_ = 0;
+  Nanos settle_probe_ = 0;     ///< the second probe after a high job's first baseline (0: none due)
   Nanos last_drift_probe_ = 0;
   bool have_drift_probe_ = false;
   uint64_t probes_ = 0;
