@@ -73,6 +73,25 @@ bench-contention: $(CONTENTION_BENCH) $(BUILD)/bin/coloc-train $(BUILD)/sim/libc
 	$(call say,BENCH,contention)
 	$(Q)$(CONTENTION_BENCH) --build $(BUILD) --data tools/workload/lucid --out $(BUILD)/bench/contention.json
 BENCHES += bench-contention
+
+# ---- benchmark: priority isolation, share / timeslice / priority (tests/bench/priority_bench.cpp) ----
+# Lucid-calibrated mixes (a high job with idle gaps beside GPU-hungry best-effort jobs) under colocd
+# in each mode: the high job's speed against solo, every job's, total normalized throughput, work
+# conservation from SIMGPU_TRACE; the priority controller's convergence after a best-effort job
+# joins (coloc policy --json); the launch hook in kWindow (interpose_bench, few rounds)
+# -> build/bench/priority.json (about 3 minutes).
+PRIORITY_BENCH := $(BUILD)/bench/priority_bench
+$(PRIORITY_BENCH): $(OBJ)/tests/bench/priority_bench.o
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^
+
+.PHONY: bench-priority
+bench-priority: $(PRIORITY_BENCH) $(PRODUCTS) $(BUILD)/bin/coloc-train $(BUILD)/bench/interpose_bench \
+                $(BUILD)/bench/nulldriver/libcuda.so.1
+	$(call say,BENCH,priority)
+	$(Q)$(PRIORITY_BENCH) --build $(BUILD) --lucid-dir tools/workload/lucid --out $(BUILD)/bench/priority.json
+BENCHES += bench-priority
 # The interposer's benchmark sets `coloc policy` on a colocd of its own (the launch in kWindow).
 bench-interpose: $(BUILD)/bin/coloc
 
