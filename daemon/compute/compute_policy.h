@@ -78,7 +78,7 @@ struct GateWish {
 struct ControlView {
   bool active = false;     ///< high-priority and other jobs share the device: the loop runs
   bool probing = false;    ///< the others are held to measure the high jobs' solo speed
-  double allow = 0;        ///< the throttled jobs' share of the high jobs' idle gaps, 0..1
+  double allow = 0;        ///< the throttled jobs' share of the high jobs' idle gaps, 0.05..1.25
   double slowdown = 0;     ///< the worst high job's smoothed slowdown against its baseline (0.05 = 5%)
   double target = 0;       ///< the target slowdown (fraction)
   uint64_t probes = 0;     ///< baselines taken by holding the others

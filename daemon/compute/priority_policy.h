@@ -39,7 +39,8 @@
 //   - over the target (or the raw window over twice the target): allow ×= kDecrease (×=
 //     kGentleDecrease when only slightly over), and no increase for kHoldWindows windows;
 //   - under target − band: allow grows, ×kSlowStart until the first decrease (TGS's slow start),
-//     then +kStep per window;
+//     then +kStep per window, up to kMaxAllow (above 1 the others' last window may still be in
+//     flight when a high job returns: allowed while the target holds);
 //   - in the band: unchanged.
 // Compared with TGS's rate control (AIMD on a token rate: 3% dead band, ×1.5 slow start, −8% on
 // a violation, restart at 9% deviation; Wu et al., NSDI'23), the differences are: the feedback is
@@ -94,6 +95,7 @@ class PriorityPolicy final : public ComputePolicy {
   static constexpr double kPhaseChange = 0.25;
   static constexpr double kStartAllow = 0.5;
   static constexpr double kMinAllow = 0.05;
+  static constexpr double kMaxAllow = 1.25;
   static constexpr double kDecrease = 0.7;
   static constexpr double kGentleDecrease = 0.9;
   static constexpr double kSlowStart = 1.5;
@@ -146,7 +148,7 @@ class PriorityPolicy final : public ComputePolicy {
   Phase phase_ = Phase::kFree;
   std::map<JobSerial, High> highs_;
   double allow_ = kStartAllow;
-  double ceiling_ = 1.0;       ///< the level that last violated the target (1.0: none did)
+  double ceiling_ = kMaxAllow; ///< the level that last violated the target (kMaxAllow: none did)
   int at_ceiling_ = 0;         ///< quiet windows spent just below the ceiling
   bool slow_start_ = true;
   int hold_ = 0;               ///< windows left without an increase
