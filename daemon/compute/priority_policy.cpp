@@ -34,22 +34,27 @@ namespace coloc::compute {
 //   kMaxAllow 1.25: at 1.0 the others' gate closes one window before the high job is due, so
 //     their last window has drained when it returns: safe, but the bench measured the high job
 //     at 1-2% slowdown there with the target at 5%, and the guard cost the others a quarter of
-//     short gaps. Above 1.0 the close moves up to the high job's expected return (at 1.25 with
-//     the window at a quarter of the gap), and the loop, not the guard, keeps the target.
+//     short gaps. Above 1.0 the close moves up to the high job's expected return (at 1.125 with
+//     the window at an eighth of the gap), and the loop, not the guard, keeps the target.
 //   kStep 0.05: after the first violation, 1/20 of the range per window, up to just below the
 //     level that last violated (the ceiling), which is explored again only every kCeilingWindows
 //     windows: AIMD's sawtooth becomes a rare, small probe instead of a sustained oscillation.
 //   kSmoothing 0.5: the decision sees half the last window and half the history: one noisy window
-//     cannot cause a decrease alone unless it is over twice the target. Reset after every change,
-//     so a decision never averages two different actuator levels.
+//     cannot cause a decrease alone unless it is over kRawFactor (3) times the target, which a new
+//     competitor's overshoot is (unthrottled sharing slows a job by tens of percent) and the
+//     bench's window-to-window noise on a loaded 2-core machine (up to ~10%) is not. Reset after
+//     every change, so a decision never averages two different actuator levels.
 //   kHoldWindows 2: after a decrease, two windows without an increase: the first shows the new
 //     level, the second confirms it (the hold-down).
 //   band: the dead band below the target, target / 2 (2.5 points at 5%): TGS uses 3%.
 //   kFaster 3%: a throttled rate that beats the baseline by more than the noise twice in a row
 //     proves the baseline low: it is raised at once (no probe).
-//   kMinWindow 0.25 ms / kMaxWindow 2 ms: the others' in-flight window is a quarter of the high
-//     jobs' shortest gap times allow, within these bounds: enough queued work to keep the device
-//     busy between their launches, little enough to drain before the high job returns.
+//   kMinWindow 0.25 ms / kMaxWindow 2 ms: the others' in-flight window is an eighth of the high
+//     jobs' shortest gap times allow, within these bounds: enough queued work to cover a refill
+//     (a completion's wake-up and a launch, 0.1-0.3 ms on a loaded host), little enough to drain
+//     before the high job returns; the gate closes a window before the expected return, so each
+//     millisecond of window is a millisecond of every gap the others lose (a quarter of the gap
+//     cost mix A's 7.5 ms gaps a quarter of their use in the bench).
 //   kUnknownGap 2 ms: before any gap was measured, the others get a short opening only.
 //   kAwayMin 20 ms: a high job idle for over twice its usual gap (and at least 20 ms) has left
 //     the device for a while: the others run until it is back.
@@ -90,7 +95,7 @@ Nanos PriorityPolicy::be_window() const {
   for (const auto& [job, h] : highs_)
     if (h.gap) gap = gap ? std::min(gap, h.gap) : h.gap;
   if (!gap) return kMinWindow;
-  return std::clamp(Nanos(allow_ * double(gap) / 4), kMinWindow, kMaxWindow);
+  return std::clamp(Nanos(allow_ * double(gap) / 8), kMinWindow, kMaxWindow);
 }
 
 void PriorityPolicy::begin_measure(Nanos now) {
@@ -169,7 +174,7 @@ void PriorityPolicy::end_window(Nanos now) {
   smoothed_ = have_smoothed_ ? kSmoothing * smoothed_ + (1 - kSmoothing) * worst : worst;
   have_smoothed_ = true;
   shown_ = smoothed_;
-  if (smoothed_ > target_ || worst > 2 * target_) {
+  if (smoothed_ > target_ || worst > kRawFactor * target_) {
     // Far over the target with the others already at the floor: the slowdown is not theirs (the
     // high job itself got slower). A new baseline, unless one was just taken.
     if (allow_ <= kMinAllow && smoothed_ > 2 * target_) {
@@ -185,7 +190,7 @@ void PriorityPolicy::end_window(Nanos now) {
     }
     if (allow_ > kMinAllow) {
       ceiling_ = allow_;
-      const bool slight = smoothed_ <= 1.5 * target_ && worst <= 2 * target_;
+      const bool slight = smoothed_ <= 1.5 * target_ && worst <= 2 * target_;  // (worst: one window)
       allow_ = std::max(kMinAllow, allow_ * (slight ? kGentleDecrease : kDecrease));
       have_smoothed_ = false;
     }

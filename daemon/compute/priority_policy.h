@@ -36,7 +36,7 @@
 // The loop. Every rate window (kMinRateWindow, or kRateIters iterations of the slowest high
 // job, at most kMaxRateWindow) the worst high job's slowdown is smoothed (EWMA, kSmoothing) and
 // compared with the target, with a dead band below it:
-//   - over the target (or the raw window over twice the target): allow ×= kDecrease (×=
+//   - over the target (or the raw window over kRawFactor times it): allow ×= kDecrease (×=
 //     kGentleDecrease when only slightly over), and no increase for kHoldWindows windows;
 //   - under target − band: allow grows, ×kSlowStart until the first decrease (TGS's slow start),
 //     then +kStep per window, up to kMaxAllow (above 1 the others' last window may still be in
@@ -101,6 +101,7 @@ class PriorityPolicy final : public ComputePolicy {
   static constexpr double kSlowStart = 1.5;
   static constexpr double kStep = 0.05;
   static constexpr double kSmoothing = 0.5;
+  static constexpr double kRawFactor = 3.0;
   static constexpr int kHoldWindows = 2;
   static constexpr double kFaster = 0.03;
   static constexpr Nanos kMinWindow = 250'000;
