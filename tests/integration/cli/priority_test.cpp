@@ -258,7 +258,8 @@ TEST_CASE("policies.json: a priority entry without target_pct (an older file) lo
   d.start();
   CHECK_MESSAGE(d.log().find(kDev1 + ": target_pct is not an integer from 1 to 50") != std::string::npos, d.log());
   CHECK(file_exists(d.state() + "/policies.json.bad"));
-  for (const json& p : d.status()["policies"]["devices"]) CHECK(p["uuid"] != kDev1);  // nothing of it is used
+  const json st = d.status();
+  for (const json& p : st["policies"]["devices"]) CHECK(p["uuid"] != kDev1);  // nothing of it is used
 }
 
 }  // TEST_SUITE
