@@ -37,6 +37,7 @@
 #include "../../tools/workload/errors.h"
 #include "../../tools/workload/lucid.h"
 #include "machine.h"
+#include "spawn.h"
 
 using json = nlohmann::ordered_json;
 namespace lu = coloc::workload::lucid;
@@ -76,21 +77,11 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-/// Starts `args` with `env`, stdout to `out`, stderr to `err`.
+/// Starts `args` with `env`, stdout to `out`, stderr to `err` (both truncated); dies when it cannot.
 pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& env, const std::string& out,
             const std::string& err) {
-  std::vector<char*> argv, envp;
-  for (auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
-  argv.push_back(nullptr);
-  for (auto& s : env) envp.push_back(const_cast<char*>(s.c_str()));
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid;
-  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()) != 0) die("cannot start " + args[0]);
-  posix_spawn_file_actions_destroy(&fa);
+  const pid_t pid = coloc::bench::spawn_to(args, env, out, err);
+  if (pid < 0) die("cannot start " + args[0]);
   return pid;
 }
 

@@ -68,6 +68,7 @@
 
 #include "coloc/wire.h"
 #include "machine.h"
+#include "spawn.h"
 
 using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
@@ -89,29 +90,15 @@ std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-/// Starts `args` with `env`, stdout to `out`, stderr to `err` (both truncated).
+/// Starts `args` with `env`, stdout to `out`, stderr to `err` (both truncated); dies when it cannot.
 pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& env, const std::string& out,
             const std::string& err) {
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid;
-  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()) != 0) die("cannot start " + args[0]);
-  posix_spawn_file_actions_destroy(&fa);
+  const pid_t pid = coloc::bench::spawn_to(args, env, out, err);
+  if (pid < 0) die("cannot start " + args[0]);
   return pid;
 }
 
-int wait_exit(pid_t pid) {
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-}
+using coloc::bench::wait_exit;
 
 std::string fmt(const char* f, double v) {
   char b[64];
