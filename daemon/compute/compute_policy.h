@@ -127,8 +127,9 @@ class ComputePolicy {
   virtual ControlView view() const { return {}; }
 };
 
-/// share: no gating; the device is shared as the driver shares it.
-class SharePolicy final : public ComputePolicy {
+/// share: no gating; the device is shared as the driver shares it. (The priority policy builds
+/// on it: not exclusive, no turns, plus a control loop.)
+class SharePolicy : public ComputePolicy {
  public:
   const char* name() const override { return "share"; }
   bool exclusive() const override { return false; }

@@ -62,18 +62,13 @@
 
 namespace coloc::compute {
 
-class PriorityPolicy final : public ComputePolicy {
+/// Not exclusive and without turns, as share is; what it adds is the control loop.
+class PriorityPolicy final : public SharePolicy {
  public:
   /// `target_pct`: the high jobs' target slowdown, proto::kMinTargetPct..kMaxTargetPct (clamped).
   explicit PriorityPolicy(uint32_t target_pct);
 
   const char* name() const override { return "priority"; }
-  bool exclusive() const override { return false; }
-  bool before(const TurnCandidate& a, const TurnCandidate& b) const override { return a.order < b.order; }
-  Nanos turn(uint32_t) const override { return 0; }
-  Nanos charge(Nanos, uint32_t) const override { return 0; }
-  Nanos window() const override { return 0; }
-  Nanos grace() const override { return 0; }
 
   bool controls() const override { return true; }
   std::vector<GateWish> control(Nanos now, const std::vector<DeviceJob>& jobs) override;
