@@ -26,6 +26,7 @@ DAEMON_CORE_SRCS := \
   daemon/report/report_store.cpp \
   daemon/report/report_writer.cpp \
   daemon/report/job_state_store.cpp \
+  daemon/history/history_store.cpp \
   daemon/engine/resume_state.cpp \
   daemon/config/config.cpp \
   daemon/engine/client_pages.cpp \
@@ -81,7 +82,7 @@ COLOCD := $(BUILD)/bin/colocd
 $(COLOCD): $(DAEMON_OBJS) $(DAEMON_CORE_OBJS)
 	$(call say,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(SPDLOG_LIBS) -lbpf -lxxhash -ldl -lpthread
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(SPDLOG_LIBS) -lsqlite3 -lbpf -lxxhash -ldl -lpthread
 
 PRODUCTS += $(COLOCD)
 TEST_EXTRA_OBJS += $(DAEMON_CORE_OBJS) $(DAEMON_IO_OBJS)
