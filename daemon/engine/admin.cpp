@@ -633,6 +633,35 @@ AdminAnswer Admin::policy(const proto::AdminMsg& msg, const Caller& caller) {
                                 .dump()};
 }
 
+// ---- run history ---------------------------------------------------------------------------------
+
+AdminAnswer Admin::history(const Caller& caller) const {
+  if (!history_)
+    return {AdminStatus::kOk, json{{"path", nullptr}, {"loaded", true}, {"usable", false}, {"fingerprints", json::array()}}.dump()};
+  return {AdminStatus::kOk, history_->list(uint32_t(caller.uid)).dump()};
+}
+
+AdminAnswer Admin::history_forget(const proto::AdminMsg& msg, const Caller& caller) {
+  const std::string what = msg.job;
+  if (!history_) {
+    if (what == "all") return {AdminStatus::kOk, json{{"forgotten", 0}}.dump()};
+    return {AdminStatus::kNotFound, "no fingerprint '" + what + "' in the run history (history is off)"};
+  }
+  size_t n = 0;
+  switch (history_->forget(uint32_t(caller.uid), what, &n)) {
+    case history::HistoryStore::Forget::kNotFound:
+      return {AdminStatus::kNotFound, "no fingerprint '" + what + "' in the run history"};
+    case history::HistoryStore::Forget::kNotAllowed:
+      return {AdminStatus::kNotAllowed, "fingerprint " + what + " belongs to another user; only root may forget it"};
+    case history::HistoryStore::Forget::kOk:
+      break;
+  }
+  if (n > 0)
+    log::get("engine")->info("uid {} forgot {} of the run history", caller.uid,
+                             what == "all" ? fmt::format("{} fingerprint(s)", n) : "fingerprint " + what);
+  return {AdminStatus::kOk, json{{"forgotten", n}}.dump()};
+}
+
 AdminAnswer Admin::handle(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now) {
   switch (proto::AdminOp(msg.op)) {
     case proto::AdminOp::kStatus:
@@ -652,6 +681,10 @@ AdminAnswer Admin::handle(const proto::AdminMsg& msg, const Caller& caller, brok
       return pause(msg, caller, false);
     case proto::AdminOp::kPolicy:
       return policy(msg, caller);
+    case proto::AdminOp::kHistory:
+      return history(caller);
+    case proto::AdminOp::kHistoryForget:
+      return history_forget(msg, caller);
   }
   return {AdminStatus::kInvalid, "unknown admin operation"};
 }

@@ -1,4 +1,6 @@
-// daemon/engine/admin.h — the CLI's requests: status, jobs, set, pause, resume, report, policy.
+// daemon/engine/admin.h — the CLI's requests: status, jobs, set, pause, resume, report, policy,
+// history (list and forget: a fingerprint's command line only to its owner and root; forgetting
+// another user's fingerprint needs root).
 // Answers are JSON text (shapes in docs/daemon.md, "Admin answers"). Reading status is open to every
 // user; changing a job and reading its report is for its owner (who may only lower its limit,
 // priority or weight, and may not resume a pause an admin set) and for root or members of
@@ -22,6 +24,7 @@
 #include "compute/gates.h"
 #include "compute/policy_store.h"
 #include "compute/scheduler.h"
+#include "history/history_store.h"
 #include "report/job_recorder.h"
 #include "report/report_store.h"
 #include "report/report_writer.h"
@@ -97,6 +100,9 @@ class Admin {
   /// Where `coloc policy` saves what it sets (loaded and applied by the engine at start); null:
   /// policies are set live only.
   void set_policy_store(compute::PolicyStore* s) { policies_ = s; }
+  /// The run history (coloc history); null: history is off (kHistory answers an empty list with
+  /// "usable": false, kHistoryForget finds nothing).
+  void set_history(history::HistoryStore* h) { history_ = h; }
 
   /// A device as `coloc policy` and `coloc status` number it: NVML's devices by their NVML index,
   /// then the devices only the broker knows (from clients; of NVML's count on) in the broker's
@@ -129,6 +135,11 @@ class Admin {
   /// kPolicy: sets the policy of the device(s) `msg.job` names (admin only); answers
   /// {device, all, default, devices: [{index, index_from, uuid, policy, was}]}.
   AdminAnswer policy(const proto::AdminMsg& msg, const Caller& caller);
+  /// kHistory: HistoryStore::list for the caller. kHistoryForget: `msg.job` is a fingerprint or
+  /// "all"; answers {"forgotten": N}; kNotFound for an unknown fingerprint, kNotAllowed for
+  /// another user's unless the caller is root.
+  AdminAnswer history(const Caller& caller) const;
+  AdminAnswer history_forget(const proto::AdminMsg& msg, const Caller& caller);
   /// The device `selector` names ("all" is the caller's): an index, a UUID or a unique prefix of
   /// one (with or without "GPU-"). nullptr and *why when none or several match.
   const DeviceRow* resolve_device(const std::string& selector, const std::vector<DeviceRow>& rows, std::string* why) const;
@@ -153,6 +164,7 @@ class Admin {
   const DaemonInfo& info_;
   report::ReportWriter* writer_ = nullptr;
   compute::PolicyStore* policies_ = nullptr;
+  history::HistoryStore* history_ = nullptr;
 };
 
 /// The user name of `uid`, or the number as text.

@@ -244,6 +244,8 @@ Result<void> Server::start() {
   admin_ = std::make_unique<Admin>(broker_, gates_, scheduler_, recorders_, store_, info_);
   admin_->set_report_writer(writer_.get());
   admin_->set_policy_store(&policies_);
+  history_ = std::make_unique<history::HistoryStore>(cfg_.state_dir + "/history.db");
+  admin_->set_history(history_.get());
   info_.nvml_devices = [this]() -> std::optional<std::vector<broker::Uuid>> {
     return memory_reader_ ? memory_reader_->devices() : std::nullopt;
   };

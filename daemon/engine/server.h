@@ -56,6 +56,8 @@ class Server {
     memory_reader_ = std::move(reader);
     memory_reader_set_ = true;
   }
+  /// The run history (<state-dir>/history.db), from start() on; null before.
+  history::HistoryStore* history() { return history_.get(); }
 
  private:
   using Nanos = broker::Nanos;
@@ -210,6 +212,7 @@ class Server {
   std::vector<Nanos> last_read_;  ///< per broker device: the last reading through memory_reader_
   std::vector<char> unreadable_;  ///< per broker device: its last reading failed (memory_reader_ does not know it)
   DaemonInfo info_;
+  std::unique_ptr<history::HistoryStore> history_;  ///< the run history (SQLite on its own thread)
   std::unique_ptr<Admin> admin_;
   uint64_t next_conn_id_ = 1;
   uint64_t hello_timeouts_ = 0;

@@ -58,8 +58,12 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
   // refuses the version, and says so).
   const bool v7 = msg.op > proto::last_admin_op(6) || msg.weight != 0 || msg.mode != 0 || msg.quantum_ms != 0 ||
                   (msg.op == uint32_t(proto::AdminOp::kSet) && (msg.set_fields & proto::kSetWeight));
-  // A policy's target is v8: sent as v8.
-  const uint16_t kAdminVersion = msg.target_pct != 0 ? 8 : v7 ? 7 : msg.op > proto::last_admin_op(2) ? 6 : 2;
+  // A policy's target is v8: sent as v8. The history ops are v9: sent as v9.
+  const uint16_t kAdminVersion = msg.op > proto::last_admin_op(8) ? 9
+                                 : msg.target_pct != 0            ? 8
+                                 : v7                             ? 7
+                                 : msg.op > proto::last_admin_op(2) ? 6
+                                                                    : 2;
   if (int rc = wire::send(fd, msg, 1, kAdminVersion, &st); rc != 0) {
     ::close(fd);
     a.kind = rc == -EINVAL ? Answer::Kind::kProtocol : Answer::Kind::kUnreachable;

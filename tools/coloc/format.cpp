@@ -446,3 +446,35 @@ std::string report_table(const json& r) {
 }
 
 }  // namespace coloc::cli
+
+namespace coloc::cli {
+
+std::string history_table(const json& h) {
+  std::ostringstream o;
+  const json& list = h.value("fingerprints", json::array());
+  if (!h.value("usable", true)) {
+    o << "Run history is off";
+    if (h.contains("path") && h["path"].is_string()) o << " (" << h["path"].get<std::string>() << ": see colocd's log)";
+    o << ".\n";
+    return o.str();
+  }
+  if (list.empty()) return h.value("loaded", true) ? "No run history.\n" : "No run history (colocd is still reading it).\n";
+  Table t({"FINGERPRINT", "USER", "MODEL", "RUNS", "P50", "P95", "ESTIMATE", "LAST", "COMMAND"});
+  for (const json& f : list) {
+    std::string command = f.contains("command") && f["command"].is_string() ? f["command"].get<std::string>() : "(hidden)";
+    if (command.size() > 60) command = command.substr(0, 57) + "...";
+    t.add({str(f, "fingerprint"), str(f, "user"), str(f, "model"), str(f, "runs"), bytes_text(f["p50"]),
+           bytes_text(f["p95"]), bytes_text(f["estimate"]), str(f, "last_end"), command});
+  }
+  return t.render();
+}
+
+std::string history_forget_text(const json& reply, const std::string& what) {
+  const uint64_t n = reply.value("forgotten", uint64_t(0));
+  if (what == "all")
+    return n == 0 ? std::string("No fingerprint to forget.\n")
+                  : "Forgot " + std::to_string(n) + " fingerprint" + (n == 1 ? "" : "s") + ".\n";
+  return "Forgot fingerprint " + what + ".\n";
+}
+
+}  // namespace coloc::cli

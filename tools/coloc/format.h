@@ -68,4 +68,12 @@ uint64_t oom_request_bytes(const nlohmann::json& event);
 /// of its end and of its duration.
 std::string report_table(const nlohmann::json& report);
 
+/// `coloc history`: one line per fingerprint (FINGERPRINT, USER, MODEL, RUNS, P50, P95, ESTIMATE,
+/// LAST (how the last run ended), COMMAND, "(hidden)" for another user's), newest first as colocd
+/// sends them; a sentence when there is none or history is off.
+std::string history_table(const nlohmann::json& history);
+/// `coloc history forget`: what went, from kHistoryForget's answer {"forgotten": N}; `what` is
+/// the fingerprint or "all".
+std::string history_forget_text(const nlohmann::json& reply, const std::string& what);
+
 }  // namespace coloc::cli

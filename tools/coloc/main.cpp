@@ -6,9 +6,11 @@
 //   coloc set JOB [--mem SIZE] [--priority P] [--weight W]
 //   coloc pause JOB      coloc resume JOB
 //   coloc policy [--json]      coloc policy DEVICE share|timeslice|priority [--quantum 100ms] [--target-slowdown 5%]
+//   coloc history [--json]     coloc history forget FINGERPRINT|--all
 //
 // Exit codes: 0 done; 1 the daemon refused or failed; 2 bad usage; 3 the daemon is unreachable;
-// 4 no such job or device; 5 not allowed; 127 the command of `coloc run` could not be started.
+// 4 no such job, device or fingerprint; 5 not allowed; 127 the command of `coloc run` could not be
+// started.
 #include <fcntl.h>
 #include <signal.h>
 #include <poll.h>
@@ -20,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -387,7 +390,7 @@ int run_cli(int argc, char** argv) {
   app.footer(
       "The daemon is found through --socket, else $COLOC_SOCKET, else /run/coloc/colocd.sock.\n"
       "Sizes: 20GiB, 20G (powers of 1024), 20GB (powers of 1000), 1.5GiB, or bytes.\n"
-      "Exit codes: 0 ok, 1 failed, 2 usage, 3 daemon unreachable, 4 no such job or device, 5 not allowed.");
+      "Exit codes: 0 ok, 1 failed, 2 usage, 3 daemon unreachable, 4 no such job, device or fingerprint, 5 not allowed.");
   std::string socket_flag;
   app.add_option("--socket", socket_flag, "colocd's socket (default: $COLOC_SOCKET, else /run/coloc/colocd.sock)");
 
@@ -468,8 +471,29 @@ int run_cli(int argc, char** argv) {
       "(root, colocd's --admin-group and --high-priority-group) keep within the target; normal and best-effort\n"
       "jobs get what is left. The policy is kept in colocd's state directory and survives restarts.");
 
+  // history, history forget
+  std::string forget_fingerprint;
+  bool forget_all = false;
+  CLI::App* history_cmd = app.add_subcommand(
+      "history", "The run history colocd keeps per fingerprint (user, command, environment, device model): runs, "
+                 "p50/p95 peaks and the estimate a rerun is admitted on");
+  history_cmd->add_flag("--json", json_out, "Print the daemon's JSON");
+  history_cmd->require_subcommand(0, 1);
+  history_cmd->footer(
+      "A fingerprint's command line is shown to its owner and root only (\"(hidden)\" to others).\n"
+      "Exit codes: 0 ok, 1 failed, 3 daemon unreachable.");
+  CLI::App* forget_cmd = history_cmd->add_subcommand(
+      "forget", "Forget a fingerprint's runs (yours; root: anyone's), or with --all every fingerprint of yours (root: all)");
+  forget_cmd->add_option("fingerprint", forget_fingerprint, "The fingerprint, 16 hex digits as coloc history shows it");
+  forget_cmd->add_flag("--all", forget_all, "Every fingerprint you own (root: every fingerprint)");
+  forget_cmd->add_flag("--json", json_out, "Print the daemon's JSON answer ({\"forgotten\": N})");
+  forget_cmd->footer(
+      "Exit codes: 0 forgotten, 2 bad usage, 3 daemon unreachable, 4 no such fingerprint, 5 another user's "
+      "fingerprint (root only).");
+
   // Every subcommand's --help names the global option too (it may come before or after the subcommand).
-  for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, set_cmd, pause_cmd, resume_cmd, policy_cmd})
+  for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, set_cmd, pause_cmd, resume_cmd, policy_cmd, history_cmd,
+                        forget_cmd})
     sub->footer((sub->get_footer().empty() ? std::string() : sub->get_footer() + "\n") +
                 "Global: --socket PATH  colocd's socket, before or after the subcommand (default: $COLOC_SOCKET, else "
                 "/run/coloc/colocd.sock)");
@@ -559,6 +583,24 @@ int run_cli(int argc, char** argv) {
     }
     if (!ask(socket, m, &j, &code)) return code;
     std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::policy_set_text(j));
+    return kOk;
+  }
+  if (history_cmd->parsed()) {
+    if (forget_cmd->parsed()) {
+      if (forget_all == !forget_fingerprint.empty())
+        return fail(kUsage, "history forget: give a fingerprint or --all (not both)");
+      std::string what = forget_all ? "all" : forget_fingerprint;
+      if (!forget_all) {
+        for (char& c : what) c = char(std::tolower(static_cast<unsigned char>(c)));
+        if (what.size() != 16 || what.find_first_not_of("0123456789abcdef") != std::string::npos)
+          return fail(kUsage, "'" + forget_fingerprint + "' is not a fingerprint (16 hex digits, as coloc history shows)");
+      }
+      if (!ask(socket, admin_msg(coloc::proto::AdminOp::kHistoryForget, what), &j, &code)) return code;
+      std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::history_forget_text(j, what));
+      return kOk;
+    }
+    if (!ask(socket, admin_msg(coloc::proto::AdminOp::kHistory), &j, &code)) return code;
+    std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::history_table(j));
     return kOk;
   }
   if (!coloc::proto::valid_job_id(job.c_str()) || job.empty())
