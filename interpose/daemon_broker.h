@@ -151,6 +151,7 @@ class DaemonBroker final : public Broker, private LinkOwner {
   DaemonLink link_;
   LocalBroker local_;
   wire::Cmdline cmdline_;
+  uint64_t env_hash_ = 0;  // wire::env_fingerprint of this process's environment (Register v9)
   std::atomic<uint64_t> job_limit_{kNoLimit};  // the daemon's limit for the job (RegisterReply)
   // Bytes: the limit of the first registration (what `coloc set --mem` may change later); 0 =
   // not registered yet.

@@ -85,14 +85,19 @@ inline constexpr uint32_t kSlots = proto::kMaxDevices;
 ///      tracking per slot), GateState::kWindow given meaning, `gate_seq` woken on every change.
 ///      Layout 5 for protocol v7; a client accepts all five. A layout-4 client is paused but
 ///      never timesliced (it could not report its drain).
+///   6  StatsPage::est (the process's online prediction of its peak per slot, client writes).
+///      Layout 6 for protocol v9; a client accepts all six. colocd reads no prediction from an
+///      older page (the job is admitted on `--mem` or its history only).
 inline constexpr uint32_t kControlMagic = 0x50434c43u;  // "CLCP"
 inline constexpr uint32_t kStatsMagic = 0x53434c43u;    // "CLCS"
-inline constexpr uint16_t kLayoutVersion = 5;
+inline constexpr uint16_t kLayoutVersion = 6;
 inline constexpr uint16_t kMinLayoutVersion = 1;
 /// The page layout colocd makes for a client speaking protocol `version`.
 inline constexpr uint16_t layout_for_protocol(uint16_t version) {
-  return version >= 7 ? 5 : version >= 6 ? 4 : version >= 5 ? 3 : version >= 4 ? 2 : 1;
+  return version >= 9 ? 6 : version >= 7 ? 5 : version >= 6 ? 4 : version >= 5 ? 3 : version >= 4 ? 2 : 1;
 }
+/// The oldest layout with the online prediction (StatsPage::est).
+inline constexpr uint16_t kEstimateLayout = 6;
 /// The oldest layout with launch gates (ControlPage::gates).
 inline constexpr uint16_t kGatedLayout = 4;
 /// The oldest layout with completion tracking (ControlPage::compute, StatsPage::track): a client
@@ -194,6 +199,21 @@ struct alignas(64) TrackStats {
   std::atomic<uint64_t> window_waits;    ///< launches that waited for the in-flight window
 };
 
+/// (layout 6) One device's online prediction of this process's peak (half a cache line; client
+/// writes, daemon reads; see estimator/online.h for how it is made). The daemon treats it as
+/// untrusted: it only ever sets the reservation of the process's own job, capped by the device,
+/// which the job could take anyway by allocating. Written in this order: every field, then
+/// `seq` (release); the daemon reads `seq` (acquire) first and last and uses a reading only when
+/// both match and are even (a seqlock: the writer makes `seq` odd while it writes).
+struct EstimateStats {
+  std::atomic<uint32_t> seq;         ///< seqlock word: odd while the client writes
+  std::atomic<uint16_t> state;       ///< est::OnlineState: 0 learning, 1 stable, 2 changing, 3 none
+  std::atomic<uint16_t> confidence;  ///< 0..1000 (per mille)
+  std::atomic<uint64_t> predicted_peak;  ///< bytes; 0 = no prediction (never stable)
+  std::atomic<uint64_t> period_ns;       ///< the iteration period; 0 = none
+  std::atomic<uint64_t> stable_since_ns; ///< CLOCK_MONOTONIC ns the period became stable; 0 = never
+};
+
 /// The stats page (client writes, daemon reads). The header's first three fields are written by
 /// the daemon before it sends the page; the client must not change them.
 struct StatsPage {
@@ -210,6 +230,7 @@ struct StatsPage {
   StatsSlot slots[kSlots];
   GateStats gates[kSlots];  ///< (layout 4) per slot; unused (zero) in older layouts
   TrackStats track[kSlots];  ///< (layout 5) per slot; unused (zero) in older layouts
+  EstimateStats est[kSlots];  ///< (layout 6) per slot; unused (zero) in older layouts
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "page counters must be lock-free");
@@ -232,6 +253,8 @@ static_assert(sizeof(SlotCompute) == 16 && offsetof(ControlPage, compute) == 64 
 static_assert(sizeof(ControlPage) == 64 + 88 * kSlots && sizeof(ControlPage) <= kPageSize);
 static_assert(sizeof(GateStats) == 64 && offsetof(StatsPage, gates) == 64 + 64 * kSlots);
 static_assert(sizeof(TrackStats) == 64 && offsetof(StatsPage, track) == 64 + 128 * kSlots);
-static_assert(sizeof(StatsPage) == 64 + 192 * kSlots && sizeof(StatsPage) <= kPageSize);
+static_assert(sizeof(EstimateStats) == 32 && offsetof(StatsPage, est) == 64 + 192 * kSlots);
+static_assert(sizeof(StatsPage) == 64 + 224 * kSlots && sizeof(StatsPage) <= kPageSize);
+static_assert(std::atomic<uint16_t>::is_always_lock_free, "page half-words must be lock-free");
 
 }  // namespace coloc::pages

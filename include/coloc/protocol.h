@@ -73,6 +73,14 @@
 //         default), and a v8 daemon serves kPriority. Below v8 those bytes must be zero. Every
 //         layout is identical in v7 and v8. A v7 daemon refuses a v8 client with kVersion: clients
 //         then speak v7 (and are not told the priority they got).
+//     v9  Estimation. Register gained `env_hash` (after cmdline_hash: XXH3-64 of the variables that
+//         change a job's footprint, env_fingerprint() in wire.h), so a rerun of a known job is
+//         admitted on its history; the v5-v8 layout is kept as RegisterV8 and upgraded with
+//         env_hash = 0 and no kRegEnvHash flag (such a job gets no history). The pages' layout 6
+//         (pages.h: StatsPage::est, the client's online prediction of its peak per slot); a v8
+//         client gets layout-5 pages. Admin ops kHistory (list the run history) and
+//         kHistoryForget (`job` names a fingerprint, or "all"). Below v9 they are malformed. A v8
+//         daemon refuses a v9 client with kVersion: clients then speak v8.
 //
 // Validation
 //   decode() checks everything a peer could get wrong: the header, the exact size for the type and
@@ -93,7 +101,7 @@
 namespace coloc::proto {
 
 /// The version this header speaks, and the oldest one a daemon built from it still accepts.
-inline constexpr uint16_t kVersion = 8;
+inline constexpr uint16_t kVersion = 9;
 inline constexpr uint16_t kMinVersion = 1;
 
 /// First four bytes of every message: "COLC" in memory order on little-endian machines.
@@ -176,15 +184,24 @@ inline constexpr uint16_t kRegResume = 1u << 0;  ///< re-registration after a da
 /// attached to any more (between the steps of a multi-step command). Its Goodbye carries the
 /// command's exit status, which becomes the job's.
 inline constexpr uint16_t kRegAnchor = 1u << 1;
+/// (v9) Register::env_hash is valid: the job may be admitted on its run history.
+inline constexpr uint16_t kRegEnvHash = 1u << 2;
 
 /// Admin operations (the CLI). Any user may read; kSet, kPause and kResume are checked against
 /// SO_PEERCRED. kPause (v6): the job's launches wait at the gate on every device until kResume
 /// (v6); its memory stays.
 /// kPolicy (v7, admin only): sets the compute policy of the device(s) `job` names.
-enum class AdminOp : uint32_t { kStatus = 1, kJobs = 2, kSet = 3, kReport = 4, kPause = 5, kResume = 6, kPolicy = 7 };
+/// kHistory (v9): the run history colocd keeps (JSON; a fingerprint's command only to its owner
+/// and root). kHistoryForget (v9): forgets the fingerprint `job` names (16 hex digits), or every
+/// fingerprint the caller may forget ("all"); another user's needs root.
+enum class AdminOp : uint32_t {
+  kStatus = 1, kJobs = 2, kSet = 3, kReport = 4, kPause = 5, kResume = 6, kPolicy = 7,
+  kHistory = 8, kHistoryForget = 9
+};
 /// The newest AdminOp of protocol `version`.
 inline constexpr uint32_t last_admin_op(uint16_t version) {
-  return version >= 7   ? uint32_t(AdminOp::kPolicy)
+  return version >= 9   ? uint32_t(AdminOp::kHistoryForget)
+         : version >= 7 ? uint32_t(AdminOp::kPolicy)
          : version >= 6 ? uint32_t(AdminOp::kResume)
                         : uint32_t(AdminOp::kReport);
 }
@@ -306,11 +323,29 @@ struct RegisterV4 {
   LedgerEntryV4 ledger[kMaxDevices];
 };
 
-/// Register (v5): the first message on a job's connection. Reply: RegisterReply + 2 fds.
+/// Register, protocol v5-v8 (kept for those clients; v9 added env_hash).
+struct RegisterV8 {
+  Header h;
+  uint64_t limit;
+  uint64_t cmdline_hash;
+  uint64_t wait_timeout_ns;
+  uint8_t priority;
+  uint8_t on_full;
+  uint16_t flags;
+  uint32_t n_ledger;
+  char job[kJobIdSize];
+  char cmdline[kCmdlineSize];
+  LedgerEntry ledger[kMaxDevices];
+};
+
+/// Register (v9): the first message on a job's connection. Reply: RegisterReply + 2 fds.
 struct RegisterMsg {
   Header h;
   uint64_t limit;            ///< as RegisterV1
-  uint64_t cmdline_hash;     ///< as RegisterV1
+  uint64_t cmdline_hash;     ///< as RegisterV1 (`coloc run`: of the command, without coloc's own options)
+  /// (v9) XXH3-64 of the variables that change a footprint (wire::env_fingerprint); valid only
+  /// with kRegEnvHash (an older client's job has none, and gets no history).
+  uint64_t env_hash;
   uint64_t wait_timeout_ns;  ///< how long a parked request may wait; 0 = daemon default (300 s)
   uint8_t priority;          ///< Priority
   uint8_t on_full;           ///< OnFull
@@ -499,7 +534,8 @@ COLOC_PROTO_LAYOUT(LedgerEntry, 80);
 COLOC_PROTO_LAYOUT(LedgerEntryV4, 72);
 COLOC_PROTO_LAYOUT(RegisterV1, 1256);
 COLOC_PROTO_LAYOUT(RegisterV4, 1520);
-COLOC_PROTO_LAYOUT(RegisterMsg, 1648);
+COLOC_PROTO_LAYOUT(RegisterV8, 1648);
+COLOC_PROTO_LAYOUT(RegisterMsg, 1656);
 COLOC_PROTO_LAYOUT(RegisterReplyMsg, 112);
 COLOC_PROTO_LAYOUT(AttachDevice, 48);
 COLOC_PROTO_LAYOUT(AttachMsg, 792);
@@ -681,7 +717,7 @@ inline Status check_common_register(uint64_t limit, uint8_t priority, uint8_t on
   if (limit == 0) return fail(Error::kBadValue, "Register.limit");
   if (priority > uint8_t(Priority::kHigh)) return fail(Error::kBadEnum, "Register.priority");
   if (on_full > uint8_t(OnFull::kFail)) return fail(Error::kBadEnum, "Register.on_full");
-  if (flags & ~(kRegResume | kRegAnchor)) return fail(Error::kReserved, "Register.flags");
+  if (flags & ~(kRegResume | kRegAnchor | kRegEnvHash)) return fail(Error::kReserved, "Register.flags");
   if (!string_ok(job, Charset::kJobId)) return fail(Error::kBadString, "Register.job");
   return {};
 }
@@ -717,6 +753,7 @@ inline void copy_register_fields(const From& from, To& to) noexcept {
   to.flags = from.flags;
   to.n_ledger = from.n_ledger;
   std::memcpy(to.job, from.job, sizeof to.job);
+  if constexpr (requires { from.env_hash; to.env_hash; }) to.env_hash = from.env_hash;
   if constexpr (requires { from.wait_timeout_ns; to.wait_timeout_ns; }) {
     to.wait_timeout_ns = from.wait_timeout_ns;
     std::memcpy(to.cmdline, from.cmdline, sizeof to.cmdline);
@@ -746,6 +783,7 @@ inline bool valid_job_id(const char* s) noexcept {
 
 inline Status validate(const RegisterMsg& m) noexcept {
   if (Status s = detail::check_common_register(m.limit, m.priority, m.on_full, m.flags, m.job); !s) return s;
+  if (!(m.flags & kRegEnvHash) && m.env_hash != 0) return detail::fail(Error::kReserved, "Register.env_hash");
   if (!detail::string_ok(m.cmdline, detail::Charset::kText)) return detail::fail(Error::kBadString, "Register.cmdline");
   return detail::check_ledger(m.ledger, m.n_ledger, m.flags);
 }
@@ -864,7 +902,7 @@ inline Status validate(const AdminMsg& m) noexcept {
   if (m.mode != 0 || m.quantum_ms != 0 || m.target_pct != 0) return detail::fail(Error::kReserved, "Admin.mode");
   bool is_set = m.op == uint32_t(AdminOp::kSet);
   bool needs_job = is_set || m.op == uint32_t(AdminOp::kReport) || m.op == uint32_t(AdminOp::kPause) ||
-                   m.op == uint32_t(AdminOp::kResume);
+                   m.op == uint32_t(AdminOp::kResume) || m.op == uint32_t(AdminOp::kHistoryForget);
   if (needs_job != (m.job[0] != '\0')) return detail::fail(Error::kBadString, "Admin.job");
   if (!is_set) {
     if (m.set_fields != 0 || m.mem != 0 || m.priority != 0 || m.weight != 0)
@@ -961,14 +999,22 @@ inline Status decode_body(const void* data, size_t len, Message* /*out*/, T* int
 /// Register: v1 and v2-v4 have their own layouts, upgraded with defaults.
 inline Status decode_body(const void* data, size_t len, Message* out, RegisterMsg* into) noexcept {
   const uint16_t v = out->h.version;
-  if (v >= 5) {
+  if (v >= 9) {
     if (len < sizeof(RegisterMsg)) return fail(Error::kShort, "Register");
     if (len > sizeof(RegisterMsg)) return fail(Error::kTooLong, "Register");
     std::memcpy(into, data, sizeof(RegisterMsg));
+    if (!(into->flags & kRegEnvHash) && into->env_hash != 0) return fail(Error::kReserved, "Register.env_hash");
     return validate(*into);
   }
   std::memset(into, 0, sizeof *into);
-  if (v >= 2) {
+  if (v >= 5) {  // no environment hash: the job gets no history
+    RegisterV8 old;
+    if (len < sizeof old) return fail(Error::kShort, "Register(v8)");
+    if (len > sizeof old) return fail(Error::kTooLong, "Register(v8)");
+    std::memcpy(&old, data, sizeof old);
+    copy_register_fields(old, *into);
+    std::memcpy(into->ledger, old.ledger, sizeof into->ledger);
+  } else if (v >= 2) {
     RegisterV4 old;
     if (len < sizeof old) return fail(Error::kShort, "Register(v4)");
     if (len > sizeof old) return fail(Error::kTooLong, "Register(v4)");
@@ -984,6 +1030,7 @@ inline Status decode_body(const void* data, size_t len, Message* out, RegisterMs
     if (Status s = upgrade_ledger(old.ledger, into->ledger); !s) return s;
   }
   if (v < 3 && (into->flags & kRegAnchor)) return fail(Error::kReserved, "Register.flags (anchor: v3)");
+  if (v < 9 && (into->flags & kRegEnvHash)) return fail(Error::kReserved, "Register.flags (environment hash: v9)");
   return validate(*into);
 }
 
@@ -1025,7 +1072,8 @@ inline Status decode_body(const void* data, size_t len, Message* out, AdminMsg* 
   if (len < sizeof *into) return fail(Error::kShort, "Admin");
   if (len > sizeof *into) return fail(Error::kTooLong, "Admin");
   std::memcpy(into, data, sizeof *into);
-  if (into->op > last_admin_op(out->h.version)) return fail(Error::kBadEnum, "Admin.op (pause and resume: v6; policy: v7)");
+  if (into->op > last_admin_op(out->h.version))
+    return fail(Error::kBadEnum, "Admin.op (pause and resume: v6; policy: v7; history: v9)");
   if (out->h.version < 7 && (into->weight != 0 || into->mode != 0 || into->target_pct != 0 || into->quantum_ms != 0))
     return fail(Error::kReserved, "Admin.reserved0 (weight, mode, quantum: v7)");
   if (out->h.version < 8 && into->target_pct != 0) return fail(Error::kReserved, "Admin.target_pct (v8)");
@@ -1153,7 +1201,10 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
     if (version < 5) { r.status = detail::fail(Error::kBadVersion, "ContextFootprint (v5)"); return r; }
   }
   if constexpr (std::is_same_v<T, AdminMsg>) {
-    if (copy.op > last_admin_op(version)) { r.status = detail::fail(Error::kBadVersion, "Admin.op (pause and resume: v6; policy: v7)"); return r; }
+    if (copy.op > last_admin_op(version)) {
+      r.status = detail::fail(Error::kBadVersion, "Admin.op (pause and resume: v6; policy: v7; history: v9)");
+      return r;
+    }
     if (version < 7 && (copy.weight != 0 || copy.mode != 0 || copy.quantum_ms != 0)) {
       r.status = detail::fail(Error::kBadVersion, "Admin.weight, mode, quantum_ms (v7)");
       return r;
@@ -1188,6 +1239,17 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
       detail::copy_register_fields(copy, v1);
       detail::downgrade_ledger(copy.ledger, v1.ledger);
       return detail::write_layout(v1, buf, cap);
+    }
+    if (version < 9 && (copy.flags & kRegEnvHash)) {  // an older daemon keeps no history: left out
+      copy.flags = uint16_t(copy.flags & ~kRegEnvHash);
+      copy.env_hash = 0;
+    }
+    if (version >= 5 && version < 9) {
+      RegisterV8 v8;
+      std::memset(&v8, 0, sizeof v8);
+      detail::copy_register_fields(copy, v8);
+      std::memcpy(v8.ledger, copy.ledger, sizeof v8.ledger);
+      return detail::write_layout(v8, buf, cap);
     }
     if (version < 5) {  // an older daemon knows no caps or overheads: they are left out
       RegisterV4 v4;

@@ -282,6 +282,30 @@ struct Cmdline {
   char text[proto::kCmdlineSize] = {};  ///< argv joined by spaces; control bytes as '?'; "..." when cut
 };
 
+/// The environment variables that change a job's device-memory footprint, hashed into
+/// Register::env_hash (v9): the caching allocator's settings, cuBLAS's workspace size, and lazy or
+/// eager module loading (eager loading holds every kernel image in device memory).
+inline constexpr const char* kFootprintEnv[] = {"PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG",
+                                                "CUDA_MODULE_LOADING"};
+
+/// XXH3-64 of the kFootprintEnv variables as `lookup(name)` gives them (nullptr = unset; unset
+/// and set-but-empty hash differently). Pass ::getenv for this process's environment.
+template <class Lookup>
+inline uint64_t env_fingerprint(Lookup lookup) noexcept {
+  XXH3_state_t st;
+  XXH3_64bits_reset(&st);
+  for (const char* name : kFootprintEnv) {
+    const char* v = lookup(name);
+    XXH3_64bits_update(&st, name, std::strlen(name));
+    if (v) {
+      XXH3_64bits_update(&st, "=", 1);
+      XXH3_64bits_update(&st, v, std::strlen(v));
+    }
+    XXH3_64bits_update(&st, "", 1);  // the terminator keeps "A=bc" apart from "A=b" + "c..."
+  }
+  return XXH3_64bits_digest(&st);
+}
+
 /// Fingerprint and text of a raw NUL-separated argv (`len` bytes, as /proc/PID/cmdline holds it).
 inline void describe_cmdline(const char* raw, size_t len, Cmdline* out) noexcept {
   out->hash = XXH3_64bits(raw, len);
