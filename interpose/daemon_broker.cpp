@@ -4,6 +4,7 @@
 // never throw across the C ABI; allocate nothing on hot paths; leave a job that stays within its
 // limits exactly as it was.
 #include "daemon_broker.h"
+#include "estimate.h"
 
 #include <linux/futex.h>
 #include <stdlib.h>
@@ -181,6 +182,8 @@ void DaemonBroker::fill_register(bool resume, proto::RegisterMsg* m) {
     }
   }
   m->cmdline_hash = cmdline_.hash;
+  m->env_hash = env_hash_;
+  m->flags = uint16_t(m->flags | proto::kRegEnvHash);
   std::memcpy(m->cmdline, cmdline_.text, sizeof m->cmdline);
   if (!resume) return;
 
@@ -199,7 +202,7 @@ void DaemonBroker::fill_register(bool resume, proto::RegisterMsg* m) {
       }
     }
   }
-  m->flags = proto::kRegResume;
+  m->flags = uint16_t(m->flags | proto::kRegResume);
   // The job's limit as the daemon last said it (its replies), not the registration's request:
   // after registration the daemon's limit is the job's. A slot's limit on the control page is
   // min(the job's limit, the cap there), so it is never above the job's: one that is above the
@@ -304,6 +307,7 @@ bool DaemonBroker::adopt(const proto::RegisterReplyMsg& reply, int control_fd, i
 void DaemonBroker::register_now() {
   const Options& o = options();
   wire::read_cmdline(&cmdline_);
+  env_hash_ = wire::env_fingerprint([](const char* n) { return ::getenv(n); });
   SignalWindow w;
   uint64_t deadline = monotonic_ns() + (o.require_daemon ? wait_deadline() - monotonic_ns() : 0);
   char why[256] = {};
@@ -484,6 +488,7 @@ int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
   // is the job's, and only a per-device COLOC_MEM_LIMIT_<n> caps it here (coloc set can raise it).
   local_limit(slot).store(own_cap(d.ordinal), std::memory_order_relaxed);
   set_floor(slot);
+  estimate::start();  // admitted by colocd: from now on it reads this process's prediction
   // The daemon's measure of the wait, or ours when the daemon was away meanwhile.
   uint64_t total = monotonic_ns() - t0;
   if (waited < total && total - waited > 50000000ull) waited = total;

@@ -28,6 +28,7 @@
 
 #include "broker.h"
 #include "devices.h"
+#include "estimate.h"
 #include "gate.h"
 #include "graph_hooks.h"
 #include "glibc_compat.h"
@@ -56,6 +57,7 @@ void child() {
   reset_calls_in_child();
   report_reset_in_child();
   graph_reset_in_child();
+  estimate::reset_in_child();
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 
 #include <pthread.h>
 
+#include <array>
+
 #include <cstdlib>
 
 #include "glibc_compat.h"
@@ -67,6 +69,29 @@ uint64_t total_calls(Fn id) {
   uint64_t sum = g_fallback.calls[index(id)].load(std::memory_order_relaxed);
   for (ThreadCalls* b = g_blocks.load(std::memory_order_acquire); b; b = b->next.load(std::memory_order_acquire))
     sum += b->calls[index(id)].load(std::memory_order_relaxed);
+  return sum;
+}
+
+namespace {
+constexpr unsigned kLaunchHookCount = [] {
+  unsigned n = 0;
+  for (unsigned i = 0; i < kHookCount; ++i) n += kPolicy[i] == Policy::launch || kPolicy[i] == Policy::graph_launch;
+  return n;
+}();
+constexpr auto kLaunchHooks = [] {
+  std::array<uint16_t, kLaunchHookCount> a{};
+  unsigned n = 0;
+  for (unsigned i = 0; i < kHookCount; ++i)
+    if (kPolicy[i] == Policy::launch || kPolicy[i] == Policy::graph_launch) a[n++] = uint16_t(i);
+  return a;
+}();
+}  // namespace
+
+uint64_t thread_launches() {
+  const ThreadCalls* t = tl_calls;
+  if (!t) return 0;
+  uint64_t sum = 0;
+  for (uint16_t i : kLaunchHooks) sum += t->calls[i].load(std::memory_order_relaxed);
   return sum;
 }
 

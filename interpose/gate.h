@@ -58,6 +58,9 @@ inline void count_launch(Fn id) {
 /// Launches so far in this process, every launch entry point and thread summed.
 uint64_t total_launches();
 
+/// Launches so far by the calling thread (its own counters: no other thread's cache line is read).
+uint64_t thread_launches();
+
 /// The stream argument of launch entry point `id` called with `args`.
 template <Fn id, class... A>
 inline CUstream launch_stream(const A&... args) {

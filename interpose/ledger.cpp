@@ -64,6 +64,7 @@ void Ledger::note_kind(int slot, Kind k, uint64_t bytes) {
   pages::StatsSlot& st = shared(slot);
   uint64_t total = st.in_use.load(std::memory_order_relaxed);
   if (total > st.peak.load(std::memory_order_relaxed)) atomic_max(st.peak, total);
+  if (EventSink s = sink_.load(std::memory_order_relaxed)) s(true, slot, bytes, total);
 }
 
 bool Ledger::commit(const Key& key, const Record& rec) {
@@ -85,8 +86,9 @@ void Ledger::release(const Record& rec) {
   if (rec.slot == kNoSlot) return;
   books_[rec.slot].kind_in_use[int(rec.kind)].fetch_sub(rec.bytes, std::memory_order_relaxed);
   pages::StatsSlot& st = shared(rec.slot);
-  st.in_use.fetch_sub(rec.bytes, std::memory_order_seq_cst);
+  const uint64_t after = st.in_use.fetch_sub(rec.bytes, std::memory_order_seq_cst) - rec.bytes;
   st.frees.fetch_add(1, std::memory_order_relaxed);
+  note_free(rec.slot, rec.bytes, after);
 }
 
 void Ledger::count_untracked_free(int slot) {
@@ -100,14 +102,14 @@ void Ledger::count_untracked_free(int slot) {
 
 void Ledger::release_context_cost(int slot, uint64_t bytes) {
   books_[slot].kind_in_use[int(Kind::context)].fetch_sub(bytes, std::memory_order_relaxed);
-  shared(slot).in_use.fetch_sub(bytes, std::memory_order_seq_cst);
+  note_free(slot, bytes, shared(slot).in_use.fetch_sub(bytes, std::memory_order_seq_cst) - bytes);
 }
 
 void Ledger::commit_bytes(int slot, Kind k, uint64_t bytes) { note_kind(slot, k, bytes); }
 
 void Ledger::release_bytes(int slot, Kind k, uint64_t bytes) {
   books_[slot].kind_in_use[int(k)].fetch_sub(bytes, std::memory_order_relaxed);
-  shared(slot).in_use.fetch_sub(bytes, std::memory_order_seq_cst);
+  note_free(slot, bytes, shared(slot).in_use.fetch_sub(bytes, std::memory_order_seq_cst) - bytes);
 }
 
 size_t Ledger::release_records_of_context(uint64_t ctx) {
@@ -371,6 +373,7 @@ void Ledger::pool_release(const Record& rec, uint64_t stream, uint64_t ctx) {
     settle_pool_locked(p);
   }
   shared(rec.slot).frees.fetch_add(1, std::memory_order_relaxed);
+  note_free(rec.slot, rec.bytes, shared(rec.slot).in_use.load(std::memory_order_relaxed));
 }
 
 void Ledger::pool_synchronized(uint64_t stream, uint64_t ctx, uint64_t seq) {

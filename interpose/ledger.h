@@ -200,6 +200,13 @@ class Ledger {
   /// Number of live records in the map (walks the shards under their locks).
   size_t live_records() const;
 
+  // ---- events (the online estimate: interpose/estimate.h) --------------------------------------
+  /// Called after every allocation (`alloc` true) and free booked on a slot, with its bytes and
+  /// the slot's in-use after it: on the allocating or freeing thread, so it must be lock-free
+  /// and cheap. Null (the default) calls nothing.
+  using EventSink = void (*)(bool alloc, int slot, uint64_t bytes, uint64_t in_use);
+  void set_event_sink(EventSink sink) { sink_.store(sink, std::memory_order_relaxed); }
+
   // ---- fork (see fork.cpp) --------------------------------------------------------------------
 
   /// In the child after fork: forgets everything (the child owns no device memory) and makes every
@@ -248,6 +255,11 @@ class Ledger {
   static void erase_at_locked(Shard& s, uint32_t i);
   bool insert(const Key& k, const Record& r);
   void note_kind(int slot, Kind k, uint64_t bytes);  // kind total += bytes, kind peak, total peak
+  // Tells the event sink about a free of `bytes` on `slot` whose in-use is now `after`.
+  void note_free(int slot, uint64_t bytes, uint64_t after) {
+    if (EventSink s = sink_.load(std::memory_order_relaxed)) s(false, slot, bytes, after);
+  }
+  std::atomic<EventSink> sink_{nullptr};
   void settle_pool_locked(Pool& p);                  // charge := cost(p), moving the difference
   void note_reserve_locked(Pool& p);                 // p.reserve := spare > 0, counted in reserve_pools_
   void add_reserve_pools_locked(int d);

@@ -11,7 +11,7 @@ INTERPOSE_MAP  := $(BUILD)/gen/interpose/exports.map
 # default glibc symbol versions, which the sanitizer runtimes intercept.
 $(INTERPOSE_OBJS): CXXFLAGS += -fvisibility=hidden -fvisibility-inlines-hidden -fno-exceptions -fno-rtti \
   -ftls-model=initial-exec
-$(INTERPOSE_OBJS): CPPFLAGS += $(if $(SAN),-DCOLOC_SANITIZED)
+$(INTERPOSE_OBJS): CPPFLAGS += $(if $(SAN),-DCOLOC_SANITIZED) -I.
 # The dlsym filter runs inside every dlsym of the process, even during the sanitizer runtime's own
 # start-up: never instrumented.
 $(OBJ)/interpose/dlsym_filter.o: CXXFLAGS += -fno-sanitize=all

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "devices.h"
+#include "estimate.h"
 #include "driver.h"
 #include "graph_hooks.h"
 #include "handlers.h"
@@ -297,12 +298,23 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
 
 namespace sync {
 
+namespace {
+// A synchronize is an event of the online estimate (estimate.h): a training loop makes one per
+// iteration (reading the loss), and with a caching allocator it is the only event left once the
+// allocator has warmed up. The device is the current context's, if known.
+void note_sync() {
+  const int slot = devices().known_current_slot();
+  if (slot >= 0) estimate::record(estimate::What::kSync, slot, 0, ledger().in_use(slot));
+}
+}  // namespace
+
 // Each hook reads the free sequence before calling the driver: only frees queued before the
 // synchronize began are taken as done by it.
 
 CUresult cuStreamSynchronize(CUstream hStream) {
   uint64_t seq = ledger().pool_free_seq();
   CUresult r = call<Fn::cuStreamSynchronize>(hStream);
+  if (r == CUDA_SUCCESS) note_sync();
   if (r == CUDA_SUCCESS && ledger().pools_hold_reserve()) {
     Where w = devices().of_stream(hStream);
     synchronized(w.slot, stream_key(hStream, false, w.ctx), w.ctx, seq);
@@ -313,6 +325,7 @@ CUresult cuStreamSynchronize(CUstream hStream) {
 CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
   uint64_t seq = ledger().pool_free_seq();
   CUresult r = call<Fn::cuStreamSynchronize_ptsz>(hStream);
+  if (r == CUDA_SUCCESS) note_sync();
   if (r == CUDA_SUCCESS && ledger().pools_hold_reserve()) {
     Where w = devices().of_stream(hStream);
     synchronized(w.slot, stream_key(hStream, true, w.ctx), w.ctx, seq);
@@ -323,6 +336,7 @@ CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
 // An event's stream is not known here: no free is taken as done, but trims are followed.
 CUresult cuEventSynchronize(CUevent hEvent) {
   CUresult r = call<Fn::cuEventSynchronize>(hEvent);
+  if (r == CUDA_SUCCESS) note_sync();
   if (r == CUDA_SUCCESS && ledger().pools_hold_reserve()) synchronized(-1, 0, nullptr, 0);
   return r;
 }
@@ -330,6 +344,7 @@ CUresult cuEventSynchronize(CUevent hEvent) {
 CUresult cuCtxSynchronize() {
   uint64_t seq = ledger().pool_free_seq();
   CUresult r = call<Fn::cuCtxSynchronize>();
+  if (r == CUDA_SUCCESS) note_sync();
   if (r == CUDA_SUCCESS && ledger().pools_hold_reserve()) {
     Where w = devices().current();
     synchronized(w.slot, PoolShadow::kAllStreams, w.ctx, seq);
@@ -340,6 +355,7 @@ CUresult cuCtxSynchronize() {
 CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   uint64_t seq = ledger().pool_free_seq();
   CUresult r = call<Fn::cuCtxSynchronize_v2>(ctx);
+  if (r == CUDA_SUCCESS) note_sync();
   if (r == CUDA_SUCCESS && ledger().pools_hold_reserve()) {
     Where w = ctx ? Where{devices().slot_of_context(ctx), ctx} : devices().current();
     synchronized(w.slot, PoolShadow::kAllStreams, w.ctx, seq);

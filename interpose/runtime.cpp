@@ -15,6 +15,7 @@
 #include "broker.h"
 #include "daemon_broker.h"
 #include "dlsym_entry.h"
+#include "estimate.h"
 #include "log.h"
 #include "no_destroy.h"
 #include "options.h"
@@ -64,6 +65,10 @@ void bring_up(const char* why) {
   // then no other thread of the program can be reading the environment.
   if (!o.job_set && std::strcmp(why, "constructor") == 0) ::setenv("COLOC_JOB", o.job, 0);
   install_broker(options());
+  // The ledger's allocations and frees feed the online estimate (a no-op until its thread runs).
+  ledger().set_event_sink([](bool alloc, int slot, uint64_t bytes, uint64_t in_use) {
+    estimate::record(alloc ? estimate::What::kAlloc : estimate::What::kFree, slot, bytes, in_use);
+  });
   install_fork_handlers();
   atexit(exit_hook);
   logf(LogLevel::debug, "initialised from %s", why);
