@@ -50,6 +50,7 @@ DAEMON_SRCS := \
   daemon/engine/server.cpp \
   daemon/engine/server_restart.cpp \
   daemon/engine/server_compute.cpp \
+  daemon/engine/server_estimate.cpp \
   daemon/main.cpp
 DAEMON_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_SRCS)) $(DAEMON_IO_OBJS)
 

@@ -148,6 +148,12 @@ Bytes Broker::reservation_for(Bytes limit, const Device& dev) const {
   return std::min(limit, sat_sub(dev.capacity, dev.headroom));
 }
 
+std::pair<Bytes, Footprint> Broker::footprint_for(Bytes limit, Bytes estimate, const Device& dev) const {
+  if (limit != kNoLimit) return {reservation_for(limit, dev), Footprint::kMem};
+  if (estimate > 0) return {std::min(estimate, sat_sub(dev.capacity, dev.headroom)), Footprint::kHistory};
+  return {0, Footprint::kNone};
+}
+
 Bytes Broker::limit_on(const Job& job, uint32_t device) const {
   auto it = job.devices.find(device);
   return it == job.devices.end() ? job.limit : std::min(job.limit, it->second.cap);
@@ -215,8 +221,8 @@ bool Broker::waits_on(const Waiter& w, uint32_t device) const {
 
 WaiterView Broker::view_of(const Waiter& w) const {
   const Job& j = jobs_.at(w.job);
-  bool reserves = j.limit != kNoLimit;  // an admission that declares a footprint
-  for (const AttachNeed& n : w.devices) reserves |= n.cap != kNoLimit;
+  bool reserves = j.limit != kNoLimit;  // an admission that declares (or is known by) a footprint
+  for (const AttachNeed& n : w.devices) reserves |= n.cap != kNoLimit || n.estimate > 0;
   return WaiterView{j.priority, w.order, w.admission, w.admission && reserves};
 }
 
@@ -311,7 +317,7 @@ Broker::Decision Broker::decide_attach(Client& c, const std::vector<AttachNeed>&
   Decision d;
   Job& job = job_of(c);
   bool reserves = job.limit != kNoLimit;
-  for (const AttachNeed& n : devs) reserves |= n.cap != kNoLimit;
+  for (const AttachNeed& n : devs) reserves |= n.cap != kNoLimit || n.estimate > 0;
   WaiterView me{job.priority, next_order_, true, reserves};
   Bytes user_extra_need = 0, user_extra_target = 0;
   std::vector<Bytes> targets, exact;
@@ -341,7 +347,7 @@ Broker::Decision Broker::decide_attach(Client& c, const std::vector<AttachNeed>&
         return d;
       }
     }
-    const Bytes reserved = admitted ? it->second.reserved : reservation_for(limit, device);
+    const Bytes reserved = admitted ? it->second.reserved : footprint_for(limit, n.estimate, device).first;
     const Bytes cur = admitted ? std::max(it->second.reserved, granted) : 0;
     const Bytes target = std::min(round_up(req, config_.grant_step), limit - granted);
     const Bytes extra_target = sat_sub(std::max(reserved, granted + target), cur);
@@ -424,11 +430,13 @@ void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<AttachNeed>
       jd.admitted = true;
       jd.admitted_at = now;
       jd.cap = devs[i].cap;
-      set_job_device(job, dev, reservation_for(limit_on(job, dev), d), jd.granted);
+      const auto [reserved, source] = footprint_for(limit_on(job, dev), devs[i].estimate, d);
+      set_job_device(job, dev, reserved, jd.granted);
+      jd.source = source;
       event(Event::Kind::kAdmitted, job, now, dev);
       log::limited(log::get("broker"), spdlog::level::info, "admitted uid " + std::to_string(c.uid),
-                   "job {} admitted on {} (reservation {}, waited {:.3f} s)", job.key.str(), d.uuid.str(),
-                   mib(jd.reserved), double(waited) / 1e9);
+                   "job {} admitted on {} (reservation {} from {}, waited {:.3f} s)", job.key.str(), d.uuid.str(),
+                   mib(jd.reserved), footprint_name(jd.source), double(waited) / 1e9);
     }
     while (next_free < pages::kSlots && c.slots[next_free].attached) ++next_free;
     assert(next_free < pages::kSlots);  // checked before the request was accepted
@@ -499,7 +507,7 @@ void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> re
       if (w.client == id && w.admission)
         for (const AttachNeed& n : w.devices) bad |= n.device == dev;
     for (const AttachNeed& n : devs) bad |= n.device == dev;
-    devs.push_back({dev, std::min(r.request, devices_[dev].capacity), r.cap});
+    devs.push_back({dev, std::min(r.request, devices_[dev].capacity), r.cap, r.estimate});
   }
   if (bad) {
     refuse(c, seq, Reply::Kind::kAttach, 0, Reason::kBadRequest, 0, std::nullopt, 0, now);
@@ -738,7 +746,7 @@ Bytes Broker::extra_need(const Waiter& w, uint32_t device) const {
   }
   for (const AttachNeed& n : w.devices)
     if (n.device == device) {
-      const Bytes r = admitted ? reserved : reservation_for(std::min(job.limit, n.cap), devices_[device]);
+      const Bytes r = admitted ? reserved : footprint_for(std::min(job.limit, n.cap), n.estimate, devices_[device]).first;
       return sat_sub(std::max(r, sat_add(granted, n.request)), cur);
     }
   return 0;

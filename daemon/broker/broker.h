@@ -133,6 +133,11 @@ struct JobDevice {
   uint32_t clients = 0;  ///< its clients attached to the device
   Nanos admitted_at = 0;
   uint64_t growths = 0;  ///< growth requests granted on the device since admission (raising a grant)
+  Footprint source = Footprint::kNone;  ///< where `reserved` came from
+  /// The job's online prediction of its peak here (bytes; 0 = none yet): the sum of its
+  /// processes' stable predictions, as set_prediction last saw it. Shown, and the reservation when
+  /// nothing of higher precedence set one.
+  Bytes predicted = 0;
 };
 
 struct Job {
@@ -203,11 +208,13 @@ struct ReservationChange {
   Bytes available = 0;  ///< the device's available memory when a raise was considered (bytes)
 };
 
-/// One device of a parked admission: its index, the bytes needed at once, the process's cap there.
+/// One device of a parked admission: its index, the bytes needed at once, the process's cap there,
+/// the job's footprint there from its history (0 = none).
 struct AttachNeed {
   uint32_t device = 0;
   Bytes request = 0;
   Bytes cap = kNoLimit;
+  Bytes estimate = 0;
 };
 
 struct Waiter {
@@ -292,6 +299,16 @@ class Broker {
   bool set_limit(JobSerial job, Bytes limit, Nanos now, std::vector<ReservationChange>* changes = nullptr);
   /// Live priority change. False when the job does not exist.
   bool set_priority(JobSerial job, Priority priority, Nanos now);
+
+  /// The job's online prediction of its peak on `device` (an index into devices(); bytes, > 0):
+  /// the sum of its processes' stable predictions there. Kept for the books (JobDevice::predicted)
+  /// and, where the job's reservation there has no higher source (no declared limit, no history),
+  /// raised to: the reservation follows a higher prediction when the whole raise fits now
+  /// (available memory, the user's cap, no other job's request waiting there), else it stays
+  /// (kKept*, and the job grows by ordinary grants, as before; nothing is ever failed for it).
+  /// A prediction never lowers a reservation. False when the job is not admitted there; else
+  /// true, with *change (optional) saying what happened (kUnchanged when nothing did).
+  bool set_prediction(JobSerial job, uint32_t device, Bytes predicted, Nanos now, ReservationChange* change = nullptr);
 
   // ---- the device's own view -------------------------------------------------------------------
 
@@ -420,6 +437,12 @@ class Broker {
   /// The footprint a job reserves on a device where its limit is `limit`: min(limit,
   /// capacity - headroom), 0 without a limit.
   Bytes reservation_for(Bytes limit, const Device& dev) const;
+  /// The reservation at a job's first admission on a device: its declared limit there if any,
+  /// else its history's estimate (0 = none), within capacity - headroom; and where it came from.
+  std::pair<Bytes, Footprint> footprint_for(Bytes limit, Bytes estimate, const Device& dev) const;
+  /// Raises job's reservation on `dev` to `wanted` if the whole raise fits now (see set_limit);
+  /// the outcome, before/after filled in.
+  ReservationChange try_raise(Job& job, uint32_t dev, Bytes wanted);
   void set_job_device(Job& job, uint32_t device, Bytes reserved, Bytes granted);
   void write_grant(Client& c, uint32_t slot, Bytes grant);
   Bytes lower_grant(Client& c, uint32_t slot, Bytes target);

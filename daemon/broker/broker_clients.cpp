@@ -178,6 +178,9 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
       const Bytes wanted = reservation_for(limit_on(job, dev), d);
       const Bytes reserved = std::min(wanted, std::max(fits, sat_add(jd.granted, grant)));
       set_job_device(job, dev, reserved, jd.granted);
+      // A history or online reservation is not saved across a restart: the online prediction
+      // (the processes' stats pages) raises it again once read.
+      jd.source = limit_on(job, dev) != kNoLimit ? Footprint::kMem : Footprint::kNone;
       event(Event::Kind::kAdmitted, job, now, dev);
       if (reserved < wanted)
         log::limited(log::get("broker"), spdlog::level::warn, "resume uid " + std::to_string(c.uid),

@@ -27,35 +27,17 @@ bool Broker::set_limit(JobSerial serial, Bytes limit, Nanos now, std::vector<Res
       set_job_device(job, dev, ch.wanted, jd.granted);
       ch.outcome = ch.wanted < ch.before ? ReservationChange::kLowered : ReservationChange::kUnchanged;
     } else {
-      // Raised: the reservation follows when the larger footprint fits now, all of it, without
-      // over-committing the device or the user's cap and without taking memory a request of
-      // another job is waiting for. Otherwise it stays, and the job grows by ordinary grants.
-      const Bytes cur = std::max(jd.reserved, jd.granted);
-      const Bytes extra = sat_sub(std::max(ch.wanted, jd.granted), cur);
-      bool others_wait = false;
-      for (const Waiter& w : waiters_) {
-        if (w.job == serial || !w.device_short) continue;
-        if (w.admission) {
-          for (const AttachNeed& n : w.devices) others_wait |= n.device == dev;
-        } else {
-          others_wait |= clients_.at(w.client).slots[w.slot].device == dev;
-        }
-      }
-      const bool user_ok = !config_.max_per_user || sat_add(user_committed(job.key.uid), extra) <= *config_.max_per_user;
-      ch.available = available(dev);
-      if (!others_wait && user_ok && extra <= ch.available) {
-        set_job_device(job, dev, ch.wanted, jd.granted);
-        ch.outcome = ReservationChange::kRaised;
-      } else {
-        ch.outcome = others_wait ? ReservationChange::kKeptOthersWait
-                     : !user_ok  ? ReservationChange::kKeptUserCap
-                                 : ReservationChange::kKeptNoRoom;
+      ch = try_raise(job, dev, ch.wanted);
+      if (ch.outcome == ReservationChange::kRaised) jd.source = Footprint::kMem;
+      else
         lg->info("job {}: reservation on {} kept at {} ({} does not fit now: {} available{}); it grows by ordinary "
                  "grants",
                  job.key.str(), d.uuid.str(), mib(jd.reserved), mib(ch.wanted), mib(ch.available),
-                 others_wait ? ", and other jobs' requests wait there" : !user_ok ? ", over the user's cap" : "");
-      }
+                 ch.outcome == ReservationChange::kKeptOthersWait ? ", and other jobs' requests wait there"
+                 : ch.outcome == ReservationChange::kKeptUserCap  ? ", over the user's cap"
+                                                                  : "");
     }
+    if (limit != kNoLimit) jd.source = Footprint::kMem;  // a declared limit outranks every estimate
     ch.after = jd.reserved;
     if (ch.after != ch.before)
       lg->info("job {}: reservation on {} {} from {} to {}", job.key.str(), d.uuid.str(),
@@ -73,6 +55,75 @@ bool Broker::set_limit(JobSerial serial, Bytes limit, Nanos now, std::vector<Res
   }
   log::get("broker")->info("job {}: limit set to {}", job.key.str(), mib(limit));
   pump(now);
+  return true;
+}
+
+ReservationChange Broker::try_raise(Job& job, uint32_t dev, Bytes wanted) {
+  // The reservation follows when the larger footprint fits now, all of it, without
+  // over-committing the device or the user's cap and without taking memory a request of another
+  // job is waiting for. Otherwise it stays, and the job grows by ordinary grants.
+  JobDevice& jd = job.devices[dev];
+  ReservationChange ch;
+  ch.device = dev;
+  ch.before = jd.reserved;
+  ch.wanted = wanted;
+  const Bytes cur = std::max(jd.reserved, jd.granted);
+  const Bytes extra = sat_sub(std::max(wanted, jd.granted), cur);
+  bool others_wait = false;
+  for (const Waiter& w : waiters_) {
+    if (w.job == job.serial || !w.device_short) continue;
+    if (w.admission) {
+      for (const AttachNeed& n : w.devices) others_wait |= n.device == dev;
+    } else {
+      others_wait |= clients_.at(w.client).slots[w.slot].device == dev;
+    }
+  }
+  const bool user_ok = !config_.max_per_user || sat_add(user_committed(job.key.uid), extra) <= *config_.max_per_user;
+  ch.available = available(dev);
+  if (!others_wait && user_ok && extra <= ch.available) {
+    set_job_device(job, dev, wanted, jd.granted);
+    ch.outcome = ReservationChange::kRaised;
+  } else {
+    ch.outcome = others_wait ? ReservationChange::kKeptOthersWait
+                 : !user_ok  ? ReservationChange::kKeptUserCap
+                             : ReservationChange::kKeptNoRoom;
+  }
+  ch.after = jd.reserved;
+  return ch;
+}
+
+bool Broker::set_prediction(JobSerial serial, uint32_t dev, Bytes predicted, Nanos now, ReservationChange* change) {
+  auto it = jobs_.find(serial);
+  if (it == jobs_.end()) return false;
+  Job& job = it->second;
+  auto jit = job.devices.find(dev);
+  if (jit == job.devices.end() || !jit->second.admitted || dev >= devices_.size()) return false;
+  JobDevice& jd = jit->second;
+  const Device& d = devices_[dev];
+  jd.predicted = predicted;
+  ReservationChange ch;
+  ch.device = dev;
+  ch.before = ch.after = jd.reserved;
+  // Precedence: a declared limit, then the history, then this prediction.
+  const bool mine = limit_on(job, dev) == kNoLimit && (jd.source == Footprint::kNone || jd.source == Footprint::kOnline);
+  const Bytes wanted = std::min(predicted, sat_sub(d.capacity, d.headroom));
+  if (mine && wanted > jd.reserved) {
+    ch = try_raise(job, dev, wanted);
+    auto lg = log::get("broker");
+    if (ch.outcome == ReservationChange::kRaised) {
+      jd.source = Footprint::kOnline;
+      lg->info("job {}: reservation on {} raised from {} to {} (its online prediction)", job.key.str(), d.uuid.str(),
+               mib(ch.before), mib(ch.after));
+      for (ClientId id : job.clients) {
+        Client& c = clients_.at(id);
+        for (uint32_t s = 0; s < pages::kSlots; ++s)
+          if (c.slots[s].attached && c.slots[s].device == dev)
+            c.control->slots[s].reservation.store(jd.reserved, std::memory_order_relaxed);
+      }
+    }
+  }
+  if (change) *change = ch;
+  (void)now;
   return true;
 }
 

@@ -78,7 +78,29 @@ struct AttachRequest {
   /// The process's own cap on the device (COLOC_MEM_LIMIT_<n>), kNoLimit = none: at the job's first
   /// admission there its limit on the device becomes min(job limit, cap) (Broker::limit_on).
   Bytes cap = kNoLimit;
+  /// The job's known footprint on the device from its run history (bytes; 0 = none): its
+  /// reservation there at its first admission when it declares no limit (`--mem` comes first).
+  Bytes estimate = 0;
 };
+
+/// Where a job's reservation on a device comes from. Precedence: a declared limit (`--mem`, or a
+/// process's COLOC_MEM_LIMIT_<n>) over the run history over the online prediction.
+enum class Footprint : uint8_t {
+  kNone = 0,  ///< nothing known: no reservation (the job grows by ordinary grants)
+  kMem,       ///< the declared limit
+  kHistory,   ///< the run history's estimate at admission (est::history_estimate)
+  kOnline,    ///< the job's own stable online prediction (estimator/online.h)
+};
+/// "none", "mem", "history", "online".
+inline const char* footprint_name(Footprint f) {
+  switch (f) {
+    case Footprint::kMem: return "mem";
+    case Footprint::kHistory: return "history";
+    case Footprint::kOnline: return "online";
+    case Footprint::kNone: break;
+  }
+  return "none";
+}
 
 /// One device of a resumed ledger (Register with kRegResume); its index is its slot.
 struct ResumeEntry {

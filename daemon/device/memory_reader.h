@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "broker/types.h"
@@ -54,6 +55,13 @@ class MemoryReader {
   /// Every device the reader knows, in its index order (NVML's: nvidia-smi's numbering, which
   /// `coloc policy` and `coloc status` use). nullopt when the reader cannot tell.
   virtual std::optional<std::vector<broker::Uuid>> devices() { return std::nullopt; }
+
+  /// The device's model name ("NVIDIA H200"), part of a job's history fingerprint. nullopt when
+  /// the reader cannot tell.
+  virtual std::optional<std::string> model(const broker::Uuid& uuid) {
+    (void)uuid;
+    return std::nullopt;
+  }
 };
 
 }  // namespace coloc::device

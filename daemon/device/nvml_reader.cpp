@@ -42,6 +42,7 @@ using nvmlDeviceGetMemoryInfo_fn = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMem
 using nvmlDeviceGetCount_v2_fn = nvmlReturn_t (*)(unsigned int* count);
 using nvmlDeviceGetHandleByIndex_v2_fn = nvmlReturn_t (*)(unsigned int index, nvmlDevice_t* device);
 using nvmlDeviceGetUUID_fn = nvmlReturn_t (*)(nvmlDevice_t device, char* uuid, unsigned int length);
+using nvmlDeviceGetName_fn = nvmlReturn_t (*)(nvmlDevice_t device, char* name, unsigned int length);
 
 }  // namespace
 
@@ -55,6 +56,7 @@ struct NvmlReader::Api {
   nvmlDeviceGetCount_v2_fn count = nullptr;                        // optional (devices())
   nvmlDeviceGetHandleByIndex_v2_fn by_index = nullptr;             // optional
   nvmlDeviceGetUUID_fn uuid = nullptr;                             // optional
+  nvmlDeviceGetName_fn name = nullptr;                             // optional (model())
 };
 
 NvmlReader::NvmlReader(void* handle, std::unique_ptr<Api> api) : handle_(handle), api_(std::move(api)) {}
@@ -87,6 +89,7 @@ Result<std::unique_ptr<NvmlReader>> NvmlReader::open(const std::string& library)
   api->count = reinterpret_cast<nvmlDeviceGetCount_v2_fn>(sym("nvmlDeviceGetCount_v2"));
   api->by_index = reinterpret_cast<nvmlDeviceGetHandleByIndex_v2_fn>(sym("nvmlDeviceGetHandleByIndex_v2"));
   api->uuid = reinterpret_cast<nvmlDeviceGetUUID_fn>(sym("nvmlDeviceGetUUID"));
+  api->name = reinterpret_cast<nvmlDeviceGetName_fn>(sym("nvmlDeviceGetName"));
   const char* missing = !api->init ? "nvmlInit_v2"
                         : !api->shutdown ? "nvmlShutdown"
                         : !api->by_uuid ? "nvmlDeviceGetHandleByUUID"
@@ -135,6 +138,19 @@ std::optional<DeviceMemory> NvmlReader::memory(const broker::Uuid& uuid) {
   }
   warned_.erase(uuid);
   return DeviceMemory{broker::Bytes(m.total), broker::Bytes(m.free)};
+}
+
+std::optional<std::string> NvmlReader::model(const broker::Uuid& uuid) {
+  if (!api_->name) return std::nullopt;
+  void* dev = handle_of(uuid);
+  if (!dev) return std::nullopt;
+  char buf[96] = {};  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+  if (api_->name(static_cast<nvmlDevice_t>(dev), buf, sizeof buf) != NVML_SUCCESS) return std::nullopt;
+  buf[sizeof buf - 1] = '\0';
+  std::string s(buf);
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s.empty() ? std::nullopt : std::optional<std::string>(s);
 }
 
 std::optional<std::vector<ProcessMemory>> NvmlReader::processes(const broker::Uuid& uuid) {

@@ -39,6 +39,8 @@ class NvmlReader final : public MemoryReader {
   /// (optional: nullopt when the library lacks them or a call fails); read once, then kept (NVML
   /// numbers the devices once, at nvmlInit).
   std::optional<std::vector<broker::Uuid>> devices() override;
+  /// nvmlDeviceGetName (optional: nullopt when the library lacks it or the call fails).
+  std::optional<std::string> model(const broker::Uuid& uuid) override;
 
  private:
   struct Api;

@@ -590,6 +590,8 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
         const proto::AttachDevice& d = m.body.attach.devices[i];
         reqs.push_back({broker::Uuid::from(d.device.uuid), d.device.capacity, d.device.physical_free, d.request});
         reqs.back().cap = d.cap == 0 ? broker::kNoLimit : d.cap;
+        if (const broker::Client* cl = broker_.find_client(id))
+          reqs.back().estimate = history_footprint(cl->job, reqs.back().uuid, d.device.capacity);
         // The device's own figures whenever colocd can read it: a client's are only its word.
         if (memory_reader_)
           if (auto mem = memory_reader_->memory(reqs.back().uuid)) {
@@ -750,6 +752,7 @@ void Server::on_register(Connection& c, const proto::Message& m) {
     recorders_.emplace(std::piecewise_construct, std::forward_as_tuple(job.serial),
                        std::forward_as_tuple(job.serial, job.key, user_name(job.key.uid), command, r.cmdline_hash,
                                              proto::priority_name(job.priority), started.first, started.second));
+    note_fingerprint(job, r, m.h.version, command);
   }
   if (!spec.anchor) recorders_.at(job.serial).add_process(c.pid());
 
@@ -878,6 +881,7 @@ void Server::finalize_job(broker::JobSerial serial) {
   restart_waits_.erase(serial);
   // Written on the writer's thread: the loop does not wait for the disk (report_writer.h).
   writer_->submit(rec->second.key().id, rec->second.key().str(), rec->second.to_json(now()).dump(1));
+  record_history(serial);  // its run, for the next one's admission (queued to the history's thread)
   if (!broker_.find_job(rec->second.key())) job_states_.remove(rec->second.key());  // (not a new run of the same id)
   persisted_.erase(serial);
   continued_.erase(serial);
@@ -975,6 +979,7 @@ void Server::sample_job(const broker::Job& job, Nanos t) {
     ds.capacity = d.capacity;
     ds.limit = broker_.limit_on(job, dev);
     ds.reservation = jd.reserved;
+    fill_prediction(job, dev, ds);
     for (broker::ClientId id : job.clients) {
       const broker::Client* client = broker_.find_client(id);
       for (uint32_t s = 0; s < pages::kSlots; ++s) {
@@ -1049,6 +1054,7 @@ void Server::on_sample() {
     read_device_memory(dev, t);
   }
   broker_.publish_job_others();  // each process's view of its job (pages.h: job_others)
+  estimate_sample(t);  // before the samples: they show the reservation it may raise
   for (const auto& [serial, job] : broker_.jobs()) sample_job(job, t);
   compute_sample(t);
   if (auto r = resume_.save_if_dirty(); !r)

@@ -91,6 +91,19 @@ class Server {
   void sample_job(const broker::Job& job, Nanos t);
   void sample_job(broker::JobSerial serial, Nanos t);
   void on_deadline();
+  // Estimation (server_estimate.cpp): the run history at admission and at a job's end, the
+  // online prediction on the sampling timer.
+  /// Remembers the job's history fingerprint from its first Register (a v9 client's env hash).
+  void note_fingerprint(const broker::Job& job, const proto::RegisterMsg& r, uint16_t version, const std::string& command);
+  /// The job's known footprint on `uuid` from its history (bytes; 0 = none), remembering the
+  /// device's model for the run's record.
+  broker::Bytes history_footprint(broker::JobSerial job, const broker::Uuid& uuid, broker::Bytes capacity);
+  /// Reads every client's prediction (stats pages, layout 6) and gives each job's to the broker.
+  void estimate_sample(Nanos t);
+  /// Fills `ds` with the job's prediction on `dev` and where its reservation came from.
+  void fill_prediction(const broker::Job& job, uint32_t dev, report::DeviceSample& ds) const;
+  /// Records the job's run in the history (its recorder must still exist), then forgets it.
+  void record_history(broker::JobSerial job);
   // The compute side (server_compute.cpp).
   Result<void> open_compute_timer();
   /// Advances the scheduler to `t` (pauses, who is on which device, drains), rewrites the gates
@@ -213,6 +226,16 @@ class Server {
   std::vector<char> unreadable_;  ///< per broker device: its last reading failed (memory_reader_ does not know it)
   DaemonInfo info_;
   std::unique_ptr<history::HistoryStore> history_;  ///< the run history (SQLite on its own thread)
+  /// A job's history fingerprint (server_estimate.cpp): known only for v9 clients' jobs.
+  struct JobPrint {
+    uint32_t uid = 0;
+    uint64_t command_hash = 0, env_hash = 0;
+    std::string command;
+    std::map<broker::Uuid, std::string> models;  ///< the device models it was admitted on
+  };
+  std::map<broker::JobSerial, JobPrint> prints_;
+  /// Per (job, device): the last time its prediction could not raise its reservation.
+  std::map<std::pair<broker::JobSerial, uint32_t>, broker::ReservationChange> kept_;
   std::unique_ptr<Admin> admin_;
   uint64_t next_conn_id_ = 1;
   uint64_t hello_timeouts_ = 0;

@@ -184,8 +184,43 @@ void JobRecorder::sample(const broker::Uuid& u, Nanos now, const DeviceSample& s
   d.peak = std::max({d.peak, s.in_use, s.peak_hint});
   d.driver_overhead = std::max(d.driver_overhead, s.driver_overhead);
   d.live = s.live;
+  const Bytes predicted = d.predicted_peak;
+  const std::string state = d.prediction_state, source = d.reservation_source;
+  d.predicted_peak = std::max(d.predicted_peak, s.prediction.peak);
+  if (!s.prediction.state.empty()) {
+    d.prediction_state = s.prediction.state;
+    d.confidence = s.prediction.confidence;
+    d.period = s.prediction.period;
+    if (!d.stable_at && s.prediction.stable_since) d.stable_at = rel(*s.prediction.stable_since);
+  }
+  d.reservation_source = s.reservation_source;
+  if (!s.kept_outcome.empty()) {
+    d.kept_outcome = s.kept_outcome;
+    d.kept_wanted = s.kept_wanted;
+    d.kept_available = s.kept_available;
+  }
+  if (predicted != d.predicted_peak || state != d.prediction_state || source != d.reservation_source) ++revision_;
   d.timeline.add(rel(now), s.in_use);
   if (stored != d.timeline.stored() || peak != d.peak || overhead != d.driver_overhead || !(live == d.live)) ++revision_;
+}
+
+JobRecorder::RunSummary JobRecorder::run_summary(Nanos now) const {
+  RunSummary r;
+  r.duration = rel(now);
+  if (command_status_) {
+    r.exit_status = *command_status_;
+    r.killed = *command_status_ > 128 && *command_status_ <= 128 + 64;  // coloc run: 128 + the signal
+  } else if (!processes_.empty()) {
+    r.exit_status = processes_.front().exit_code;
+    r.killed = processes_.front().signal.has_value();
+  }
+  for (const auto& [uuid, d] : devices_) {
+    Counters c = d.folded;
+    c += d.live;
+    r.oom |= !d.ooms.empty() || d.driver_ooms > 0 || c.failures > 0;
+    if (d.sampled) r.peaks[uuid] = d.peak;
+  }
+  return r;
 }
 
 void JobRecorder::fold(const broker::Uuid& u, const Counters& c, Bytes peak) {
@@ -437,7 +472,21 @@ json JobRecorder::to_json(Nanos now) const {
     dj["capacity"] = d.capacity;
     dj["limit"] = bytes_or_null(d.sampled ? d.limit : job_limit_);  // before admission: the job's
     dj["reservation"] = d.reservation;
+    dj["reservation_source"] = d.reservation_source;
+    // The last time the online prediction wanted a larger reservation than fitted (null: never).
+    dj["reservation_kept"] = d.kept_outcome.empty() ? json(nullptr)
+                                                    : json{{"outcome", d.kept_outcome},
+                                                           {"wanted", d.kept_wanted},
+                                                           {"available", d.kept_available}};
     dj["peak"] = d.peak;
+    // The online prediction (estimator/online.h): null when no process of the job made one.
+    dj["predicted_peak"] = d.predicted_peak ? json(d.predicted_peak) : json(nullptr);
+    dj["prediction"] = d.prediction_state.empty()
+                           ? json(nullptr)
+                           : json{{"state", d.prediction_state},
+                                  {"confidence", double(d.confidence) / 1000.0},
+                                  {"period_ms", double(d.period) / 1e6},
+                                  {"stable_s", d.stable_at ? json(secs(*d.stable_at)) : json(nullptr)}};
     dj["driver_overhead"] = d.driver_overhead;
     dj["admitted_s"] = d.admitted_at ? json(secs(rel(*d.admitted_at))) : json(nullptr);
     dj["allocations"] = c.allocs;
@@ -615,6 +664,12 @@ json JobRecorder::state() const {
                     {"capacity", d.capacity},
                     {"limit", d.limit},
                     {"reservation", d.reservation},
+                    {"reservation_source", d.reservation_source},
+                    {"predicted_peak", d.predicted_peak},
+                    {"prediction_state", d.prediction_state},
+                    {"confidence", d.confidence},
+                    {"period", d.period},
+                    {"stable_at", opt_u64(d.stable_at)},
                     {"peak", d.peak},
                     {"driver_overhead", d.driver_overhead},
                     {"sampled", d.sampled},
@@ -681,6 +736,14 @@ Result<JobRecorder> JobRecorder::from_state(const json& state, broker::JobSerial
       d.limit = dr.u64("limit");
       d.reservation = dr.u64("reservation");
       d.peak = dr.u64("peak");
+      if (devs[i].contains("predicted_peak")) {  // (older daemons: none)
+        d.reservation_source = dr.str("reservation_source");
+        d.predicted_peak = dr.u64("predicted_peak");
+        d.prediction_state = dr.str("prediction_state");
+        d.confidence = uint32_t(std::min<uint64_t>(dr.u64("confidence"), 1000));
+        d.period = dr.u64("period");
+        d.stable_at = dr.opt_u64("stable_at");
+      }
       if (devs[i].contains("driver_overhead")) d.driver_overhead = dr.u64("driver_overhead");  // (older daemons: none)
       d.sampled = devs[i].contains("sampled") ? dr.boolean("sampled") : d.capacity > 0;  // (older daemons)
       std::string why;

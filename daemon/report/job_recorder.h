@@ -59,8 +59,24 @@ struct Counters {
 /// figures: they only ever reach the client's own job's report.
 Counters counters_of(const pages::StatsPage& page, uint32_t slot, bool gated);
 
+/// The job's online prediction of its peak on a device (estimator/online.h), from its processes'
+/// stats pages (layout 6): the sum of their predictions, the least confident of them.
+struct PredictionSample {
+  Bytes peak = 0;             ///< bytes; 0 = no prediction yet
+  std::string state;          ///< "learning", "stable", "changing", "none"; "" = no process reports one
+  uint32_t confidence = 0;    ///< per mille
+  Nanos period = 0;           ///< the iteration period (ns); 0 = none
+  std::optional<Nanos> stable_since;  ///< daemon monotonic ns the prediction became stable
+};
+
 /// One sample of a job on one device.
 struct DeviceSample {
+  PredictionSample prediction;
+  std::string reservation_source = "none";  ///< broker::footprint_name of the reservation's source
+  /// The last time a higher prediction could not raise the reservation: why ("kept: ..."), what
+  /// it wanted and what was available then (bytes); empty outcome = none.
+  std::string kept_outcome;
+  Bytes kept_wanted = 0, kept_available = 0;
   Bytes capacity = 0;
   Bytes limit = broker::kNoLimit;
   Bytes reservation = 0;
@@ -100,6 +116,19 @@ class JobRecorder {
   void command_exited(int status) { command_status_ = status; }
   /// Processes whose end is not known yet.
   std::vector<pid_t> pending_exits() const;
+
+  /// How the job's run went, for its run history (daemon/history): its duration (ns, to `now`),
+  /// exit status (the command's, else its first process's), whether it was killed (by a signal,
+  /// or `coloc run` said 128 + a signal) or met an out-of-memory error (an OOM event or a failed
+  /// allocation), and its peak per device (bytes).
+  struct RunSummary {
+    Nanos duration = 0;
+    std::optional<int> exit_status;
+    bool killed = false;
+    bool oom = false;
+    std::map<broker::Uuid, Bytes> peaks;
+  };
+  RunSummary run_summary(Nanos now) const;
   bool has_process(pid_t pid) const;
   void set_priority(std::string p) { priority_ = std::move(p); }
   /// The job's limit (bytes, or kNoLimit), known from its registration on: the report shows it
@@ -190,6 +219,14 @@ class JobRecorder {
     Bytes peak = 0;
     Bytes driver_overhead = 0;  ///< the largest driver overhead sampled (bytes)
     bool sampled = false;  ///< admitted: capacity and limit come from samples
+    Bytes predicted_peak = 0;   ///< the highest online prediction sampled (bytes; 0 = none)
+    std::string prediction_state;  ///< the latest ("" = never reported)
+    uint32_t confidence = 0;       ///< per mille, the latest
+    Nanos period = 0;              ///< the latest (ns)
+    std::optional<Nanos> stable_at;  ///< when the prediction first became stable (ns from the job's start)
+    std::string reservation_source = "none";  ///< the latest
+    std::string kept_outcome;                  ///< DeviceSample::kept_outcome, the latest non-empty
+    Bytes kept_wanted = 0, kept_available = 0;
     Timeline timeline;
     Counters folded;  ///< processes that left
     Counters live;    ///< the latest sample of live processes

@@ -45,6 +45,7 @@ constexpr double kWidth = 1060, kPanelHeight = 430;
 constexpr double kLeft = 86, kRight = 280, kTop = 56, kBottom = 58;
 const char* kUseColour = "#1f77b4";
 const char* kLimitColour = "#d62728";
+const char* kPredictColour = "#9467bd";  // the online prediction of the peak (estimator/online.h)
 const char* kCapacityColour = "#4d4d4d";
 const char* kWaitColour = "#f2a900";
 const char* kOomColour = "#c00000";
@@ -155,12 +156,14 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
   const bool has_limit = d.contains("limit") && d["limit"].is_number();
   const double limit = has_limit ? d["limit"].get<double>() : 0;
   const double peak = get_num(d, "peak");
+  const bool has_prediction = d.contains("predicted_peak") && d["predicted_peak"].is_number();
+  const double predicted = has_prediction ? d["predicted_peak"].get<double>() : 0;
 
   double tmax = std::max(duration, 1e-3);
   for (double t : ts) tmax = std::max(tmax, t);
   for (const json& w : d.value("waits", json::array())) tmax = std::max(tmax, get_num(w, "end_s"));
   for (const json& e : d.value("oom_events", json::array())) tmax = std::max(tmax, get_num(e, "t_s"));
-  double ymax_bytes = std::max({capacity, limit, peak, 1.0});
+  double ymax_bytes = std::max({capacity, limit, peak, predicted, 1.0});
   for (double b : bs) ymax_bytes = std::max(ymax_bytes, b);
   for (const json& e : d.value("oom_events", json::array()))
     ymax_bytes = std::max(ymax_bytes, std::min(get_num(e, "in_use") + double(oom_request_bytes(e)),
@@ -253,6 +256,7 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
   };
   if (capacity > 0) hline(capacity, kCapacityColour, "device capacity " + bytes_label(capacity));
   if (has_limit) hline(limit, kLimitColour, "job limit " + bytes_label(limit));
+  if (has_prediction) hline(predicted, kPredictColour, "predicted peak " + bytes_label(predicted));
 
   // The peak.
   if (!ts.empty() && peak > 0) {
@@ -315,7 +319,7 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
   // Legend.
   const double lx = px + pw + 22;
   double ly = py + 8;
-  const int entries = 4 + (has_limit ? 1 : 0);
+  const int entries = 4 + (has_limit ? 1 : 0) + (has_prediction ? 1 : 0);
   o << "<rect x='" << num(lx - 10) << "' y='" << num(ly - 8) << "' width='" << num(kRight - 30)
     << "' height='" << num(27.0 * entries + 15) << "' rx='6' fill='#ffffff' stroke='#cccccc'/>\n";
   auto entry = [&](const std::string& swatch, const std::string& text) {
@@ -329,6 +333,10 @@ void panel(std::ostringstream& o, const json& d, double duration, double y0) {
     entry("<line x1='" + num(lx) + "' y1='" + num(ly + 10) + "' x2='" + num(lx + 26) + "' y2='" + num(ly + 10) +
               "' stroke='" + kLimitColour + "' stroke-width='2' stroke-dasharray='7 4'/>",
           "job limit");
+  if (has_prediction)  // the online prediction, once the job's iteration period was stable
+    entry("<line x1='" + num(lx) + "' y1='" + num(ly + 10) + "' x2='" + num(lx + 26) + "' y2='" + num(ly + 10) +
+              "' stroke='" + kPredictColour + "' stroke-width='2' stroke-dasharray='7 4'/>",
+          "predicted peak");
   entry("<line x1='" + num(lx) + "' y1='" + num(ly + 10) + "' x2='" + num(lx + 26) + "' y2='" + num(ly + 10) +
             "' stroke='" + kCapacityColour + "' stroke-width='2' stroke-dasharray='7 4'/>",
         "device capacity");

@@ -1,0 +1,209 @@
+// daemon/engine/server_estimate.cpp — the engine's side of estimation (issue 12): a job's run
+// history at its admission and at its end, and its online prediction on the sampling timer.
+//
+// Precedence of a job's reservation on a device: its declared limit (`--mem`), then its history
+// (applied at Attach, before the job allocates anything), then its own online prediction (raised
+// on the sampling timer once stable). The broker keeps the source (JobDevice::source).
+#include <algorithm>
+#include <ctime>
+
+#include "engine/server.h"
+#include "history/history_store.h"
+#include "util/log.h"
+
+namespace coloc::engine {
+
+namespace {
+
+int64_t wall_now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
+}
+
+/// One process's prediction on one slot, read under the page's seqlock (pages.h EstimateStats);
+/// nullopt while the client writes it (read again next time) or when it reports nothing.
+struct Read {
+  uint16_t state = 0;
+  uint16_t confidence = 0;
+  uint64_t peak = 0, period = 0, since = 0;
+};
+std::optional<Read> read_estimate(const pages::StatsPage& page, uint32_t slot) {
+  const pages::EstimateStats& e = page.est[slot];
+  const uint32_t q1 = e.seq.load(std::memory_order_acquire);
+  if (q1 == 0 || (q1 & 1u)) return std::nullopt;
+  Read r;
+  r.state = e.state.load(std::memory_order_relaxed);
+  r.confidence = e.confidence.load(std::memory_order_relaxed);
+  r.peak = e.predicted_peak.load(std::memory_order_relaxed);
+  r.period = e.period_ns.load(std::memory_order_relaxed);
+  r.since = e.stable_since_ns.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (e.seq.load(std::memory_order_relaxed) != q1) return std::nullopt;
+  if (r.state > 3) return std::nullopt;  // untrusted: a value no client writes
+  r.confidence = std::min<uint16_t>(r.confidence, 1000);
+  return r;
+}
+
+const char* state_word(uint16_t s) {
+  switch (s) {
+    case 1: return "stable";
+    case 2: return "changing";
+    case 3: return "none";
+    default: return "learning";
+  }
+}
+
+const char* kept_word(broker::ReservationChange::Outcome o) {
+  switch (o) {
+    case broker::ReservationChange::kKeptNoRoom: return "kept: does not fit now";
+    case broker::ReservationChange::kKeptUserCap: return "kept: over the user's cap";
+    case broker::ReservationChange::kKeptOthersWait: return "kept: other jobs wait for memory there";
+    default: return "";
+  }
+}
+
+}  // namespace
+
+void Server::note_fingerprint(const broker::Job& job, const proto::RegisterMsg& r, uint16_t version,
+                              const std::string& command) {
+  // Only a v9 client hashes its environment: an older one's job gets no history (its footprint
+  // could depend on variables we cannot see).
+  if (version < 9 || !(r.flags & proto::kRegEnvHash)) return;
+  JobPrint p;
+  p.uid = job.key.uid;
+  p.command_hash = r.cmdline_hash;
+  p.env_hash = r.env_hash;
+  p.command = command;
+  prints_.emplace(job.serial, std::move(p));
+}
+
+broker::Bytes Server::history_footprint(broker::JobSerial job, const broker::Uuid& uuid, broker::Bytes capacity) {
+  auto it = prints_.find(job);
+  if (it == prints_.end()) return 0;
+  std::string model;
+  if (memory_reader_)
+    if (auto m = memory_reader_->model(uuid)) model = *m;
+  // A driver that cannot name the model: its capacity stands for it (a rerun on the same kind
+  // of device still matches; a different kind with the same capacity is close enough).
+  if (model.empty()) model = "capacity " + std::to_string(capacity);
+  it->second.models[uuid] = model;
+  if (!history_) return 0;
+  auto known = history_->lookup({it->second.uid, it->second.command_hash, it->second.env_hash, model});
+  if (!known) return 0;
+  log::limited(log::get("engine"), spdlog::level::info, "history uid " + std::to_string(it->second.uid),
+               "job {}: its history ({} runs, p95 {} MiB) says {} MiB on {}", it->first, known->runs,
+               known->p95 >> 20, known->estimate >> 20, uuid.str());
+  return known->estimate;
+}
+
+void Server::estimate_sample(Nanos t) {
+  std::vector<std::tuple<broker::JobSerial, uint32_t, broker::Bytes>> predictions;
+  for (const auto& [serial, job] : broker_.jobs()) {
+    for (const auto& [dev, jd] : job.devices) {
+      if (!jd.admitted) continue;
+      broker::Bytes sum = 0;
+      bool all = true, any = false;
+      for (broker::ClientId id : job.clients) {
+        const broker::Client* c = broker_.find_client(id);
+        auto conn = by_client_.find(id);
+        if (!c || conn == by_client_.end()) continue;
+        for (uint32_t s = 0; s < pages::kSlots; ++s) {
+          if (!c->slots[s].attached || c->slots[s].device != dev) continue;
+          any = true;
+          std::optional<Read> r;
+          if (pages::layout_for_protocol(conn->second->version) >= pages::kEstimateLayout) r = read_estimate(*c->stats, s);
+          if (!r || r->peak == 0) {
+            all = false;
+            continue;
+          }
+          sum = std::min(sum + std::min(r->peak, broker_.devices()[dev].capacity), broker_.devices()[dev].capacity);
+        }
+      }
+      // Only the whole job's prediction: a process without one would make the sum too low.
+      if (any && all && sum > 0 && sum != jd.predicted) predictions.emplace_back(serial, dev, sum);
+    }
+  }
+  for (auto [serial, dev, bytes] : predictions) {
+    broker::ReservationChange ch;
+    if (!broker_.set_prediction(serial, dev, bytes, t, &ch)) continue;
+    const auto key = std::make_pair(serial, dev);
+    if (*kept_word(ch.outcome)) {
+      auto prev = kept_.find(key);
+      if (prev == kept_.end() || prev->second.outcome != ch.outcome)
+        log::limited(log::get("engine"), spdlog::level::info, "prediction kept",
+                     "job serial {}: its online prediction ({} MiB) does not raise its reservation on {} ({}; {} MiB "
+                     "available); it grows by ordinary grants",
+                     serial, ch.wanted >> 20, broker_.devices()[dev].uuid.str(), kept_word(ch.outcome),
+                     ch.available >> 20);
+      kept_[key] = ch;
+    }
+  }
+}
+
+void Server::fill_prediction(const broker::Job& job, uint32_t dev, report::DeviceSample& ds) const {
+  auto jit = job.devices.find(dev);
+  if (jit == job.devices.end()) return;
+  ds.reservation_source = broker::footprint_name(jit->second.source);
+  if (auto k = kept_.find({job.serial, dev}); k != kept_.end()) {
+    ds.kept_outcome = kept_word(k->second.outcome);
+    ds.kept_wanted = k->second.wanted;
+    ds.kept_available = k->second.available;
+  }
+  report::PredictionSample& p = ds.prediction;
+  uint16_t worst = 1;  // stable unless a process says otherwise
+  bool any = false;
+  uint32_t confidence = 1000;
+  for (broker::ClientId id : job.clients) {
+    const broker::Client* c = broker_.find_client(id);
+    auto conn = by_client_.find(id);
+    if (!c || conn == by_client_.end()) continue;
+    if (pages::layout_for_protocol(conn->second->version) < pages::kEstimateLayout) continue;
+    for (uint32_t s = 0; s < pages::kSlots; ++s) {
+      if (!c->slots[s].attached || c->slots[s].device != dev) continue;
+      auto r = read_estimate(*c->stats, s);
+      if (!r) continue;
+      any = true;
+      p.peak += std::min(r->peak, ds.capacity ? ds.capacity : r->peak);
+      p.period = std::max<Nanos>(p.period, r->period);
+      confidence = std::min<uint32_t>(confidence, r->confidence);
+      if (r->state != 1 && (worst == 1 || r->state == 0)) worst = r->state;
+      // The client's CLOCK_MONOTONIC is ours (one machine); a stamp from the future is ignored.
+      if (r->state == 1 && r->since > 0 && r->since <= uint64_t(now()))
+        p.stable_since = p.stable_since ? std::max<Nanos>(*p.stable_since, Nanos(r->since)) : Nanos(r->since);
+    }
+  }
+  if (!any) return;
+  p.state = state_word(worst);
+  p.confidence = confidence;
+  if (worst != 1) p.stable_since.reset();
+}
+
+void Server::record_history(broker::JobSerial serial) {
+  auto pit = prints_.find(serial);
+  if (pit == prints_.end()) return;
+  JobPrint print = std::move(pit->second);
+  prints_.erase(pit);
+  for (auto it = kept_.begin(); it != kept_.end();) it = it->first.first == serial ? kept_.erase(it) : std::next(it);
+  auto rec = recorders_.find(serial);
+  if (!history_ || rec == recorders_.end() || print.models.empty()) return;
+  const report::JobRecorder::RunSummary run = rec->second.run_summary(now());
+  // One record per device model: the job's peak on its devices of that model (the largest).
+  std::map<std::string, broker::Bytes> peaks;
+  for (const auto& [uuid, model] : print.models)
+    if (auto p = run.peaks.find(uuid); p != run.peaks.end()) peaks[model] = std::max(peaks[model], p->second);
+  for (const auto& [model, peak] : peaks) {
+    if (peak == 0) continue;
+    history::RunRecord r;
+    r.fp = {print.uid, print.command_hash, print.env_hash, model};
+    r.command = print.command;
+    r.ended_wall_ms = wall_now_ms();
+    r.duration_ms = uint64_t(run.duration / 1'000'000);
+    r.exit_status = run.exit_status;
+    r.end = run.killed ? history::RunEnd::kKilled : run.oom ? history::RunEnd::kOom : history::RunEnd::kClean;
+    r.peak = peak;
+    history_->record(std::move(r));
+  }
+}
+
+}  // namespace coloc::engine
