@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# tools/demo/demo.sh — `make demo`, the main job, in two acts on one GPU.
+# tools/demo/demo.sh — `make demo`, the main job, in three acts on one GPU.
 #
 # Act 1, memory: the same mix of training jobs run twice, collocated, without coloc (at least one
 # crashes with out-of-memory) and with coloc (colocd + `coloc run --mem`: every job completes; one
 # waits to be admitted instead), then a side-by-side summary and each job's report.
+# Act 3, history (tools/demo/history_act.py prints it): act 1's mix once more, every job with plain
+# `coloc run`, no --mem: colocd admits each on the footprint its history learned in act 1 (no job
+# crashes), and says where each reservation came from.
 # Act 2, compute (tools/demo/compute_act.py prints it): a high-priority training job beside two
 # GPU-hungry best-effort ones (Lucid-calibrated duty cycles, coloc-train --lucid), under `coloc
 # policy all share`, then `priority`; each job's speed against its speed alone; then two GPU-hungry
 # jobs under `timeslice` with weights 2:1 and the GPU shares they got.
 #
-#   tools/demo/demo.sh [BUILD_DIR] [--quick] [--act memory|compute] [--no-monitor] [--out DIR] [--keep]
+#   tools/demo/demo.sh [BUILD_DIR] [--quick] [--act memory|history|compute] [--no-monitor] [--out DIR] [--keep]
 #
 #   --quick       a 36 GiB simulated GPU and one training step per trace (seconds; the tests use it);
-#                 act 1 only, unless --act compute asks for act 2
-#   --act ACT     only that act (memory: act 1, compute: act 2, about 25 s)
+#                 acts 1 and 3 only, unless --act compute asks for act 2
+#   --act ACT     only that act (memory: act 1; history: acts 1 and 3, since 3 reruns 1's jobs;
+#                 compute: act 2, about 25 s)
 #   --no-monitor  do not sample the GPU's total use (sanitizer builds: python cannot load them)
 #   --out DIR     where the results go (default BUILD_DIR/demo)
 #   --keep        keep the temporary directory (colocd's socket and state; simgpu's state)
@@ -28,20 +32,24 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF_USAGE'
-Usage: tools/demo/demo.sh [BUILD_DIR] [--quick] [--act memory|compute] [--no-monitor] [--out DIR] [--keep]
+Usage: tools/demo/demo.sh [BUILD_DIR] [--quick] [--act memory|history|compute] [--no-monitor] [--out DIR] [--keep]
 
-Two acts on one GPU; `make demo` runs both.
+Three acts on one GPU; `make demo` runs them all.
 Act 1, memory: the same mix of training jobs twice, without coloc (at least one crashes with
 out-of-memory), then under colocd with `coloc run --mem` (every job completes; one waits to be
 admitted instead). Prints a side-by-side summary, a verdict, and each job's report.
+Act 3, history: act 1's mix again, every job with plain `coloc run` and no --mem: colocd admits
+each on the footprint its history learned in act 1, so none crashes; prints where each job's
+reservation came from (--mem, history, online prediction) and a verdict.
 Act 2, compute: a high-priority training job beside two GPU-hungry best-effort ones, under the
 share policy, then priority (--target-slowdown 5%): each job's speed against its speed alone and
 a verdict; then two GPU-hungry jobs timesliced with weights 2:1, their GPU shares and a verdict.
 
   BUILD_DIR     the build directory (default: build)
   --quick       a 36 GiB simulated GPU and one training step per trace (seconds; the tests use it);
-                act 1 only, unless --act compute asks for act 2
-  --act ACT     only that act: memory (act 1) or compute (act 2, about 25 seconds)
+                acts 1 and 3 only, unless --act compute asks for act 2
+  --act ACT     only that act: memory (act 1), history (act 3, after act 1, which it reruns) or
+                compute (act 2, about 25 seconds)
   --no-monitor  do not sample the GPU's total use (sanitizer builds: python cannot load them)
   --out DIR     where the results go (default: BUILD_DIR/demo)
   --keep        keep the temporary directory (colocd's socket and state; simgpu's state)
@@ -59,8 +67,12 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1 ;;
     --act)
-      [ $# -ge 2 ] || { echo "demo: --act needs memory or compute" >&2; exit 2; }
-      case "$2" in memory|compute) ACT=$2 ;; *) echo "demo: --act $2: memory or compute" >&2; exit 2 ;; esac
+      [ $# -ge 2 ] || { echo "demo: --act needs memory, history or compute" >&2; exit 2; }
+      case "$2" in
+        memory|compute) ACT=$2 ;;
+        history) ACT="memory history" ;;  # act 3 reruns act 1's jobs on what act 1 taught colocd
+        *) echo "demo: --act $2: memory, history or compute" >&2; exit 2 ;;
+      esac
       shift ;;
     --no-monitor) MONITOR=0 ;;
     --keep) KEEP=1 ;;
@@ -72,7 +84,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 # Act 2 takes about 25 s of wall time, too long for the tests' --quick runs.
-ACTS=${ACT:-$([ "$QUICK" = 1 ] && echo memory || echo "memory compute")}
+ACTS=${ACT:-$([ "$QUICK" = 1 ] && echo "memory history" || echo "memory history compute")}
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -230,6 +242,34 @@ EOF
   done
 }
 
+# ==== act 3: history ================================================================================
+# Act 1's jobs again, with plain `coloc run`: the same commands (coloc's own options are not part
+# of a job's fingerprint), so colocd knows each footprint from act 1's runs.
+history_act() {
+  rm -rf "$OUT/history"
+  mkdir -p "$OUT/history"
+  local t0 name
+  t0=$(now)
+  printf '\ncoloc demo, act 3 (history): act 1'"'"'s jobs again, each with plain coloc run, no --mem\n\n'
+  "$BIN/coloc" history | sed 's/^/  /'
+  echo
+  echo "Run 3: the three jobs start together; colocd admits each on the footprint its history holds..."
+  start_daemon
+  PIDS=()
+  for name in "${NAMES[@]}"; do
+    # shellcheck disable=SC2046
+    ( set +e; "$BIN/coloc" run "${RUN_SIM[@]}" --job "rerun-$name" -- \
+        "$BIN/coloc-train" $(job_args "$name") > "$OUT/history/$name.json" 2> "$OUT/history/$name.err"
+      echo $? > "$OUT/history/$name.rc" ) &
+    PIDS+=($!)
+  done
+  wait "${PIDS[@]}"
+  for name in "${NAMES[@]}"; do copy_report "rerun-$name" "$OUT/history/$name.report.json"; done
+  python3 "$HERE/history_act.py" "$OUT" || VERDICT=1
+  echo
+  echo "Act 3 took $(secs "$t0" "$(now)") s."
+}
+
 job_args() {
   case "$1" in
     lm-ctx128) echo --trace "$ROOT/tools/workload/traces/transformer-lm-ctx128-fullstep.csv" --size-scale "$SCALE" --loops "$LOOPS" ;;
@@ -356,9 +396,10 @@ compute_act() {
 for act in $ACTS; do
   case "$act" in
     memory) memory_act ;;
+    history) history_act ;;
     compute) compute_act ;;
   esac
 done
 echo
-echo "Everything is in $OUT (summary inputs, reports, SVGs, colocd.log; act 2's runs in compute/)."
+echo "Everything is in $OUT (summary inputs, reports, SVGs, colocd.log; act 3's runs in history/, act 2's in compute/)."
 exit $VERDICT

@@ -110,6 +110,30 @@ std::string timeslice_verdict(double heavy_s, double light_s, int& rc) {
   return r.out.substr(at);
 }
 
+/// Inputs for history_act.py (act 3): jobs a and b, both completed with the given reservation
+/// sources; `a` waited 1.5 s to be admitted. Returns the output from "Verdict:" on; rc its status.
+std::string history_verdict(const std::string& source_a, const std::string& source_b, int& rc) {
+  TempDir out("coloc-demo-act3");
+  REQUIRE(::mkdir((out / "history").c_str(), 0755) == 0);
+  write_file(out / "jobs.tsv", "a\tjob a\t1073741824\nb\tjob b\t1073741824\n");
+  write_file(out / "device.txt", "2147483648 SimGPU");
+  for (const char* job : {"a", "b"}) {
+    std::string j = job;
+    write_file(out / ("history/" + j + ".rc"), "0");
+    write_file(out / ("history/" + j + ".json"), "{\"peak_bytes\":1}");
+    write_file(out / ("history/" + j + ".report.json"),
+               "{\"devices\":[{\"reservation_source\":\"" + (j == "a" ? source_a : source_b) +
+                   "\",\"reservation\":1073741824,\"peak\":1000000000,\"predicted_peak\":null,"
+                   "\"wait_admission_s\":" + (j == "a" ? "1.5" : "0") + ",\"wait_memory_s\":0}]}");
+  }
+  ProcResult r = run({"python3", source_path("tools/demo/history_act.py"), out.path()}, Env(), 20s);
+  INFO(describe(r));
+  rc = r.exit_code;
+  size_t at = r.out.find("Verdict:");
+  REQUIRE(at != std::string::npos);
+  return r.out.substr(at);
+}
+
 }  // namespace
 
 TEST_SUITE("e2e") {
@@ -130,7 +154,7 @@ TEST_CASE("demo: --help prints a usage, not the script's source") {
   CHECK(bad.err.find("unknown option --bogus") != std::string::npos);
   ProcResult bad_act = run({source_path("tools/demo/demo.sh"), "--act", "both"}, Env(), 20s);
   CHECK(bad_act.exit_code == 2);
-  CHECK(bad_act.err.find("--act both: memory or compute") != std::string::npos);
+  CHECK(bad_act.err.find("--act both: memory, history or compute") != std::string::npos);
 }
 
 TEST_CASE("demo: the verdict words a wait by what happened (admission, or memory to grow)") {
@@ -179,6 +203,21 @@ TEST_CASE("demo: act 2's timeslice verdict compares the measured GPU shares with
   CHECK(rc == 1);
   CHECK_MESSAGE(v.find("Verdict: FAIL — weights 2:1 gave GPU shares 0.50 : 0.50 (asked: 0.67 : 0.33): the weight-2 "
                        "job's 0.50 is outside 0.55–0.80.") != std::string::npos, v);
+}
+
+TEST_CASE("demo: act 3's verdict says where each footprint came from") {
+  int rc = -1;
+  std::string v = history_verdict("history", "history", rc);
+  CHECK(rc == 0);
+  CHECK_MESSAGE(v.find("Verdict: PASS — no --mem anywhere, and all 2 jobs completed: each was admitted on its footprint "
+                       "from history, learned in act 1; a waited to be admitted on its known footprint.") !=
+                    std::string::npos,
+                v);
+  v = history_verdict("history", "online", rc);
+  CHECK(rc == 1);
+  CHECK_MESSAGE(v.find("Verdict: FAIL — every job completed, but not every footprint came from history (b from online "
+                       "prediction).") != std::string::npos,
+                v);
 }
 
 }  // TEST_SUITE
