@@ -98,7 +98,12 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
     broker::Bytes g = jd_it != job.devices.end() ? jd_it->second.granted - o : 0;
     broker::Bytes r = jd_it != job.devices.end() ? jd_it->second.reserved : 0;
     broker::Bytes p = std::max(rec ? rec->peak(d.uuid) : 0, dev_in_use);
+    const bool admitted = jd_it != job.devices.end() && jd_it->second.admitted;
     devs.push_back({{"uuid", d.uuid.str()},
+                    // Where the reservation came from (--mem, history, online, none), and the
+                    // job's online prediction of its peak here (null until stable).
+                    {"reservation_source", admitted ? broker::footprint_name(jd_it->second.source) : "none"},
+                    {"predicted_peak", admitted && jd_it->second.predicted ? json(jd_it->second.predicted) : json(nullptr)},
                     {"state", state},
                     {"compute_state", compute_state(job, &d.uuid)},
                     {"gpu_share", info_.gpu_share ? json(info_.gpu_share(job.serial, d.uuid)) : json(nullptr)},

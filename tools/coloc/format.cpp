@@ -189,15 +189,23 @@ std::string status_table(const json& s, bool wide) {
     }
     std::vector<std::string> cols = {"JOB", "USER", "PRIORITY", "STATE", "LIMIT"};
     if (wide) cols.push_back("RESERVED");
-    cols.push_back("IN USE");
+    cols.insert(cols.end(), {"IN USE", "PREDICTED"});
     if (wide) cols.insert(cols.end(), {"DRIVER OVERHEAD", "PEAK", "GRANTED"});
     cols.insert(cols.end(), {"WEIGHT", "GPU SHARE"});
     Table j(cols);
     for (const json& job : dev.at("jobs")) {
       std::vector<std::string> r = {str(job, "job"), str(job, "user"), str(job, "priority"), job_state_text(job),
                                     bytes_text(job["limit"])};
-      if (wide) r.push_back(bytes_text(job["reserved"]));
+      if (wide) {  // with where it came from, when not a declared limit
+        std::string res = bytes_text(job["reserved"]);
+        const std::string src = str(job, "reservation_source", "none");
+        if (src == "history" || src == "online") res += " (" + src + ")";
+        r.push_back(res);
+      }
       r.push_back(bytes_text(job["in_use"]));
+      // The online prediction of the job's peak (estimator/online.h); "-" until it is stable.
+      r.push_back(job.contains("predicted_peak") && job["predicted_peak"].is_number() ? bytes_text(job["predicted_peak"])
+                                                                                     : "-");
       if (wide)
         r.insert(r.end(), {bytes_text(job.value("driver_overhead", json(0))), bytes_text(job["peak"]),
                            bytes_text(job["granted"])});
