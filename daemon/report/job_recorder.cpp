@@ -190,7 +190,7 @@ void JobRecorder::sample(const broker::Uuid& u, Nanos now, const DeviceSample& s
   if (!s.prediction.state.empty()) {
     d.prediction_state = s.prediction.state;
     d.confidence = s.prediction.confidence;
-    d.period = s.prediction.period;
+    if (s.prediction.period) d.period = s.prediction.period;  // the last stable phase's
     if (!d.stable_at && s.prediction.stable_since) d.stable_at = rel(*s.prediction.stable_since);
   }
   d.reservation_source = s.reservation_source;

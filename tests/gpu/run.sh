@@ -63,5 +63,10 @@ if [ -x "$B/bin/colocd" ]; then
   check torch-priority tests/gpu/torch_priority.sh "$B"
 fi
 
+step "estimation: two PyTorch jobs without --mem, learned, then admitted on their history"
+if [ -x "$B/bin/colocd" ]; then
+  check torch-history tests/gpu/torch_history.sh "$B"
+fi
+
 echo; echo "failures: $failures"
 exit $((failures > 0))

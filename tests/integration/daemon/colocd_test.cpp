@@ -241,13 +241,15 @@ TEST_CASE("colocd: malformed, truncated, oversized messages and unasked descript
   };
   std::string good = hex(buf, sizeof buf);
   std::string future = good;
-  future.replace(8, 4, "0900");  // version 9
+  const uint16_t next = coloc::proto::kVersion + 1;  // a version this colocd does not speak yet
+  future.replace(8, 4, hex(&next, sizeof next));
   std::vector<Case> cases = {
       {"garbage", "deadbeefdeadbeefdeadbeefdeadbeef", "bad magic"},
       {"truncated", good.substr(0, 20), "message too short"},
       {"size lies", good.substr(0, good.size() - 2), "header size differs"},
       {"future version", future,
-       "protocol version 9 is not supported: colocd speaks versions 1 to " + std::to_string(coloc::proto::kVersion)},
+       "protocol version " + std::to_string(next) + " is not supported: colocd speaks versions 1 to " +
+           std::to_string(coloc::proto::kVersion)},
       {"oversized", std::string(2 * 40000, 'a'), "message larger than"},
       {"before register", good, "Grow before Register"},
   };

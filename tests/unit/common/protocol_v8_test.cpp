@@ -92,7 +92,7 @@ TEST_CASE("protocol v8: the version, and the layouts did not move") {
 TEST_CASE("protocol v8: RegisterReply's granted priority round-trips, with the lowered flag") {
   for (Priority p : {Priority::kBestEffort, Priority::kNormal, Priority::kHigh}) {
     CAPTURE(priority_name(p));
-    auto b = enc(reply(uint8_t(uint8_t(p) + 1), 0));
+    auto b = enc(reply(uint8_t(uint8_t(p) + 1), 0), 8);
     Message m;
     REQUIRE(decode_error(b, Receiver::kClient, 0, &m) == Error::kNone);
     CHECK(m.h.version == 8);

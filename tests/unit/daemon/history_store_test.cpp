@@ -56,12 +56,18 @@ RunRecord run_of(const Fingerprint& fp, uint64_t peak, RunEnd end = RunEnd::kCle
 /// Lines the "history" logger writes while it lives (beside stderr).
 class LogCapture {
  public:
+  // Other tests in the same binary may have turned logging off: the logger logs while captured.
   LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
-    coloc::log::get("history")->sinks().push_back(sink_);
+    auto lg = coloc::log::get("history");
+    level_ = lg->level();
+    lg->set_level(spdlog::level::info);
+    lg->sinks().push_back(sink_);
   }
   ~LogCapture() {
-    auto& sinks = coloc::log::get("history")->sinks();
+    auto lg = coloc::log::get("history");
+    auto& sinks = lg->sinks();
     sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+    lg->set_level(level_);
   }
   std::string text() {
     coloc::log::get("history")->flush();
@@ -77,6 +83,7 @@ class LogCapture {
  private:
   std::ostringstream out_;
   std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+  spdlog::level::level_enum level_ = spdlog::level::info;
 };
 
 /// Rows of `db`'s runs table, and its integrity_check verdict, through a connection of our own.

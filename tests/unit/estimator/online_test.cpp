@@ -247,9 +247,13 @@ TEST_CASE("online: jitter: random time spacing and pairs swapped by two threads"
   for (int k = 1; k <= 12; ++k) {
     std::vector<Op> ops = it;
     if (k % 3 == 2) {   // iterations 2, 5, 8, 11: two allocations from two threads land the other way round
-      size_t at = 60 + size_t(k) * 7;
-      while (!(ops[at].kind == EventKind::kAlloc && ops[at + 1].kind == EventKind::kAlloc && ops[at].size != ops[at + 1].size))
+      // A pair in the forward part (its first ~100 events; the backward part never has two
+      // allocations in a row), at a different place in each of those iterations.
+      size_t at = 10 + (size_t(k) * 7) % 60;
+      while (at + 1 < ops.size() &&
+             !(ops[at].kind == EventKind::kAlloc && ops[at + 1].kind == EventKind::kAlloc && ops[at].size != ops[at + 1].size))
         ++at;
+      REQUIRE(at + 1 < ops.size());
       REQUIRE(ops[at].kind == EventKind::kAlloc);
       REQUIRE(ops[at + 1].kind == EventKind::kAlloc);
       REQUIRE(ops[at].size != ops[at + 1].size);

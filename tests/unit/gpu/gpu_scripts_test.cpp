@@ -12,7 +12,8 @@ TEST_SUITE("gpu") {
 TEST_CASE("the GPU scripts parse") {
   Env env;
   for (const char* sh : {"tests/gpu/run.sh", "tests/gpu/pack.sh", "tests/gpu/torch_pair.sh",
-                         "tests/gpu/torch_timeslice.sh"}) {
+                         "tests/gpu/torch_timeslice.sh", "tests/gpu/torch_priority.sh",
+                         "tests/gpu/torch_history.sh"}) {
     auto r = run({"bash", "-n", source_path(sh)}, env, 20s);
     CHECK_MESSAGE(r.exit_code == 0, sh << ": " << describe(r));
   }
