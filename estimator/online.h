@@ -158,6 +158,8 @@ class PeriodDetector {
     const uint32_t h = uint32_t(i % kHistory);
     const uint64_t t = token(e);
     tok_[h] = t;
+    launches_total_ += e.launches;
+    launch_sum_[h] = launches_total_;
     in_use_hist_[h] = e.in_use;
     slot_hist_[h] = e.slot;
     if (e.slot < kSlots) cur_[e.slot] = e.in_use;
@@ -222,6 +224,7 @@ class PeriodDetector {
   void reset() noexcept {
     n_ = base_ = last_sync_ = 0;
     last_ns_ = 0;
+    launches_total_ = 0;
     std::memset(table_pos_, 0, sizeof table_pos_);
     for (uint32_t s = 0; s < kSlots; ++s) cur_[s] = start_in_use_[s] = prediction_[s] = 0;
     has_prediction_ = false;
@@ -259,6 +262,12 @@ class PeriodDetector {
   bool may_confirm(uint64_t i, const Candidate& c) const noexcept {
     const uint64_t compared = uint64_t(c.matched) + c.missed;
     if (compared < c.period) return false;
+    // A training iteration launches kernels: once the job has launched any, a period whose events
+    // carry none is not one (back-to-back synchronizes, e.g. several `.item()` calls in a row,
+    // would otherwise repeat as a period of one event).
+    if (launches_total_ > 0 && i >= base_ + c.period &&
+        launch_sum_[i % kHistory] == launch_sum_[(i - c.period) % kHistory])
+      return false;
     const bool sync_recent = last_sync_ > base_ && i + 1 - last_sync_ < kSyncRecent;
     if (sync_recent) return i + 1 - last_sync_ < c.period;   // last sync at index i + 1 - (i + 1 - last_sync_)
     return compared >= kMinComparedNoSync;
@@ -427,6 +436,8 @@ class PeriodDetector {
 
   // History (indexed by event index mod kHistory).
   uint64_t tok_[kHistory] = {};
+  uint64_t launch_sum_[kHistory] = {};  // launches of every event up to and including this one
+  uint64_t launches_total_ = 0;
   uint64_t in_use_hist_[kHistory] = {};
   uint8_t slot_hist_[kHistory] = {};
   uint64_t miss_bits_[kHistory / 64] = {};

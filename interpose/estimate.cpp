@@ -11,6 +11,7 @@
 #include "broker.h"
 #include "estimator/online.h"
 #include "gate.h"
+#include "glibc_compat.h"
 
 namespace coloc::interpose::estimate {
 
@@ -21,7 +22,12 @@ namespace {
 // iteration; without one, a few thousand per iteration).
 constexpr uint64_t kRing = 8192;
 constexpr uint64_t kBusy = ~uint64_t(0);
-constexpr size_t kStack = 64 * 1024;
+// The thread never calls the driver and keeps its state in globals; sanitizer builds need more.
+#if defined(COLOC_SANITIZED)
+constexpr size_t kStack = 4u << 20;
+#else
+constexpr size_t kStack = 128u << 10;
+#endif
 // Drain every 5 ms while events come (a 10 ms iteration still spans two drains), every 50 ms once
 // none came for a second.
 constexpr long kBusySleepNs = 5'000'000;
@@ -145,6 +151,8 @@ void* thread_main(void*) {
 
 }  // namespace
 
+bool active() { return g_on.load(std::memory_order_relaxed); }
+
 void record(What what, int slot, uint64_t size, uint64_t in_use) {
   if (!g_on.load(std::memory_order_relaxed)) return;
   if (slot < 0 || slot >= int(pages::kSlots)) return;
@@ -163,9 +171,10 @@ void record(What what, int slot, uint64_t size, uint64_t in_use) {
 }
 
 void start() {
-  if (g_started.exchange(true, std::memory_order_acq_rel)) return;
-  // Only a daemon that reads the prediction (layout 6) gets one made.
+  // Only a daemon that reads the prediction (layout 6) gets one made; asked again at the next
+  // admission (a newer colocd may have taken over meanwhile).
   if (stats().layout_version < pages::kEstimateLayout) return;
+  if (g_started.exchange(true, std::memory_order_acq_rel)) return;
   g_on.store(true, std::memory_order_relaxed);
   sigset_t all, old;
   sigfillset(&all);

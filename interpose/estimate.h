@@ -36,6 +36,9 @@ enum class What : uint8_t { kAlloc = 1, kFree = 2, kSync = 3 };
 /// start() ran.
 void record(What what, int slot, uint64_t size, uint64_t in_use);
 
+/// True while events are recorded (the thread runs): lets a caller skip finding the device.
+bool active();
+
 /// Starts the `coloc-est` thread once (later calls do nothing). Call off the hot path, e.g. after
 /// an admission; it blocks every signal in the new thread.
 void start();

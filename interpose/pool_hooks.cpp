@@ -303,6 +303,7 @@ namespace {
 // iteration (reading the loss), and with a caching allocator it is the only event left once the
 // allocator has warmed up. The device is the current context's, if known.
 void note_sync() {
+  if (!estimate::active()) return;  // no daemon reads it: not even the device is looked up
   const int slot = devices().known_current_slot();
   if (slot >= 0) estimate::record(estimate::What::kSync, slot, 0, ledger().in_use(slot));
 }

@@ -112,8 +112,10 @@ bool Broker::set_prediction(JobSerial serial, uint32_t dev, Bytes predicted, Nan
     auto lg = log::get("broker");
     if (ch.outcome == ReservationChange::kRaised) {
       jd.source = Footprint::kOnline;
-      lg->info("job {}: reservation on {} raised from {} to {} (its online prediction)", job.key.str(), d.uuid.str(),
-               mib(ch.before), mib(ch.after));
+      // The figure is the client's: rate-limited per user, so no job can flood the log.
+      log::limited(lg, spdlog::level::info, "prediction uid " + std::to_string(job.key.uid),
+                   "job {}: reservation on {} raised from {} to {} (its online prediction)", job.key.str(),
+                   d.uuid.str(), mib(ch.before), mib(ch.after));
       for (ClientId id : job.clients) {
         Client& c = clients_.at(id);
         for (uint32_t s = 0; s < pages::kSlots; ++s)

@@ -113,15 +113,21 @@ void Server::estimate_sample(Nanos t) {
           any = true;
           std::optional<Read> r;
           if (pages::layout_for_protocol(conn->second->version) >= pages::kEstimateLayout) r = read_estimate(*c->stats, s);
-          if (!r || r->peak == 0) {
+          // Only a stable prediction counts (a client's own word that it found its period): a
+          // number kept from an earlier phase, or any number beside "none", does not.
+          if (!r || r->peak == 0 || r->state != 1) {
             all = false;
             continue;
           }
           sum = std::min(sum + std::min(r->peak, broker_.devices()[dev].capacity), broker_.devices()[dev].capacity);
         }
       }
-      // Only the whole job's prediction: a process without one would make the sum too low.
-      if (any && all && sum > 0 && sum != jd.predicted) predictions.emplace_back(serial, dev, sum);
+      // Only the whole job's prediction: a process without one would make the sum too low. Given
+      // again while it is above a reservation it may raise (one kept for want of room is raised
+      // once the room is there).
+      const bool may_raise = jd.source == broker::Footprint::kNone || jd.source == broker::Footprint::kOnline;
+      if (any && all && sum > 0 && (sum != jd.predicted || (may_raise && jd.reserved < sum)))
+        predictions.emplace_back(serial, dev, sum);
     }
   }
   for (auto [serial, dev, bytes] : predictions) {
@@ -164,7 +170,7 @@ void Server::fill_prediction(const broker::Job& job, uint32_t dev, report::Devic
       auto r = read_estimate(*c->stats, s);
       if (!r) continue;
       any = true;
-      p.peak += std::min(r->peak, ds.capacity ? ds.capacity : r->peak);
+      if (r->state == 1) p.peak += std::min(r->peak, ds.capacity ? ds.capacity : r->peak);  // stable ones only
       p.period = std::max<Nanos>(p.period, r->period);
       confidence = std::min<uint32_t>(confidence, r->confidence);
       if (r->state != 1 && (worst == 1 || r->state == 0)) worst = r->state;
@@ -180,11 +186,11 @@ void Server::fill_prediction(const broker::Job& job, uint32_t dev, report::Devic
 }
 
 void Server::record_history(broker::JobSerial serial) {
+  for (auto it = kept_.begin(); it != kept_.end();) it = it->first.first == serial ? kept_.erase(it) : std::next(it);
   auto pit = prints_.find(serial);
   if (pit == prints_.end()) return;
   JobPrint print = std::move(pit->second);
   prints_.erase(pit);
-  for (auto it = kept_.begin(); it != kept_.end();) it = it->first.first == serial ? kept_.erase(it) : std::next(it);
   auto rec = recorders_.find(serial);
   if (!history_ || rec == recorders_.end() || print.models.empty()) return;
   const report::JobRecorder::RunSummary run = rec->second.run_summary(now());

@@ -1,6 +1,8 @@
 #include "history/history_store.h"
 
+#include <pthread.h>
 #include <pwd.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <xxhash.h>
 
@@ -441,9 +443,16 @@ HistoryStore::HistoryStore(std::string db_path, Options opt) : s_(std::make_shar
   s_->path = std::move(db_path);
   s_->opt = std::move(opt);
   if (s_->opt.runs_kept == 0) s_->opt.runs_kept = 1;
+  // The thread takes no signal (colocd reads its own from a signalfd on the loop's thread: a
+  // SIGTERM delivered here would kill the daemon instead of stopping it).
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
   try {
     s_->thread = std::thread([s = s_] { s->run(); });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
   } catch (const std::exception& e) {  // no thread: no history
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
     s_->usable = false;
     s_->loaded = true;
     s_->exited = true;
@@ -490,8 +499,27 @@ void HistoryStore::record(RunRecord run) {
     e.command = run.command;
     e.runs.push_back(Run{run.ended_wall_ms, run.duration_ms, run.exit_status, run.end, run.peak});
     while (e.runs.size() > s_->opt.runs_kept) e.runs.pop_front();
+    // The user's fingerprints past the cap: the one whose last run is the oldest goes.
+    const uint32_t uid = run.fp.uid;
+    Op evict;
+    evict.kind = Op::Kind::kForget;
+    for (;;) {
+      size_t mine = 0;
+      auto oldest = s_->cache.end();
+      for (auto it = s_->cache.begin(); it != s_->cache.end(); ++it) {
+        if (it->second.fp.uid != uid) continue;
+        ++mine;
+        if (it->first != op.id && !it->second.runs.empty() &&
+            (oldest == s_->cache.end() || it->second.runs.back().ended_wall_ms < oldest->second.runs.back().ended_wall_ms))
+          oldest = it;
+      }
+      if (mine <= std::max<size_t>(s_->opt.max_per_user, 1) || oldest == s_->cache.end()) break;
+      evict.ids.push_back(oldest->first);
+      s_->cache.erase(oldest);
+    }
     op.run = std::move(run);
     s_->queue.push_back(std::move(op));
+    if (!evict.ids.empty()) s_->queue.push_back(std::move(evict));
   }
   s_->work.notify_one();
 }

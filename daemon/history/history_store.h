@@ -76,6 +76,10 @@ struct Known {
 /// initializers in the class's own constructor).
 struct HistoryOptions {
   size_t runs_kept = 20;  ///< N: the last N runs per fingerprint are kept (older ones deleted)
+  /// Fingerprints kept per user: recording a run of a new one past this forgets the user's
+  /// fingerprint whose last run is the oldest (commands with unique arguments, run after run,
+  /// must not grow colocd's memory without bound). 1,000 fingerprints of 20 runs are about 4 MiB.
+  size_t max_per_user = 1000;
   /// Tests only: called on the worker inside a run's write transaction, after its INSERT (and the
   /// pruning DELETE), before COMMIT.
   std::function<void()> on_write_begun;

@@ -187,9 +187,14 @@ std::string status_table(const json& s, bool wide) {
       o << "  no jobs\n";
       continue;
     }
+    // PREDICTED (the online prediction of a job's peak) only where a job has one, or always with
+    // --wide: the default table stays within 100 columns in the common case.
+    bool any_prediction = wide;
+    for (const json& job : dev.at("jobs")) any_prediction |= job.contains("predicted_peak") && job["predicted_peak"].is_number();
     std::vector<std::string> cols = {"JOB", "USER", "PRIORITY", "STATE", "LIMIT"};
     if (wide) cols.push_back("RESERVED");
-    cols.insert(cols.end(), {"IN USE", "PREDICTED"});
+    cols.push_back("IN USE");
+    if (any_prediction) cols.push_back("PREDICTED");
     if (wide) cols.insert(cols.end(), {"DRIVER OVERHEAD", "PEAK", "GRANTED"});
     cols.insert(cols.end(), {"WEIGHT", "GPU SHARE"});
     Table j(cols);
@@ -204,8 +209,9 @@ std::string status_table(const json& s, bool wide) {
       }
       r.push_back(bytes_text(job["in_use"]));
       // The online prediction of the job's peak (estimator/online.h); "-" until it is stable.
-      r.push_back(job.contains("predicted_peak") && job["predicted_peak"].is_number() ? bytes_text(job["predicted_peak"])
-                                                                                     : "-");
+      if (any_prediction)
+        r.push_back(job.contains("predicted_peak") && job["predicted_peak"].is_number() ? bytes_text(job["predicted_peak"])
+                                                                                       : "-");
       if (wide)
         r.insert(r.end(), {bytes_text(job.value("driver_overhead", json(0))), bytes_text(job["peak"]),
                            bytes_text(job["granted"])});

@@ -236,6 +236,24 @@ TEST_CASE("history store: only the last runs_kept runs are kept, in the cache an
   CHECK(s.lookup(g)->runs == 1);
 }
 
+TEST_CASE("history store: a user's fingerprints are capped; the one run longest ago goes first") {
+  TempDir dir("history");
+  const std::string db = dir / "history.db";
+  HistoryStore::Options o;
+  o.max_per_user = 3;
+  {
+    HistoryStore s(db, o);
+    for (uint64_t i = 0; i < 5; ++i) s.record(run_of(fp_of(1000, i), 10 * GiB, RunEnd::kClean, int64_t(100 + i)));
+    s.record(run_of(fp_of(2000, 9), 10 * GiB));  // another user's: not counted against the first's
+    CHECK_FALSE(s.lookup(fp_of(1000, 0)).has_value());
+    CHECK_FALSE(s.lookup(fp_of(1000, 1)).has_value());
+    for (uint64_t i = 2; i < 5; ++i) CHECK(s.lookup(fp_of(1000, i)).has_value());
+    CHECK(s.lookup(fp_of(2000, 9)).has_value());
+    s.wait_idle();
+  }
+  CHECK(facts_of(db).rows == 4);  // gone from the disk too
+}
+
 TEST_CASE("history store: persists across a restart, records made before the load come after the old runs") {
   TempDir dir("history");
   const std::string db = dir / "history.db";

@@ -276,6 +276,25 @@ TEST_CASE("online: jitter: random time spacing and pairs swapped by two threads"
   MESSAGE("jitter: stable after " << stable_after(f, 0) << " iterations, final error " << pct(r.final_err_pct));
 }
 
+TEST_CASE("online: back-to-back synchronizes are not a period (a leaking job that reads three metrics)") {
+  // Each iteration: kernels, a 50 MiB temporary, 4 MiB kept for good (a leak), then three
+  // synchronizes in a row (loss.item(), then two more metrics: no launches between them).
+  Feed f;
+  for (int k = 0; k < 200; ++k)
+    f.iteration({{EventKind::kAlloc, 50 * MiB, 40}, {EventKind::kAlloc, 4 * MiB, 3}, {EventKind::kFree, 50 * MiB, 2},
+                 {EventKind::kSync, 0, 5}, {EventKind::kSync, 0, 0}, {EventKind::kSync, 0, 0}});
+  CHECK_FALSE(f.ever_stable);
+  CHECK(f.d->predicted_peak(0) == 0);
+  CHECK(f.d->state() == OnlineState::kNone);
+  // The same iteration without the leak is found, with its three syncs inside one period.
+  Feed g;
+  for (int k = 0; k < 6; ++k)
+    g.iteration({{EventKind::kAlloc, 50 * MiB, 40}, {EventKind::kFree, 50 * MiB, 2}, {EventKind::kSync, 0, 5},
+                 {EventKind::kSync, 0, 0}, {EventKind::kSync, 0, 0}});
+  CHECK(g.d->state() == OnlineState::kStable);
+  CHECK(g.d->period_events() == 5);
+}
+
 TEST_CASE("online: warm-up: optimizer state in iteration 1, a workspace at first use in iteration 2") {
   Feed f;
   const std::vector<Op> it = training_iteration(3, 80);
