@@ -302,13 +302,18 @@ class Broker {
 
   /// The job's online prediction of its peak on `device` (an index into devices(); bytes, > 0):
   /// the sum of its processes' stable predictions there. Kept for the books (JobDevice::predicted)
-  /// and, where the job's reservation there has no higher source (no declared limit, no history),
-  /// raised to: the reservation follows a higher prediction when the whole raise fits now
+  /// and, where the job's reservation there is not a declared limit (history's, its own earlier
+  /// prediction, or none), raised to: a history estimate below what this run shows it needs is too
+  /// low for this run. The reservation follows a higher prediction when the whole raise fits now
   /// (available memory, the user's cap, no other job's request waiting there), else it stays
   /// (kKept*, and the job grows by ordinary grants, as before; nothing is ever failed for it).
   /// A prediction never lowers a reservation. False when the job is not admitted there; else
   /// true, with *change (optional) saying what happened (kUnchanged when nothing did).
   bool set_prediction(JobSerial job, uint32_t device, Bytes predicted, Nanos now, ReservationChange* change = nullptr);
+  /// After a restart: the job's reservation on `device` came from `source` (history or online)
+  /// and was `bytes`: raised back to it when the whole raise fits now (else kept, as
+  /// set_prediction), unless a declared limit holds there. False when the job is not admitted.
+  bool restore_reservation(JobSerial job, uint32_t device, Bytes bytes, Footprint source, ReservationChange* change = nullptr);
 
   // ---- the device's own view -------------------------------------------------------------------
 

@@ -104,8 +104,10 @@ bool Broker::set_prediction(JobSerial serial, uint32_t dev, Bytes predicted, Nan
   ReservationChange ch;
   ch.device = dev;
   ch.before = ch.after = jd.reserved;
-  // Precedence: a declared limit, then the history, then this prediction.
-  const bool mine = limit_on(job, dev) == kNoLimit && (jd.source == Footprint::kNone || jd.source == Footprint::kOnline);
+  // Precedence: a declared limit, then the history, then this prediction. A history estimate
+  // below what this run has shown it needs (its stable prediction) is raised like an online one:
+  // raising never fails anything, and the job will need that much again.
+  const bool mine = limit_on(job, dev) == kNoLimit && jd.source != Footprint::kMem;
   const Bytes wanted = std::min(predicted, sat_sub(d.capacity, d.headroom));
   if (mine && wanted > jd.reserved) {
     ch = try_raise(job, dev, wanted);
@@ -126,6 +128,34 @@ bool Broker::set_prediction(JobSerial serial, uint32_t dev, Bytes predicted, Nan
   }
   if (change) *change = ch;
   (void)now;
+  return true;
+}
+
+bool Broker::restore_reservation(JobSerial serial, uint32_t dev, Bytes bytes, Footprint source, ReservationChange* change) {
+  auto it = jobs_.find(serial);
+  if (it == jobs_.end() || dev >= devices_.size()) return false;
+  Job& job = it->second;
+  auto jit = job.devices.find(dev);
+  if (jit == job.devices.end() || !jit->second.admitted) return false;
+  JobDevice& jd = jit->second;
+  ReservationChange ch;
+  ch.device = dev;
+  ch.before = ch.after = jd.reserved;
+  const Bytes wanted = std::min(bytes, sat_sub(devices_[dev].capacity, devices_[dev].headroom));
+  if (limit_on(job, dev) == kNoLimit && (source == Footprint::kHistory || source == Footprint::kOnline) &&
+      wanted > jd.reserved) {
+    ch = try_raise(job, dev, wanted);
+    if (ch.outcome == ReservationChange::kRaised) {
+      jd.source = source;
+      for (ClientId id : job.clients) {
+        Client& c = clients_.at(id);
+        for (uint32_t s = 0; s < pages::kSlots; ++s)
+          if (c.slots[s].attached && c.slots[s].device == dev)
+            c.control->slots[s].reservation.store(jd.reserved, std::memory_order_relaxed);
+      }
+    }
+  }
+  if (change) *change = ch;
   return true;
 }
 

@@ -752,7 +752,9 @@ void Server::on_register(Connection& c, const proto::Message& m) {
     recorders_.emplace(std::piecewise_construct, std::forward_as_tuple(job.serial),
                        std::forward_as_tuple(job.serial, job.key, user_name(job.key.uid), command, r.cmdline_hash,
                                              proto::priority_name(job.priority), started.first, started.second));
-    note_fingerprint(job, r, m.h.version, command);
+    // Not from a process coming back after a restart without its job's saved state: under
+    // `coloc run` its command is not the job's (the anchor's, which does not re-register).
+    if (!resume) note_fingerprint(job, r, m.h.version, command);
   }
   if (!spec.anchor) recorders_.at(job.serial).add_process(c.pid());
 

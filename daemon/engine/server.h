@@ -104,6 +104,10 @@ class Server {
   void fill_prediction(const broker::Job& job, uint32_t dev, report::DeviceSample& ds) const;
   /// Records the job's run in the history (its recorder must still exist), then forgets it.
   void record_history(broker::JobSerial job);
+  /// What save_job keeps of the job's estimation (its fingerprint, its reservations from history
+  /// or prediction), null when nothing; and continue_saved's way back (reservations as they fit).
+  nlohmann::json estimate_state(const broker::Job& job) const;
+  void restore_estimate(const broker::Job& job, const nlohmann::json& state, Nanos t);
   // The compute side (server_compute.cpp).
   Result<void> open_compute_timer();
   /// Advances the scheduler to `t` (pauses, who is on which device, drains), rewrites the gates

@@ -3,7 +3,9 @@
 //
 // Precedence of a job's reservation on a device: its declared limit (`--mem`), then its history
 // (applied at Attach, before the job allocates anything), then its own online prediction (raised
-// on the sampling timer once stable). The broker keeps the source (JobDevice::source).
+// on the sampling timer once stable). A stable prediction above a history estimate raises it too
+// (that run needs more than its history says); nothing but `--mem` caps it, and nothing lowers a
+// reservation while the job runs. The broker keeps the source (JobDevice::source).
 #include <algorithm>
 #include <ctime>
 
@@ -125,7 +127,7 @@ void Server::estimate_sample(Nanos t) {
       // Only the whole job's prediction: a process without one would make the sum too low. Given
       // again while it is above a reservation it may raise (one kept for want of room is raised
       // once the room is there).
-      const bool may_raise = jd.source == broker::Footprint::kNone || jd.source == broker::Footprint::kOnline;
+      const bool may_raise = jd.source != broker::Footprint::kMem;
       if (any && all && sum > 0 && (sum != jd.predicted || (may_raise && jd.reserved < sum)))
         predictions.emplace_back(serial, dev, sum);
     }
@@ -209,6 +211,91 @@ void Server::record_history(broker::JobSerial serial) {
     r.end = run.killed ? history::RunEnd::kKilled : run.oom ? history::RunEnd::kOom : history::RunEnd::kClean;
     r.peak = peak;
     history_->record(std::move(r));
+  }
+}
+
+}  // namespace coloc::engine
+
+namespace coloc::engine {
+
+namespace {
+std::string hex64(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+std::optional<uint64_t> parse_hex64(const nlohmann::json& j) {
+  if (!j.is_string() || j.get<std::string>().size() != 16) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : j.get<std::string>()) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return std::nullopt;
+    v = v << 4 | uint64_t(d);
+  }
+  return v;
+}
+}  // namespace
+
+nlohmann::json Server::estimate_state(const broker::Job& job) const {
+  nlohmann::json out = nlohmann::json::object();
+  if (auto p = prints_.find(job.serial); p != prints_.end()) {
+    nlohmann::json models = nlohmann::json::object();
+    for (const auto& [uuid, model] : p->second.models) models[uuid.str()] = model;
+    out["fingerprint"] = {{"command_hash", hex64(p->second.command_hash)},
+                          {"env_hash", hex64(p->second.env_hash)},
+                          {"command", p->second.command},
+                          {"models", models}};
+  }
+  nlohmann::json res = nlohmann::json::array();
+  for (const auto& [dev, jd] : job.devices)
+    if (jd.admitted && (jd.source == broker::Footprint::kHistory || jd.source == broker::Footprint::kOnline))
+      res.push_back({{"uuid", broker_.devices()[dev].uuid.str()},
+                     {"bytes", jd.reserved},
+                     {"source", broker::footprint_name(jd.source)}});
+  if (!res.empty()) out["reservations"] = res;
+  return out.empty() ? nlohmann::json() : out;
+}
+
+void Server::restore_estimate(const broker::Job& job, const nlohmann::json& state, Nanos t) {
+  (void)t;
+  // The saved state is colocd's own file, but read it as carefully as any input.
+  if (state.contains("fingerprint") && state["fingerprint"].is_object() && !prints_.count(job.serial)) {
+    const nlohmann::json& f = state["fingerprint"];
+    auto cmd = parse_hex64(f.value("command_hash", nlohmann::json()));
+    auto env = parse_hex64(f.value("env_hash", nlohmann::json()));
+    if (cmd && env && f.contains("command") && f["command"].is_string()) {
+      JobPrint p;
+      p.uid = job.key.uid;
+      p.command_hash = *cmd;
+      p.env_hash = *env;
+      p.command = f["command"].get<std::string>();
+      if (f.contains("models") && f["models"].is_object())
+        for (auto it = f["models"].begin(); it != f["models"].end() && p.models.size() < proto::kMaxDevices; ++it)
+          if (broker::Uuid u; broker::Uuid::parse(it.key(), &u) && it.value().is_string())
+            p.models[u] = it.value().get<std::string>().substr(0, 256);
+      prints_[job.serial] = std::move(p);
+    }
+  }
+  if (!state.contains("reservations") || !state["reservations"].is_array()) return;
+  for (const nlohmann::json& r : state["reservations"]) {
+    if (!r.is_object() || !r.contains("uuid") || !r["uuid"].is_string() || !r.contains("bytes") ||
+        !r["bytes"].is_number_unsigned())
+      continue;
+    broker::Uuid uu;
+    if (!broker::Uuid::parse(r["uuid"].get<std::string>(), &uu)) continue;
+    const broker::Uuid* u = &uu;
+    const std::string src = r.value("source", "");
+    const broker::Footprint f = src == "history" ? broker::Footprint::kHistory
+                                : src == "online" ? broker::Footprint::kOnline
+                                                  : broker::Footprint::kNone;
+    for (uint32_t dev = 0; dev < broker_.devices().size(); ++dev)
+      if (broker_.devices()[dev].uuid == *u) {
+        broker::ReservationChange ch;
+        if (broker_.restore_reservation(job.serial, dev, r["bytes"].get<uint64_t>(), f, &ch) &&
+            ch.outcome == broker::ReservationChange::kRaised)
+          log::get("engine")->info("job {}: reservation on {} back to {} MiB from its {} (before the restart)",
+                                   job.key.str(), u->str(), ch.after >> 20, src);
+      }
   }
 }
 

@@ -47,6 +47,7 @@ void Server::continue_saved(const broker::Job& job, const report::SavedJob& save
   if (gates_.paused(job.serial) == compute::PausedBy::kNobody)  // paused before the restart: still paused
     if (auto by = compute::parse_paused_by(saved.paused.c_str())) gates_.set_paused(job.serial, job.key, *by);
   scheduler_.set_weight(job.serial, saved.weight);  // a `coloc set --weight` survives the restart
+  if (saved.estimate.is_object()) restore_estimate(job, saved.estimate, t);  // its fingerprint, its reservations
   if (!recorders_.count(job.serial)) {
     // Continue the report from before the restart: start, timeline, counters, waits.
     auto rec = report::JobRecorder::from_state(saved.recorder, job.serial);
@@ -82,6 +83,7 @@ void Server::save_job(const broker::Job& job, const report::JobRecorder& rec, Na
   s.saved_unix_ms = wall_ms();
   s.boot_id = boot_id_;
   s.recorder = rec.state();
+  s.estimate = estimate_state(job);
   Persisted& p = persisted_[job.serial];
   if (auto r = job_states_.save(s); !r) {
     if (!p.warned) log::get("report")->warn("job {}: {} (a restart would lose its report so far)", job.key.str(), r.error().message());

@@ -1,6 +1,8 @@
 #include "history/history_store.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -201,6 +203,9 @@ bool HistoryStore::Shared::exec_step(sqlite3_stmt* s, const char* what) {
 }
 
 bool HistoryStore::Shared::open() {
+  // Private to colocd's user: the runs' command lines are shown to their owners only. Created
+  // here with mode 0600 (SQLite gives the -wal and -shm files the database file's mode).
+  if (int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600); fd >= 0) ::close(fd);
   int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     bad("cannot open", rc);

@@ -71,7 +71,8 @@ json JobStateStore::to_json(const SavedJob& j) {
           {"saved_mono_ns", j.saved_mono},
           {"saved_unix_ms", j.saved_unix_ms},
           {"boot_id", j.boot_id},
-          {"recorder", j.recorder}};
+          {"recorder", j.recorder},
+          {"estimate", j.estimate}};
 }
 
 Result<SavedJob> JobStateStore::from_json(const json& j) {
@@ -103,6 +104,10 @@ Result<SavedJob> JobStateStore::from_json(const json& j) {
       return bad("weight is not an integer from " + std::to_string(proto::kMinWeight) + " to " +
                  std::to_string(proto::kMaxWeight));
     s.weight = uint32_t(j["weight"].get<uint64_t>());
+  }
+  if (j.contains("estimate") && !j["estimate"].is_null()) {  // absent in states saved before estimation
+    if (!j["estimate"].is_object()) return bad("estimate is not an object or null");
+    s.estimate = j["estimate"];
   }
   s.saved_mono = j["saved_mono_ns"].get<uint64_t>();
   s.saved_unix_ms = j["saved_unix_ms"].get<int64_t>();

@@ -39,6 +39,10 @@ struct SavedJob {
   int64_t saved_unix_ms = 0;     ///< the same moment in Unix ms
   std::string boot_id;           ///< /proc/sys/kernel/random/boot_id then (pids and monotonic times hold within one boot)
   nlohmann::json recorder;       ///< JobRecorder::state()
+  /// (issue 12) The job's history fingerprint and its reservations from history or prediction,
+  /// so a restart neither loses its run from the history nor drops those reservations: an object
+  /// the engine writes and reads (engine/server_estimate.cpp), null when none (older states too).
+  nlohmann::json estimate;
 };
 
 /// The last moment a daemon is known to have been running, for the next one: a job that was

@@ -396,6 +396,38 @@ std::string report_table(const json& r) {
            str(d, "failures"), str(d, "kernel_launches"), duration_text(d.value("wait_memory_s", 0.0)),
            duration_text(d.value("wait_admission_s", 0.0)), std::to_string(d.at("oom_events").size())});
   o << t.render();
+  // Where each reservation came from, and the online prediction (estimator/online.h).
+  for (const json& d : r.at("devices")) {
+    const std::string src = d.contains("reservation_source") && d["reservation_source"].is_string()
+                                ? d["reservation_source"].get<std::string>()
+                                : "";
+    const bool predicted = d.contains("predicted_peak") && d["predicted_peak"].is_number();
+    if (src.empty() && !predicted) continue;  // an older daemon's report
+    o << "\n" << short_uuid(str(d, "uuid")) << ": reservation " << bytes_text(d.value("reservation", json(0)));
+    if (src == "mem") o << " (--mem)";
+    else if (src == "history") o << " (from the job's history)";
+    else if (src == "online") o << " (from its online prediction)";
+    else o << " (none: it grew by ordinary grants)";
+    if (predicted) {
+      o << "; predicted peak " << bytes_text(d["predicted_peak"]);
+      const json p = d.value("prediction", json());
+      if (p.is_object()) {
+        if (p.contains("stable_s") && p["stable_s"].is_number()) {
+          char buf[96];
+          std::snprintf(buf, sizeof buf, " (stable from +%.2f s; an iteration every %.1f ms)", p["stable_s"].get<double>(),
+                        p.value("period_ms", 0.0));
+          o << buf;
+        }
+      }
+    } else if (d.contains("prediction") && d["prediction"].is_object()) {
+      o << "; no prediction (" << str(d["prediction"], "state") << ": its iterations never repeated)";
+    }
+    o << "\n";
+    if (d.contains("reservation_kept") && d["reservation_kept"].is_object())
+      o << "  a higher prediction (" << bytes_text(d["reservation_kept"]["wanted"]) << ") did not raise it: "
+        << str(d["reservation_kept"], "outcome") << " (" << bytes_text(d["reservation_kept"]["available"])
+        << " available then)\n";
+  }
   bool any_oom = false, any_wait = false;
   for (const json& d : r.at("devices")) {
     any_oom |= !d.at("oom_events").empty();

@@ -197,4 +197,35 @@ TEST_CASE("estimate: the history survives a colocd SIGKILL and restart") {
   CHECK(d["reservation_source"] == "history");
 }
 
+TEST_CASE("estimate: a job running across a colocd SIGKILL keeps its history reservation, and its run is recorded") {
+  if (simulated_only()) return;
+  Node node("40GiB");
+  // The same command twice (one fingerprint): the first run teaches colocd its footprint, the
+  // second runs long enough to span the restart.
+  const std::vector<std::string> cmd = {coloc_train(), "--model", "bert-base", "--batch", "2", "--duration", "4"};
+  finish(*node.run({"--job", "learn"}, cmd));
+  REQUIRE(history_knows(node, 1));
+  auto p = node.run({"--job", "across"}, cmd);
+  REQUIRE(node.wait_state("across", "running"));
+  // Its state is saved (a job's first save comes after its first second).
+  REQUIRE(wait_until([&] {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(node.state() + "/jobs", ec))
+      if (read_file(e.path()).find("\"reservations\"") != std::string::npos) return true;
+    return false;
+  }, 20s, 20ms));
+  node.kill_daemon();
+  node.start_daemon();
+  finish(*p, 60s);
+  const json d = device_of(node.report("across"));
+  INFO(d.dump());
+  CHECK(d["reservation_source"] == "history");
+  // Its run joined the learning one under the one fingerprint.
+  const std::string listing = node.cli({"history", "--json"}).out;
+  INFO(listing);
+  const json prints = json::parse(listing)["fingerprints"];
+  REQUIRE(prints.size() == 1);
+  CHECK(prints[0]["runs"] == 2);
+}
+
 }  // TEST_SUITE

@@ -57,15 +57,20 @@ TEST_CASE("estimate: a declared limit outranks history and the prediction") {
   CHECK(dev0(b, a).predicted == 9 * GiB);  // kept for the books and the report
 }
 
-TEST_CASE("estimate: history outranks the prediction") {
+TEST_CASE("estimate: history outranks a lower prediction; a higher one raises it (this run needs more)") {
   Bench b;
   ClientId a = b.add("a");
-  REQUIRE(b.granted(attach_known(b, a, 16 * GiB, 512 * MiB, 4 * GiB)));
+  REQUIRE(b.granted(attach_known(b, a, 16 * GiB, 512 * MiB, 6 * GiB)));
   ReservationChange ch;
-  REQUIRE(b.broker.set_prediction(job_of(b, a).serial, 0, 7 * GiB, b.now, &ch));
+  REQUIRE(b.broker.set_prediction(job_of(b, a).serial, 0, 5 * GiB, b.now, &ch));
   CHECK(ch.outcome == ReservationChange::kUnchanged);
-  CHECK(dev0(b, a).reserved == 4 * GiB);
+  CHECK(dev0(b, a).reserved == 6 * GiB);
   CHECK(dev0(b, a).source == Footprint::kHistory);
+  // The same command now needs more (its history was of a smaller run): raised, never lowered.
+  REQUIRE(b.broker.set_prediction(job_of(b, a).serial, 0, 9 * GiB, b.now, &ch));
+  CHECK(ch.outcome == ReservationChange::kRaised);
+  CHECK(dev0(b, a).reserved == 9 * GiB);
+  CHECK(dev0(b, a).source == Footprint::kOnline);
 }
 
 TEST_CASE("estimate: the prediction raises a reservation that fits, never lowers it, and is kept when it does not fit") {
