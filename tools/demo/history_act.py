@@ -79,7 +79,9 @@ def main():
     print()
     print("  reservation: what colocd held for the job from its admission on; from: where that came from")
     print("  (--mem, the job's history of earlier runs, or its own online prediction once its iterations")
-    print("  repeated); predicted: the online prediction of its peak, from its iteration pattern.")
+    print("  repeated); peak: the job's device memory at its highest, as colocd counted it (its CUDA")
+    print("  context included, so a little above act 1's peak column); predicted: the online prediction")
+    print("  of its peak from its iteration pattern (— when its iterations did not repeat: one trace step).")
 
     failed = [r["name"] for r in rows if r["rc"] != "0"]
     unknown = [r["name"] for r in rows if r["source"] != "history"]
