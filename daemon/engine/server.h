@@ -240,6 +240,16 @@ class Server {
   std::map<broker::JobSerial, JobPrint> prints_;
   /// Per (job, device): the last time its prediction could not raise its reservation.
   std::map<std::pair<broker::JobSerial, uint32_t>, broker::ReservationChange> kept_;
+  /// Reservations saved before a restart whose device the job has not re-attached yet (its
+  /// anchor came back first): restored by estimate_sample once it has. By job.
+  struct PendingRestore {
+    broker::Uuid uuid;
+    broker::Bytes bytes = 0;
+    broker::Footprint source = broker::Footprint::kNone;
+  };
+  std::map<broker::JobSerial, std::vector<PendingRestore>> pending_restores_;
+  /// Restores what it can of `pending` for `job` now; returns what is left.
+  std::vector<PendingRestore> restore_now(const broker::Job& job, std::vector<PendingRestore> pending);
   std::unique_ptr<Admin> admin_;
   uint64_t next_conn_id_ = 1;
   uint64_t hello_timeouts_ = 0;

@@ -100,6 +100,15 @@ broker::Bytes Server::history_footprint(broker::JobSerial job, const broker::Uui
 }
 
 void Server::estimate_sample(Nanos t) {
+  for (auto it = pending_restores_.begin(); it != pending_restores_.end();) {
+    auto job = broker_.jobs().find(it->first);
+    if (job == broker_.jobs().end()) {
+      it = pending_restores_.erase(it);
+      continue;
+    }
+    it->second = restore_now(job->second, std::move(it->second));
+    it = it->second.empty() ? pending_restores_.erase(it) : std::next(it);
+  }
   std::vector<std::tuple<broker::JobSerial, uint32_t, broker::Bytes>> predictions;
   for (const auto& [serial, job] : broker_.jobs()) {
     for (const auto& [dev, jd] : job.devices) {
@@ -153,6 +162,9 @@ void Server::fill_prediction(const broker::Job& job, uint32_t dev, report::Devic
   auto jit = job.devices.find(dev);
   if (jit == job.devices.end()) return;
   ds.reservation_source = broker::footprint_name(jit->second.source);
+  if (auto p = prints_.find(job.serial); p != prints_.end())
+    if (auto m = p->second.models.find(broker_.devices()[dev].uuid); m != p->second.models.end())
+      ds.fingerprint = history::Fingerprint{p->second.uid, p->second.command_hash, p->second.env_hash, m->second}.id();
   if (auto k = kept_.find({job.serial, dev}); k != kept_.end()) {
     ds.kept_outcome = kept_word(k->second.outcome);
     ds.kept_wanted = k->second.wanted;
@@ -188,6 +200,7 @@ void Server::fill_prediction(const broker::Job& job, uint32_t dev, report::Devic
 }
 
 void Server::record_history(broker::JobSerial serial) {
+  pending_restores_.erase(serial);
   for (auto it = kept_.begin(); it != kept_.end();) it = it->first.first == serial ? kept_.erase(it) : std::next(it);
   auto pit = prints_.find(serial);
   if (pit == prints_.end()) return;
@@ -277,26 +290,43 @@ void Server::restore_estimate(const broker::Job& job, const nlohmann::json& stat
     }
   }
   if (!state.contains("reservations") || !state["reservations"].is_array()) return;
+  std::vector<PendingRestore> pending;
   for (const nlohmann::json& r : state["reservations"]) {
+    if (pending.size() >= proto::kMaxDevices) break;
     if (!r.is_object() || !r.contains("uuid") || !r["uuid"].is_string() || !r.contains("bytes") ||
         !r["bytes"].is_number_unsigned())
       continue;
-    broker::Uuid uu;
-    if (!broker::Uuid::parse(r["uuid"].get<std::string>(), &uu)) continue;
-    const broker::Uuid* u = &uu;
+    PendingRestore p;
+    if (!broker::Uuid::parse(r["uuid"].get<std::string>(), &p.uuid)) continue;
     const std::string src = r.value("source", "");
-    const broker::Footprint f = src == "history" ? broker::Footprint::kHistory
-                                : src == "online" ? broker::Footprint::kOnline
-                                                  : broker::Footprint::kNone;
-    for (uint32_t dev = 0; dev < broker_.devices().size(); ++dev)
-      if (broker_.devices()[dev].uuid == *u) {
-        broker::ReservationChange ch;
-        if (broker_.restore_reservation(job.serial, dev, r["bytes"].get<uint64_t>(), f, &ch) &&
-            ch.outcome == broker::ReservationChange::kRaised)
-          log::get("engine")->info("job {}: reservation on {} back to {} MiB from its {} (before the restart)",
-                                   job.key.str(), u->str(), ch.after >> 20, src);
-      }
+    p.source = src == "history" ? broker::Footprint::kHistory
+               : src == "online" ? broker::Footprint::kOnline
+                                 : broker::Footprint::kNone;
+    if (p.source == broker::Footprint::kNone) continue;
+    p.bytes = r["bytes"].get<uint64_t>();
+    pending.push_back(p);
   }
+  // The process that brought the saved state back may be the job's anchor, attached nowhere:
+  // what cannot be restored yet waits for the job's processes (estimate_sample).
+  pending = restore_now(job, std::move(pending));
+  if (!pending.empty()) pending_restores_[job.serial] = std::move(pending);
+}
+
+std::vector<Server::PendingRestore> Server::restore_now(const broker::Job& job, std::vector<PendingRestore> pending) {
+  std::vector<PendingRestore> left;
+  for (const PendingRestore& p : pending) {
+    bool done = false;
+    for (uint32_t dev = 0; dev < broker_.devices().size() && !done; ++dev) {
+      if (!(broker_.devices()[dev].uuid == p.uuid)) continue;
+      broker::ReservationChange ch;
+      done = broker_.restore_reservation(job.serial, dev, p.bytes, p.source, &ch);
+      if (done && ch.outcome == broker::ReservationChange::kRaised)
+        log::get("engine")->info("job {}: reservation on {} back to {} MiB from its {} (before the restart)",
+                                 job.key.str(), p.uuid.str(), ch.after >> 20, broker::footprint_name(p.source));
+    }
+    if (!done) left.push_back(p);
+  }
+  return left;
 }
 
 }  // namespace coloc::engine

@@ -194,6 +194,7 @@ void JobRecorder::sample(const broker::Uuid& u, Nanos now, const DeviceSample& s
     if (!d.stable_at && s.prediction.stable_since) d.stable_at = rel(*s.prediction.stable_since);
   }
   d.reservation_source = s.reservation_source;
+  if (!s.fingerprint.empty()) d.fingerprint = s.fingerprint;
   if (!s.kept_outcome.empty()) {
     d.kept_outcome = s.kept_outcome;
     d.kept_wanted = s.kept_wanted;
@@ -473,6 +474,8 @@ json JobRecorder::to_json(Nanos now) const {
     dj["limit"] = bytes_or_null(d.sampled ? d.limit : job_limit_);  // before admission: the job's
     dj["reservation"] = d.reservation;
     dj["reservation_source"] = d.reservation_source;
+    // The fingerprint its run is filed under in the history (`coloc history`), null: none.
+    dj["fingerprint"] = d.fingerprint.empty() ? json(nullptr) : json(d.fingerprint);
     // The last time the online prediction wanted a larger reservation than fitted (null: never).
     dj["reservation_kept"] = d.kept_outcome.empty() ? json(nullptr)
                                                     : json{{"outcome", d.kept_outcome},

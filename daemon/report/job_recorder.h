@@ -77,6 +77,8 @@ struct DeviceSample {
   /// it wanted and what was available then (bytes); empty outcome = none.
   std::string kept_outcome;
   Bytes kept_wanted = 0, kept_available = 0;
+  /// The job's history fingerprint on the device (`coloc history`'s id), "" = none (no env hash).
+  std::string fingerprint;
   Bytes capacity = 0;
   Bytes limit = broker::kNoLimit;
   Bytes reservation = 0;
@@ -227,6 +229,7 @@ class JobRecorder {
     std::string reservation_source = "none";  ///< the latest
     std::string kept_outcome;                  ///< DeviceSample::kept_outcome, the latest non-empty
     Bytes kept_wanted = 0, kept_available = 0;
+    std::string fingerprint;                   ///< DeviceSample::fingerprint, the latest non-empty
     Timeline timeline;
     Counters folded;  ///< processes that left
     Counters live;    ///< the latest sample of live processes

@@ -226,6 +226,7 @@ TEST_CASE("estimate: a job running across a colocd SIGKILL keeps its history res
   const json prints = json::parse(listing)["fingerprints"];
   REQUIRE(prints.size() == 1);
   CHECK(prints[0]["runs"] == 2);
+  CHECK(prints[0]["fingerprint"] == d["fingerprint"]);  // the report names it
 }
 
 }  // TEST_SUITE
