@@ -495,7 +495,7 @@ std::string report_table(const json& r) {
 
 namespace coloc::cli {
 
-std::string history_table(const json& h) {
+std::string history_table(const json& h, bool wide) {
   std::ostringstream o;
   const json& list = h.value("fingerprints", json::array());
   if (!h.value("usable", true)) {
@@ -505,10 +505,11 @@ std::string history_table(const json& h) {
     return o.str();
   }
   if (list.empty()) return h.value("loaded", true) ? "No run history.\n" : "No run history (colocd is still reading it).\n";
-  Table t({"FINGERPRINT", "USER", "MODEL", "RUNS", "P50", "P95", "ESTIMATE", "LAST", "COMMAND"});
+  Table t({"FINGERPRINT", "USER", "MODEL", "RUNS", "P50", "P95", "ESTIMATE", "LAST RUN", "COMMAND"});
   for (const json& f : list) {
     std::string command = f.contains("command") && f["command"].is_string() ? f["command"].get<std::string>() : "(hidden)";
-    if (command.size() > 60) command = command.substr(0, 57) + "...";
+    // Cut in the middle: a command's start names the program, its end often the run (arguments).
+    if (!wide && command.size() > 60) command = command.substr(0, 27) + "..." + command.substr(command.size() - 30);
     t.add({str(f, "fingerprint"), str(f, "user"), str(f, "model"), str(f, "runs"), bytes_text(f["p50"]),
            bytes_text(f["p95"]), bytes_text(f["estimate"]), str(f, "last_end"), command});
   }

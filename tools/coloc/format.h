@@ -71,7 +71,8 @@ std::string report_table(const nlohmann::json& report);
 /// `coloc history`: one line per fingerprint (FINGERPRINT, USER, MODEL, RUNS, P50, P95, ESTIMATE,
 /// LAST (how the last run ended), COMMAND, "(hidden)" for another user's), newest first as colocd
 /// sends them; a sentence when there is none or history is off.
-std::string history_table(const nlohmann::json& history);
+/// `coloc history`'s table (LAST RUN: how the last run ended); `wide`: commands not shortened.
+std::string history_table(const nlohmann::json& history, bool wide = false);
 /// `coloc history forget`: what went, from kHistoryForget's answer {"forgotten": N}; `what` is
 /// the fingerprint or "all".
 std::string history_forget_text(const nlohmann::json& reply, const std::string& what);

@@ -6,7 +6,7 @@
 //   coloc set JOB [--mem SIZE] [--priority P] [--weight W]
 //   coloc pause JOB      coloc resume JOB
 //   coloc policy [--json]      coloc policy DEVICE share|timeslice|priority [--quantum 100ms] [--target-slowdown 5%]
-//   coloc history [--json]     coloc history forget FINGERPRINT|--all
+//   coloc history [--json] [--wide]     coloc history forget FINGERPRINT|--all
 //
 // Exit codes: 0 done; 1 the daemon refused or failed; 2 bad usage; 3 the daemon is unreachable;
 // 4 no such job, device or fingerprint; 5 not allowed; 127 the command of `coloc run` could not be
@@ -478,6 +478,7 @@ int run_cli(int argc, char** argv) {
       "history", "The run history colocd keeps per fingerprint (user, command, environment, device model): runs, "
                  "p50/p95 peaks and the estimate a rerun is admitted on");
   history_cmd->add_flag("--json", json_out, "Print the daemon's JSON");
+  history_cmd->add_flag("--wide", wide, "Whole command lines (else cut in the middle past 60 characters)");
   history_cmd->require_subcommand(0, 1);
   history_cmd->footer(
       "A fingerprint's command line is shown to its owner and root only (\"(hidden)\" to others).\n"
@@ -600,7 +601,7 @@ int run_cli(int argc, char** argv) {
       return kOk;
     }
     if (!ask(socket, admin_msg(coloc::proto::AdminOp::kHistory), &j, &code)) return code;
-    std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::history_table(j));
+    std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::history_table(j, wide));
     return kOk;
   }
   if (!coloc::proto::valid_job_id(job.c_str()) || job.empty())
