@@ -81,7 +81,8 @@ def main():
     print("  (--mem, the job's history of earlier runs, or its own online prediction once its iterations")
     print("  repeated); peak: the job's device memory at its highest, as colocd counted it (its CUDA")
     print("  context included, so a little above act 1's peak column); predicted: the online prediction")
-    print("  of its peak from its iteration pattern (— when its iterations did not repeat: one trace step).")
+    print("  of its peak from its iteration pattern (— when the job ended before its iterations were seen")
+    print("  to repeat, e.g. a trace replayed once).")
 
     failed = [r["name"] for r in rows if r["rc"] != "0"]
     unknown = [r["name"] for r in rows if r["source"] != "history"]
