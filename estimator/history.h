@@ -44,32 +44,11 @@ inline constexpr double kHistoryPercentile = 95.0;
 /// The `p`th percentile (0..100) of `values` (any order), nearest-rank: the smallest value such
 /// that at least p% of the values are no greater, i.e. sorted[ceil(p/100 * n) - 1] (p = 0: the
 /// smallest). 0 for no values. Units are the values' own (bytes for peaks).
-inline uint64_t percentile(std::span<const uint64_t> values, double p) {
-  if (values.empty()) return 0;
-  std::vector<uint64_t> v(values.begin(), values.end());
-  std::sort(v.begin(), v.end());
-  p = std::clamp(p, 0.0, 100.0);
-  size_t rank = size_t(std::ceil(p / 100.0 * double(v.size())));
-  if (rank == 0) rank = 1;
-  if (rank > v.size()) rank = v.size();
-  return v[rank - 1];
-}
+uint64_t percentile(std::span<const uint64_t> values, double p);
 
 /// The admission estimate in bytes from a fingerprint's runs (the rule at the top of this file):
 /// max(p95 of the clean runs' peaks, the largest failed run's peak) * (1 + kHistoryMargin),
-/// rounded up; nullopt for no runs.
-inline std::optional<uint64_t> history_estimate(std::span<const PastRun> runs) {
-  if (runs.empty()) return std::nullopt;
-  std::vector<uint64_t> clean;
-  uint64_t floor = 0;
-  for (const PastRun& r : runs) {
-    if (r.failed) floor = std::max(floor, r.peak);
-    else clean.push_back(r.peak);
-  }
-  const uint64_t base = std::max(percentile(clean, kHistoryPercentile), floor);
-  const long double scaled = std::ceil((long double)base * (1.0L + (long double)kHistoryMargin));
-  if (scaled >= (long double)std::numeric_limits<uint64_t>::max()) return std::numeric_limits<uint64_t>::max();
-  return uint64_t(scaled);
-}
+/// rounded up (saturating at 2^64-1); nullopt for no runs.
+std::optional<uint64_t> history_estimate(std::span<const PastRun> runs);
 
 }  // namespace coloc::est

@@ -1,6 +1,11 @@
-# estimator/ — peak-memory prediction. online.h (the period detector and peak predictor) is
-# header-only: libcoloc.so and the tests include it, so there is nothing to link. Its tests are the
-# "estimator" area (tests/unit/estimator: make test-estimator, build/tests/estimator-tests).
+# estimator/ — peak-memory prediction, pure code with no dependency on the daemon or the interposer.
+#   build/lib/libcolocest.a   the compiled part (history.cpp: the rule that turns past runs into
+#                             an admission estimate), linked into colocd and the tests
+#   online.h                  the period detector and peak predictor, header-only: libcoloc.so
+#                             compiles it with its own flags (no exceptions, hidden, static TLS),
+#                             and so do the tests
+# Its tests are the "estimator" area (tests/unit/estimator: make test-estimator,
+# build/tests/estimator-tests).
 #
 # The header must stand alone and compile without a warning: `make` checks it on its own
 # (a translation unit that includes only it), with the flags libcoloc.so is built with.
@@ -16,3 +21,18 @@ $(ESTIMATOR_CHECK): $(ESTIMATOR_HEADERS) estimator/module.mk | $(DEPS_STAMP)
 	$(Q)touch $@
 
 PRODUCTS += $(ESTIMATOR_CHECK)
+
+ESTIMATOR_SRCS := $(wildcard estimator/*.cpp)
+ESTIMATOR_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(ESTIMATOR_SRCS))
+ESTIMATOR_LIB := $(BUILD)/lib/libcolocest.a
+$(ESTIMATOR_OBJS): CPPFLAGS += -I.
+
+$(ESTIMATOR_LIB): $(ESTIMATOR_OBJS)
+	$(call say,AR,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+PRODUCTS += $(ESTIMATOR_LIB)
+# colocd's history uses it (its rule is linked after the daemon's objects: $^ lists it last).
+$(COLOCD): $(ESTIMATOR_LIB)
+TEST_EXTRA_OBJS += $(ESTIMATOR_LIB)
