@@ -399,7 +399,10 @@ int run_cli(int argc, char** argv) {
   CLI::App* run_cmd = app.add_subcommand(
       "run", "Run a command as one coloc job (sets LD_PRELOAD and the COLOC_* environment; with colocd, holds the job "
              "for all of the command's steps and exits with its status)");
-  run_cmd->add_option("--mem", run.mem, "The job's memory limit per device, also held for it at admission (e.g. 20GiB)");
+  run_cmd->add_option("--mem", run.mem,
+                      "The job's memory limit per device, also held for it at admission (e.g. 20GiB). Without it, colocd "
+                      "holds the footprint it knows from the job's earlier runs (coloc history), else its predicted "
+                      "peak once its iterations repeat");
   run_cmd->add_option("--priority", run.priority, "high, normal (default) or best-effort");
   run_cmd->add_option("--weight", run.weight,
                       "Quanta per round on timesliced devices, 1-100 (default 1; above 1 needs root or the admin group)");
