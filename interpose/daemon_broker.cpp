@@ -133,9 +133,12 @@ struct WaitNotice {
     if (!n.link->connected())
       std::snprintf(why, sizeof why, "colocd is away (restarting), and the %s waits for it to come back",
                     n.admission ? "admission" : "growth");
-    else if (n.admission)
-      std::snprintf(why, sizeof why, "colocd has no room for it yet: it asks %s (%s) of the device's %s", ask,
-                    n.footprint ? "its declared footprint, COLOC_MEM_LIMIT / --mem" : "one CUDA context", cap);
+    else if (n.admission && n.footprint)
+      std::snprintf(why, sizeof why, "colocd has no room for it yet: it asks %s (its declared footprint, COLOC_MEM_LIMIT / "
+                    "--mem) of the device's %s", ask, cap);
+    else if (n.admission)  // without --mem colocd may hold the footprint it knows from the job's earlier runs
+      std::snprintf(why, sizeof why, "colocd has no room for it yet: it asks %s (one CUDA context), or its footprint "
+                    "from earlier runs (coloc history), of the device's %s", ask, cap);
     else
       std::snprintf(why, sizeof why, "colocd has no room for it yet: %s in use, of the device's %s%s", use, cap, fr);
     char what[96];
