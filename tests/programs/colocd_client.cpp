@@ -156,9 +156,12 @@ int do_register(Client& c, bool resume) {
   r.cmdline_hash = cmd.hash;
   std::memcpy(r.cmdline, cmd.text, sizeof r.cmdline);
   proto::set_string(r.job, c.job.c_str());
+  // As libcoloc.so: the environment's footprint hash (v9; encode() leaves it out for older daemons).
+  r.env_hash = wire::env_fingerprint([](const char* n) { return ::getenv(n); });
+  r.flags = proto::kRegEnvHash;
   if (resume) {
     // The exact ledger, slot i as entry i: the daemon rebuilds its books from it.
-    r.flags = proto::kRegResume;
+    r.flags = uint16_t(r.flags | proto::kRegResume);
     uint32_t n = 0;
     while (n < proto::kMaxDevices && c.slots[n].attached) ++n;
     r.n_ledger = n;

@@ -136,6 +136,38 @@ TEST_CASE("estimate: --mem over history over online") {
   INFO(m.dump());
   CHECK(m["reservation_source"] == "mem");
   CHECK(m["reservation"] == 9ull << 30);
+  // coloc's own options are not part of the fingerprint: all three runs are one.
+  REQUIRE(history_knows(node, 1));
+  const json one = json::parse(node.cli({"history", "--json"}).out)["fingerprints"];
+  REQUIRE(one.size() == 1);
+  CHECK(one[0]["runs"] == 3);
+  CHECK(one[0]["fingerprint"] == m["fingerprint"]);
+  // A variable that changes a footprint makes another fingerprint: no history for it yet.
+  finish(*node.run({"--job", "conf"}, cmd, {{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"}}));
+  const json c = device_of(node.report("conf"));
+  CHECK(c["reservation_source"] != "history");
+  REQUIRE(history_knows(node, 2));
+}
+
+TEST_CASE("estimate: coloc status shows a running job's prediction") {
+  if (simulated_only()) return;
+  Node node("40GiB");
+  auto p = node.run({"--job", "live"}, {coloc_train(), "--model", "bert-base", "--batch", "4", "--duration", "3"});
+  REQUIRE(node.wait_state("live", "running"));
+  json dev;
+  REQUIRE(wait_until([&] {
+    json j = node.job("live");
+    if (j.is_null() || j["devices"].empty()) return false;
+    dev = j["devices"][0];
+    return dev["predicted_peak"].is_number() && dev["reservation_source"] == "online";
+  }, 20s, 20ms));
+  CHECK(dev["predicted_peak"].get<double>() >= 0.99 * dev["in_use"].get<double>());
+  ProcResult st = node.cli({"status"});
+  REQUIRE(st.exit_code == 0);
+  CHECK_MESSAGE(st.out.find("PREDICTED") != std::string::npos, st.out);
+  ProcResult wide = node.cli({"status", "--wide"});
+  CHECK_MESSAGE(wide.out.find("(online)") != std::string::npos, wide.out);
+  finish(*p);
 }
 
 TEST_CASE("estimate: one user's history never sets another user's reservation") {
