@@ -21,6 +21,7 @@
 
 #include "coloc/wire.h"
 #include "glibc_compat.h"
+#include "quiet_thread.h"
 #include "log.h"
 #include "options.h"
 
@@ -159,18 +160,8 @@ int DaemonLink::register_on(int fd, bool resume, SignalWindow* w, uint64_t deadl
 }
 
 int DaemonLink::start_thread(char* why, size_t cap) {
-  // The link thread: every signal blocked (it inherits the creator's mask), detached.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, kLinkStack);
-  pthread_t t;
-  int err = pthread_create(&t, &attr, link_main, this);
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  // The link thread: every signal blocked, detached.
+  const int err = start_quiet_thread(link_main, this, kLinkStack);
   if (err == 0) return 0;
   // Without the thread nobody would read the replies (or reconnect): give the connection up (no
   // other thread uses the descriptor yet).

@@ -12,6 +12,7 @@
 #include "estimator/online.h"
 #include "gate.h"
 #include "glibc_compat.h"
+#include "quiet_thread.h"
 
 namespace coloc::interpose::estimate {
 
@@ -176,18 +177,9 @@ void start() {
   if (stats().layout_version < pages::kEstimateLayout) return;
   if (g_started.exchange(true, std::memory_order_acq_rel)) return;
   g_on.store(true, std::memory_order_relaxed);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);  // the thread takes none of the application's signals
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, kStack);
-  pthread_t t;
-  int err = pthread_create(&t, &attr, thread_main, nullptr);
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (err != 0) g_on.store(false, std::memory_order_relaxed);  // no estimate; nothing else changes
+  // The thread takes none of the application's signals.
+  if (start_quiet_thread(thread_main, nullptr, kStack) != 0)
+    g_on.store(false, std::memory_order_relaxed);  // no estimate; nothing else changes
 }
 
 void reset_in_child() {

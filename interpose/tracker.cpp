@@ -19,6 +19,7 @@
 
 #include "broker.h"
 #include "glibc_compat.h"
+#include "quiet_thread.h"
 #include "log.h"
 #include "no_destroy.h"
 
@@ -262,18 +263,8 @@ void Tracker::after_fork_child() {
 void Tracker::start_thread_locked() {
   if (thread_started_) return;
   thread_started_ = true;
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);  // the thread takes none of the application's signals
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, kTrackerStack);
-  pthread_t t;
-  int err = pthread_create(&t, &attr, &Tracker::thread_main, this);
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (err != 0) {
+  // The thread takes none of the application's signals.
+  if (start_quiet_thread(&Tracker::thread_main, this, kTrackerStack) != 0) {
     thread_started_ = false;  // tried again at the next mark; the window is not enforced meanwhile
     return;
   }

@@ -134,10 +134,9 @@ void Server::estimate_sample(Nanos t) {
         }
       }
       // Only the whole job's prediction: a process without one would make the sum too low. Given
-      // again while it is above a reservation it may raise (one kept for want of room is raised
-      // once the room is there).
-      const bool may_raise = jd.source != broker::Footprint::kMem;
-      if (any && all && sum > 0 && (sum != jd.predicted || (may_raise && jd.reserved < sum)))
+      // again while it is above the reservation (one kept for want of room is raised once the
+      // room is there; whether it may raise it at all is the broker's rule).
+      if (any && all && sum > 0 && (sum != jd.predicted || jd.reserved < sum))
         predictions.emplace_back(serial, dev, sum);
     }
   }

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-GiB = 1 << 30
+from summary import gib, read, result_line  # act 1's: the same files, the same words
 
 SOURCE_WORDS = {
     "mem": "--mem",
@@ -21,28 +21,6 @@ SOURCE_WORDS = {
     "online": "online prediction",
     "none": "nothing (grew by grants)",
 }
-
-
-def read(path, default=None):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return default
-
-
-def result_line(path):
-    for line in reversed(read(path, "").splitlines()):
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                pass
-    return {}
-
-
-def gib(b):
-    return "—" if b is None else f"{b / GiB:.1f} GiB"
 
 
 def main():
