@@ -1233,16 +1233,16 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
   }
   if constexpr (std::is_same_v<T, RegisterMsg>) {
     if (version < 3 && (copy.flags & kRegAnchor)) { r.status = detail::fail(Error::kReserved, "Register.flags (anchor: v3)"); return r; }
+    if (version < 9 && (copy.flags & kRegEnvHash)) {  // an older daemon keeps no history: left out
+      copy.flags = uint16_t(copy.flags & ~kRegEnvHash);
+      copy.env_hash = 0;
+    }
     if (version == 1) {  // no wait timeout, command line, caps or overheads
       RegisterV1 v1;
       std::memset(&v1, 0, sizeof v1);
       detail::copy_register_fields(copy, v1);
       detail::downgrade_ledger(copy.ledger, v1.ledger);
       return detail::write_layout(v1, buf, cap);
-    }
-    if (version < 9 && (copy.flags & kRegEnvHash)) {  // an older daemon keeps no history: left out
-      copy.flags = uint16_t(copy.flags & ~kRegEnvHash);
-      copy.env_hash = 0;
     }
     if (version >= 5 && version < 9) {
       RegisterV8 v8;

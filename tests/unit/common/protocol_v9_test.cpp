@@ -95,6 +95,18 @@ TEST_CASE("protocol v9: to a v8 daemon the hash and its flag are left out (Regis
   CHECK(m.body.reg.cmdline_hash == 0x1234);
 }
 
+TEST_CASE("protocol v9: to a daemon of any older version the hash and its flag are left out") {
+  for (uint16_t v = kMinVersion; v < 9; ++v) {
+    CAPTURE(v);
+    std::vector<unsigned char> b;
+    REQUIRE(encode_to(reg(0xabcdef, kRegEnvHash), b, v).status);
+    Message m;
+    REQUIRE(decode(b.data(), b.size(), Receiver::kDaemon, &m));  // what that daemon accepts
+    CHECK(m.body.reg.flags == 0);
+    CHECK(m.body.reg.env_hash == 0);
+  }
+}
+
 TEST_CASE("protocol v9: a v8 Register claiming the v9 flag is malformed") {
   std::vector<unsigned char> b;
   REQUIRE(encode_to(reg(0, 0), b, 8).status);
