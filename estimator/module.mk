@@ -1,6 +1,8 @@
 # estimator/ — peak-memory prediction, pure code with no dependency on the daemon or the interposer.
-#   build/lib/libcolocest.a   the compiled part (history.cpp: the rule that turns past runs into
-#                             an admission estimate), linked into colocd and the tests
+#   build/lib/libcolocest.a   the compiled part: history.cpp (the rule that turns past runs into
+#                             an admission estimate), model.cpp and model_spec.cpp (the model
+#                             description coloc-train and `coloc estimate` share); linked into
+#                             colocd, coloc, coloc-train and the tests
 #   online.h                  the period detector and peak predictor, header-only: libcoloc.so
 #                             compiles it with its own flags (no exceptions, hidden, static TLS),
 #                             and so do the tests
@@ -35,4 +37,6 @@ $(ESTIMATOR_LIB): $(ESTIMATOR_OBJS)
 PRODUCTS += $(ESTIMATOR_LIB)
 # colocd's history uses it (its rule is linked after the daemon's objects: $^ lists it last).
 $(COLOCD): $(ESTIMATOR_LIB)
+# coloc-train's models are the estimator's (model.h, model_spec.h).
+$(COLOC_TRAIN): $(ESTIMATOR_LIB)
 TEST_EXTRA_OBJS += $(ESTIMATOR_LIB)

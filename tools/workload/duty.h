@@ -32,9 +32,13 @@
 #include <string_view>
 #include <vector>
 
-#include "model.h"
+#include "../../estimator/model.h"
 
 namespace coloc::workload {
+
+// The model description is the estimator's (estimator/model.h): coloc-train and `coloc estimate`
+// read the same one.
+using namespace coloc::est;
 
 /// Limits of the duty-cycle options, checked by check_duty().
 inline constexpr double kMinGpuUtil = 1, kMaxGpuUtil = 100;   ///< percent

@@ -10,14 +10,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "../../estimator/input_error.h"
+
 namespace coloc::workload {
 
-/// Bad input from the user. what() is one line that says what is wrong and where
-/// ("trace.csv:12: negative size").
-class InputError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+/// Bad input from the user (estimator/input_error.h): models and specs are the estimator's.
+using est::InputError;
 
 /// A CUDA driver call failed. what() names the call and the error in CUDA's words
 /// ("cuMemAlloc_v2(2097152 bytes): CUDA_ERROR_OUT_OF_MEMORY (out of memory)").

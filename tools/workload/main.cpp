@@ -32,12 +32,13 @@
 #include "errors.h"
 #include "gpu.h"
 #include "lucid.h"
-#include "model.h"
-#include "model_spec.h"
+#include "../../estimator/model.h"
+#include "../../estimator/model_spec.h"
 #include "trace.h"
 #include "trainer.h"
 
 using namespace coloc::workload;
+using namespace coloc::est;
 // ordered: the result line keeps the field order the issue gives (job, status, iters, ...).
 using json = nlohmann::ordered_json;
 

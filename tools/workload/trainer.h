@@ -16,9 +16,13 @@
 #include <vector>
 
 #include "caching_allocator.h"
-#include "model.h"
+#include "../../estimator/model.h"
 
 namespace coloc::workload {
+
+// The model description is the estimator's (estimator/model.h): coloc-train and `coloc estimate`
+// read the same one.
+using namespace coloc::est;
 
 /// The compute side of the device: kernels on one stream. coloc-train launches coloc_spin; unit
 /// tests record the durations.

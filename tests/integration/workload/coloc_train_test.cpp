@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "../../../tools/workload/caching_allocator.h"
-#include "../../../tools/workload/model.h"
+#include "../../../estimator/model.h"
 #include "../../../tools/workload/trainer.h"
 #include "../../support/proc.h"
 #include "../../unit/workload/fakes.h"

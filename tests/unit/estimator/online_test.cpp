@@ -21,7 +21,7 @@
 
 #include "../../../estimator/online.h"
 #include "../../../tools/workload/caching_allocator.h"
-#include "../../../tools/workload/model.h"
+#include "../../../estimator/model.h"
 #include "../../../tools/workload/trace.h"
 #include "../../../tools/workload/trainer.h"
 #include "../../support/proc.h"

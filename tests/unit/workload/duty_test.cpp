@@ -11,7 +11,7 @@
 
 #include "../../../tools/workload/duty.h"
 #include "../../../tools/workload/errors.h"
-#include "../../../tools/workload/model_spec.h"
+#include "../../../estimator/model_spec.h"
 #include "../../../tools/workload/trainer.h"
 #include "fakes.h"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "../../../tools/workload/errors.h"
-#include "../../../tools/workload/model_spec.h"
+#include "../../../estimator/model_spec.h"
 #include "../../../tools/workload/trainer.h"
 #include "fakes.h"
 

@@ -1,4 +1,4 @@
-// tools/workload/model_spec.cpp — strict JSON model specs; see model_spec.h for the format.
+// estimator/model_spec.cpp — strict JSON model specs; see model_spec.h for the format.
 #include "model_spec.h"
 
 #include <cmath>
@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "coloc/size.h"
-#include "errors.h"
+#include "input_error.h"
 
-namespace coloc::workload {
+namespace coloc::est {
 
 using nlohmann::json;
 
@@ -234,4 +234,4 @@ Model build_from_spec(const ModelSpec& spec, const RunShape& shape) {
   return m;
 }
 
-}  // namespace coloc::workload
+}  // namespace coloc::est

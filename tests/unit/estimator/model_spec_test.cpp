@@ -3,11 +3,11 @@
 
 #include <string>
 
-#include "../../../tools/workload/errors.h"
-#include "../../../tools/workload/model_spec.h"
+#include "../../../estimator/input_error.h"
+#include "../../../estimator/model_spec.h"
 #include "../../support/proc.h"
 
-using namespace coloc::workload;
+using namespace coloc::est;
 
 namespace {
 

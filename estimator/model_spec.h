@@ -1,4 +1,4 @@
-// tools/workload/model_spec.h — models described in a JSON file (coloc-train --model-file).
+// estimator/model_spec.h — models described in a JSON file (coloc-train --model-file).
 //
 // Two forms; exactly one of "layers" and "transformer" is given:
 //
@@ -34,7 +34,7 @@
 
 #include "model.h"
 
-namespace coloc::workload {
+namespace coloc::est {
 
 /// One layer of a "layers" spec; sizes and FLOPs per sample.
 struct SpecLayer {
@@ -60,4 +60,4 @@ ModelSpec load_model_spec(const std::string& path);
 /// transformer numbers are inconsistent.
 Model build_from_spec(const ModelSpec& spec, const RunShape& shape);
 
-}  // namespace coloc::workload
+}  // namespace coloc::est

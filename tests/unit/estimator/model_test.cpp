@@ -5,10 +5,10 @@
 #include <cmath>
 #include <string>
 
-#include "../../../tools/workload/errors.h"
-#include "../../../tools/workload/model.h"
+#include "../../../estimator/input_error.h"
+#include "../../../estimator/model.h"
 
-using namespace coloc::workload;
+using namespace coloc::est;
 
 namespace {
 

@@ -1,13 +1,13 @@
-// tools/workload/model.cpp — presets and the layer-by-layer accounting described in model.h.
+// estimator/model.cpp — presets and the layer-by-layer accounting described in model.h.
 #include "model.h"
 
 #include <algorithm>
 #include <numeric>
 #include <string>
 
-#include "errors.h"
+#include "input_error.h"
 
-namespace coloc::workload {
+namespace coloc::est {
 
 unsigned dtype_bytes(DType t) { return t == DType::fp32 ? 4 : 2; }
 
@@ -427,4 +427,4 @@ Model make_preset(std::string_view name, const RunShape& shape) {
   throw InputError("unknown model '" + std::string(name) + "' (known: " + known + ")");
 }
 
-}  // namespace coloc::workload
+}  // namespace coloc::est

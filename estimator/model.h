@@ -1,4 +1,4 @@
-// tools/workload/model.h — what one training iteration of a model asks of a GPU: the parameter
+// estimator/model.h — what one training iteration of a model asks of a GPU: the parameter
 // tensors of each layer, the tensors autograd keeps from the forward pass for the backward pass,
 // and the FLOPs of each layer. Built from published architectures (presets), from the
 // architecture numbers of a transformer, or from a JSON spec (model_spec.h).
@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-namespace coloc::workload {
+namespace coloc::est {
 
 /// Element type of weights and activations. fp32 trains in full precision; bf16 and fp16 train in
 /// mixed precision (16-bit weights, gradients and activations; fp32 master weights).
@@ -145,4 +145,4 @@ Model make_preset(std::string_view name, const RunShape& shape);
 /// an fp32 master copy for 16-bit dtypes, and the optimizer's fp32 state.
 uint64_t static_bytes_per_param(DType dtype, Optimizer optimizer);
 
-}  // namespace coloc::workload
+}  // namespace coloc::est
