@@ -113,6 +113,8 @@ Model build_transformer(const std::string& name, const TransformerConfig& c, con
     throw InputError(name + ": --seq " + std::to_string(s) + " is longer than its " + std::to_string(c.max_positions) +
                      " learned positions");
   if (shape.batch == 0) throw InputError(name + ": batch must be at least 1");
+  if (shape.image || shape.classes)
+    throw InputError(name + ": --image and --classes apply only to convolutional models");
 
   // Every size below is a product of at most five of these; refuse shapes whose products would
   // not fit in 64 bits (no device holds 2^60 bytes anyway).
@@ -398,15 +400,15 @@ TransformerConfig llama_3_2_1b() {
   return c;
 }
 
-// One table: name, source, configuration (none for resnet50, the one convolutional preset).
+// One table: name, source, and either a transformer configuration or a builder.
 constexpr Preset kPresets[] = {
-    {"resnet50", "He et al. 2016, Table 1; torchvision resnet50 (v1.5), 224x224 images", nullptr},
-    {"bert-base", "Devlin et al. 2019; HF google-bert/bert-base-uncased", [] { return bert(12, 768, 12); }},
-    {"bert-large", "Devlin et al. 2019; HF google-bert/bert-large-uncased", [] { return bert(24, 1024, 16); }},
-    {"gpt2-small", "Radford et al. 2019; HF openai-community/gpt2", [] { return gpt2(12, 768, 12); }},
-    {"gpt2-medium", "Radford et al. 2019; HF openai-community/gpt2-medium", [] { return gpt2(24, 1024, 16); }},
-    {"gpt2-large", "Radford et al. 2019; HF openai-community/gpt2-large", [] { return gpt2(36, 1280, 20); }},
-    {"llama-1b", "HF meta-llama/Llama-3.2-1B config.json", llama_3_2_1b},
+    {"resnet50", "He et al. 2016, Table 1; torchvision resnet50 (v1.5), 224x224 images", nullptr, build_resnet50},
+    {"bert-base", "Devlin et al. 2019; HF google-bert/bert-base-uncased", [] { return bert(12, 768, 12); }, nullptr},
+    {"bert-large", "Devlin et al. 2019; HF google-bert/bert-large-uncased", [] { return bert(24, 1024, 16); }, nullptr},
+    {"gpt2-small", "Radford et al. 2019; HF openai-community/gpt2", [] { return gpt2(12, 768, 12); }, nullptr},
+    {"gpt2-medium", "Radford et al. 2019; HF openai-community/gpt2-medium", [] { return gpt2(24, 1024, 16); }, nullptr},
+    {"gpt2-large", "Radford et al. 2019; HF openai-community/gpt2-large", [] { return gpt2(36, 1280, 20); }, nullptr},
+    {"llama-1b", "HF meta-llama/Llama-3.2-1B config.json", llama_3_2_1b, nullptr},
 };
 
 }  // namespace
@@ -421,7 +423,7 @@ const Preset* find_preset(std::string_view name) {
 
 Model make_preset(std::string_view name, const RunShape& shape) {
   if (const Preset* p = find_preset(name))
-    return p->config ? build_transformer(std::string(name), p->config(), shape) : build_resnet50(shape);
+    return p->config ? build_transformer(std::string(name), p->config(), shape) : p->build(shape);
   std::string known;
   for (const Preset& p : kPresets) known += (known.empty() ? "" : ", ") + std::string(p.name);
   throw InputError("unknown model '" + std::string(name) + "' (known: " + known + ")");

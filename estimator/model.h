@@ -58,6 +58,10 @@ struct Layer {
   uint64_t output_bytes = 0;
   /// Forward FLOPs; the backward pass counts twice as many.
   double forward_flops = 0;
+  /// Bytes of transient library workspace the layer's kernels take while they run and free right
+  /// after (cuDNN convolution workspaces); 0 = none. Not allocated by coloc-train (simgpu has no
+  /// cuDNN); `coloc estimate` adds it at the layer's backward pass.
+  uint64_t workspace_bytes = 0;
 
   /// Parameter elements of the layer (sum of `params`).
   uint64_t param_count() const;
@@ -82,11 +86,14 @@ struct Model {
 };
 
 /// How a model is run: batch size (sequences or images, >= 1), sequence length in tokens for
-/// transformers (>= 1), and dtype.
+/// transformers (>= 1), dtype, and for convolutional models the input resolution and the number of
+/// classes of the classifier (or segmentation head).
 struct RunShape {
   uint64_t batch = 1;
-  uint64_t seq = 0;   ///< 0 = the model's default
+  uint64_t seq = 0;      ///< tokens per sequence (transformers); 0 = the model's default
   DType dtype = DType::fp32;
+  uint64_t image = 0;    ///< image side in pixels, square RGB (CNNs); 0 = the model's default
+  uint64_t classes = 0;  ///< classifier outputs (CNNs); 0 = the model's default (1000 for ImageNet)
 };
 
 /// A decoder or encoder transformer, by the numbers its published configuration gives.
@@ -127,11 +134,12 @@ Model build_transformer(const std::string& name, const TransformerConfig& config
 /// Throws InputError when shape.seq is set.
 Model build_resnet50(const RunShape& shape);
 
-/// A preset: a published architecture.
+/// A preset: a published architecture. Exactly one of `config` and `build` is set.
 struct Preset {
   std::string_view name;
-  std::string_view source;          ///< where the configuration comes from
-  TransformerConfig (*config)();    ///< the transformer's configuration; nullptr for resnet50
+  std::string_view source;          ///< where the configuration comes from (paper, reference code)
+  TransformerConfig (*config)();    ///< a transformer's configuration (build_transformer), or nullptr
+  Model (*build)(const RunShape&);  ///< any other architecture's builder (CNNs, XLNet), or nullptr
 };
 /// Every preset, in the order --help lists them.
 std::span<const Preset> presets();
