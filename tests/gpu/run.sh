@@ -68,5 +68,10 @@ if [ -x "$B/bin/colocd" ]; then
   check torch-history tests/gpu/torch_history.sh "$B"
 fi
 
+step "estimation: the context, the cuBLAS workspace, and coloc estimate against PyTorch training peaks"
+if $PY -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  check torch-estimate $PY tests/gpu/torch_estimate.py --coloc "$B/bin/coloc" --json "$OUT/estimate.json"
+fi
+
 echo; echo "failures: $failures"
 exit $((failures > 0))
