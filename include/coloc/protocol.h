@@ -81,6 +81,14 @@
 //         client gets layout-5 pages. Admin ops kHistory (list the run history) and
 //         kHistoryForget (`job` names a fingerprint, or "all"). Below v9 they are malformed. A v8
 //         daemon refuses a v9 client with kVersion: clients then speak v8.
+//     v10 A declared estimate. Register gained `estimate` (after env_hash: the bytes per device
+//         the job's analytic estimate says it needs, `coloc run --estimate-from` or
+//         COLOC_MEM_ESTIMATE; colocd reserves it at admission when the job has no limit and no
+//         history), valid only with the new flag kRegEstimate. The v9 layout is kept as
+//         RegisterV9 and upgraded with estimate = 0 and no kRegEstimate (no declared estimate);
+//         below v10 the flag is malformed, and a client speaking to an older daemon leaves the
+//         flag and the field out. Pages are unchanged (layout 6). A v9 daemon refuses a v10
+//         client with kVersion: clients then speak v9 (and their jobs get no declared estimate).
 //
 // Validation
 //   decode() checks everything a peer could get wrong: the header, the exact size for the type and
@@ -101,7 +109,7 @@
 namespace coloc::proto {
 
 /// The version this header speaks, and the oldest one a daemon built from it still accepts.
-inline constexpr uint16_t kVersion = 9;
+inline constexpr uint16_t kVersion = 10;
 inline constexpr uint16_t kMinVersion = 1;
 
 /// First four bytes of every message: "COLC" in memory order on little-endian machines.
@@ -186,6 +194,9 @@ inline constexpr uint16_t kRegResume = 1u << 0;  ///< re-registration after a da
 inline constexpr uint16_t kRegAnchor = 1u << 1;
 /// (v9) Register::env_hash is valid: the job may be admitted on its run history.
 inline constexpr uint16_t kRegEnvHash = 1u << 2;
+/// (v10) Register::estimate is valid (and not 0): the job declares its footprint per device from
+/// an analytic estimate, reserved at admission when it has no limit and no history.
+inline constexpr uint16_t kRegEstimate = 1u << 3;
 
 /// Admin operations (the CLI). Any user may read; kSet, kPause and kResume are checked against
 /// SO_PEERCRED. kPause (v6): the job's launches wait at the gate on every device until kResume
@@ -338,7 +349,23 @@ struct RegisterV8 {
   LedgerEntry ledger[kMaxDevices];
 };
 
-/// Register (v9): the first message on a job's connection. Reply: RegisterReply + 2 fds.
+/// Register, protocol v9 (kept for those clients; v10 added estimate).
+struct RegisterV9 {
+  Header h;
+  uint64_t limit;
+  uint64_t cmdline_hash;
+  uint64_t env_hash;
+  uint64_t wait_timeout_ns;
+  uint8_t priority;
+  uint8_t on_full;
+  uint16_t flags;
+  uint32_t n_ledger;
+  char job[kJobIdSize];
+  char cmdline[kCmdlineSize];
+  LedgerEntry ledger[kMaxDevices];
+};
+
+/// Register (v10): the first message on a job's connection. Reply: RegisterReply + 2 fds.
 struct RegisterMsg {
   Header h;
   uint64_t limit;            ///< as RegisterV1
@@ -346,6 +373,10 @@ struct RegisterMsg {
   /// (v9) XXH3-64 of the variables that change a footprint (wire::env_fingerprint); valid only
   /// with kRegEnvHash (an older client's job has none, and gets no history).
   uint64_t env_hash;
+  /// (v10) Bytes per device the job's analytic estimate says it needs (COLOC_MEM_ESTIMATE, from
+  /// `coloc run --estimate-from`); valid, and above 0, only with kRegEstimate (0 without it). Not a
+  /// limit: colocd reserves it at admission when the job has neither a limit nor history.
+  uint64_t estimate;
   uint64_t wait_timeout_ns;  ///< how long a parked request may wait; 0 = daemon default (300 s)
   uint8_t priority;          ///< Priority
   uint8_t on_full;           ///< OnFull
@@ -535,7 +566,8 @@ COLOC_PROTO_LAYOUT(LedgerEntryV4, 72);
 COLOC_PROTO_LAYOUT(RegisterV1, 1256);
 COLOC_PROTO_LAYOUT(RegisterV4, 1520);
 COLOC_PROTO_LAYOUT(RegisterV8, 1648);
-COLOC_PROTO_LAYOUT(RegisterMsg, 1656);
+COLOC_PROTO_LAYOUT(RegisterV9, 1656);
+COLOC_PROTO_LAYOUT(RegisterMsg, 1664);
 COLOC_PROTO_LAYOUT(RegisterReplyMsg, 112);
 COLOC_PROTO_LAYOUT(AttachDevice, 48);
 COLOC_PROTO_LAYOUT(AttachMsg, 792);
@@ -717,7 +749,7 @@ inline Status check_common_register(uint64_t limit, uint8_t priority, uint8_t on
   if (limit == 0) return fail(Error::kBadValue, "Register.limit");
   if (priority > uint8_t(Priority::kHigh)) return fail(Error::kBadEnum, "Register.priority");
   if (on_full > uint8_t(OnFull::kFail)) return fail(Error::kBadEnum, "Register.on_full");
-  if (flags & ~(kRegResume | kRegAnchor | kRegEnvHash)) return fail(Error::kReserved, "Register.flags");
+  if (flags & ~(kRegResume | kRegAnchor | kRegEnvHash | kRegEstimate)) return fail(Error::kReserved, "Register.flags");
   if (!string_ok(job, Charset::kJobId)) return fail(Error::kBadString, "Register.job");
   return {};
 }
@@ -754,6 +786,7 @@ inline void copy_register_fields(const From& from, To& to) noexcept {
   to.n_ledger = from.n_ledger;
   std::memcpy(to.job, from.job, sizeof to.job);
   if constexpr (requires { from.env_hash; to.env_hash; }) to.env_hash = from.env_hash;
+  if constexpr (requires { from.estimate; to.estimate; }) to.estimate = from.estimate;
   if constexpr (requires { from.wait_timeout_ns; to.wait_timeout_ns; }) {
     to.wait_timeout_ns = from.wait_timeout_ns;
     std::memcpy(to.cmdline, from.cmdline, sizeof to.cmdline);
@@ -784,6 +817,8 @@ inline bool valid_job_id(const char* s) noexcept {
 inline Status validate(const RegisterMsg& m) noexcept {
   if (Status s = detail::check_common_register(m.limit, m.priority, m.on_full, m.flags, m.job); !s) return s;
   if (!(m.flags & kRegEnvHash) && m.env_hash != 0) return detail::fail(Error::kReserved, "Register.env_hash");
+  if (!(m.flags & kRegEstimate) && m.estimate != 0) return detail::fail(Error::kReserved, "Register.estimate");
+  if ((m.flags & kRegEstimate) && m.estimate == 0) return detail::fail(Error::kBadValue, "Register.estimate");
   if (!detail::string_ok(m.cmdline, detail::Charset::kText)) return detail::fail(Error::kBadString, "Register.cmdline");
   return detail::check_ledger(m.ledger, m.n_ledger, m.flags);
 }
@@ -996,18 +1031,24 @@ inline Status decode_body(const void* data, size_t len, Message* /*out*/, T* int
   return validate(*into);
 }
 
-/// Register: v1 and v2-v4 have their own layouts, upgraded with defaults.
+/// Register: v1, v2-v4, v5-v8 and v9 have their own layouts, upgraded with defaults.
 inline Status decode_body(const void* data, size_t len, Message* out, RegisterMsg* into) noexcept {
   const uint16_t v = out->h.version;
-  if (v >= 9) {
+  if (v >= 10) {
     if (len < sizeof(RegisterMsg)) return fail(Error::kShort, "Register");
     if (len > sizeof(RegisterMsg)) return fail(Error::kTooLong, "Register");
     std::memcpy(into, data, sizeof(RegisterMsg));
-    if (!(into->flags & kRegEnvHash) && into->env_hash != 0) return fail(Error::kReserved, "Register.env_hash");
     return validate(*into);
   }
   std::memset(into, 0, sizeof *into);
-  if (v >= 5) {  // no environment hash: the job gets no history
+  if (v == 9) {  // no declared estimate
+    RegisterV9 old;
+    if (len < sizeof old) return fail(Error::kShort, "Register(v9)");
+    if (len > sizeof old) return fail(Error::kTooLong, "Register(v9)");
+    std::memcpy(&old, data, sizeof old);
+    copy_register_fields(old, *into);
+    std::memcpy(into->ledger, old.ledger, sizeof into->ledger);
+  } else if (v >= 5) {  // no environment hash: the job gets no history
     RegisterV8 old;
     if (len < sizeof old) return fail(Error::kShort, "Register(v8)");
     if (len > sizeof old) return fail(Error::kTooLong, "Register(v8)");
@@ -1031,6 +1072,7 @@ inline Status decode_body(const void* data, size_t len, Message* out, RegisterMs
   }
   if (v < 3 && (into->flags & kRegAnchor)) return fail(Error::kReserved, "Register.flags (anchor: v3)");
   if (v < 9 && (into->flags & kRegEnvHash)) return fail(Error::kReserved, "Register.flags (environment hash: v9)");
+  if (v < 10 && (into->flags & kRegEstimate)) return fail(Error::kReserved, "Register.flags (estimate: v10)");
   return validate(*into);
 }
 
@@ -1187,7 +1229,8 @@ inline Encoded write_layout(Old old, void* buf, size_t cap) noexcept {
 /// bytes). The body is validated first; `msg.h` is ignored. `version` must be in
 /// kMinVersion..kVersion; a Register at version 1 is written in the RegisterV1 layout, dropping
 /// wait_timeout_ns and cmdline; below version 5 an Attach is written in the AttachV4 layout and a
-/// Register's ledger caps as 0, dropping the caps; a ContextFootprint below 5 and an Admin
+/// Register's ledger caps as 0, dropping the caps; below 9 a Register leaves out its environment
+/// hash (and kRegEnvHash), below 10 its estimate (and kRegEstimate); a ContextFootprint below 5 and an Admin
 /// kPause/kResume below 6, kPolicy or a weight, mode or quantum below 7, and an Admin target or a
 /// RegisterReply's granted priority (or its flags) below 8, are kBadVersion.
 template <class T>
@@ -1237,12 +1280,23 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
       copy.flags = uint16_t(copy.flags & ~kRegEnvHash);
       copy.env_hash = 0;
     }
+    if (version < 10 && (copy.flags & kRegEstimate)) {  // an older daemon reserves no estimate: left out
+      copy.flags = uint16_t(copy.flags & ~kRegEstimate);
+      copy.estimate = 0;
+    }
     if (version == 1) {  // no wait timeout, command line, caps or overheads
       RegisterV1 v1;
       std::memset(&v1, 0, sizeof v1);
       detail::copy_register_fields(copy, v1);
       detail::downgrade_ledger(copy.ledger, v1.ledger);
       return detail::write_layout(v1, buf, cap);
+    }
+    if (version == 9) {
+      RegisterV9 v9;
+      std::memset(&v9, 0, sizeof v9);
+      detail::copy_register_fields(copy, v9);
+      std::memcpy(v9.ledger, copy.ledger, sizeof v9.ledger);
+      return detail::write_layout(v9, buf, cap);
     }
     if (version >= 5 && version < 9) {
       RegisterV8 v8;

@@ -590,10 +590,10 @@ TEST_CASE("protocol: a client reads the daemon's refusal at any version") {
   e.code = uint32_t(ErrorCode::kVersion);
   set_string(e.text, "colocd speaks protocol 1..2");
   auto b = enc(e);
-  reinterpret_cast<Header*>(b.data())->version = 9;  // a far newer daemon
+  reinterpret_cast<Header*>(b.data())->version = kVersion + 5;  // a far newer daemon
   Message m;
   REQUIRE(dec(b, Receiver::kClient, &m));
-  CHECK(m.h.version == 9);
+  CHECK(m.h.version == kVersion + 5);
   CHECK(std::string(m.body.error.text) == "colocd speaks protocol 1..2");
 }
 
