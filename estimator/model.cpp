@@ -6,6 +6,7 @@
 #include <string>
 
 #include "input_error.h"
+#include "xlnet.h"
 
 namespace coloc::est {
 
@@ -221,6 +222,18 @@ Model build_transformer(const std::string& name, const TransformerConfig& c, con
     }
     if (!c.tied_embeddings) l.params.push_back(V * h);
     l.forward_flops = 2.0 * double(V * h) * double(t);
+  } else if (c.head == TransformerConfig::Head::bert_mlm) {
+    // BERT's masked-LM head alone, as Hugging Face BertForMaskedLM builds it (BertModel without its
+    // pooler, then BertOnlyMLMHead): transform (dense, GeLU, norm) and a decoder tied to the word
+    // embeddings with its own bias, over every position.
+    l.name = "mlm_head";
+    linear(l.params, h, h, true);               // MLM transform
+    norm(l.params, c.norm, h);                  // MLM transform norm
+    l.params.push_back(V);                      // decoder bias (weight tied to the embeddings)
+    l.saved_bytes.push_back(e * t * h);         // GeLU input
+    l.saved_bytes.push_back(e * t * h);         // transform norm input
+    l.saved_bytes.push_back(e * t * h);         // decoder input
+    l.forward_flops = 2.0 * double(h * h + V * h) * double(t);
   } else {
     // BERT pre-training heads (Devlin et al. 2019 §3.1): pooler + next-sentence classifier on the
     // first token; masked-LM transform (dense, GeLU, norm) and a decoder tied to the word
@@ -409,6 +422,15 @@ constexpr Preset kPresets[] = {
     {"gpt2-medium", "Radford et al. 2019; HF openai-community/gpt2-medium", [] { return gpt2(24, 1024, 16); }, nullptr},
     {"gpt2-large", "Radford et al. 2019; HF openai-community/gpt2-large", [] { return gpt2(36, 1280, 20); }, nullptr},
     {"llama-1b", "HF meta-llama/Llama-3.2-1B config.json", llama_3_2_1b, nullptr},
+    // GPT-2 XL (Radford et al. 2019, Table 2: 48 layers, d_model 1600; HF
+    // openai-community/gpt2-xl config.json: n_embd 1600, n_layer 48, n_head 25, n_inner null = 4H).
+    {"gpt2-xl", "Radford et al. 2019; HF openai-community/gpt2-xl", [] { return gpt2(48, 1600, 25); }, nullptr},
+    // XLNet (Yang et al. 2019) fine-tuned as HF XLNetForSequenceClassification, 2 classes, seq 512;
+    // HF xlnet/xlnet-base-cased and xlnet/xlnet-large-cased config.json (xlnet.h, xlnet.cpp).
+    {"xlnet-base", "Yang et al. 2019; HF xlnet/xlnet-base-cased, XLNetForSequenceClassification", nullptr,
+     [](const RunShape& s) { return build_xlnet("xlnet-base", xlnet_base_config(), s); }},
+    {"xlnet-large", "Yang et al. 2019; HF xlnet/xlnet-large-cased, XLNetForSequenceClassification", nullptr,
+     [](const RunShape& s) { return build_xlnet("xlnet-large", xlnet_large_config(), s); }},
 };
 
 }  // namespace

@@ -101,7 +101,9 @@ struct TransformerConfig {
   enum class Norm { layernorm, rmsnorm };          ///< layernorm: weight + bias; rmsnorm: weight
   enum class Mlp { gelu, swiglu };                 ///< gelu: up, act, down; swiglu: gate, up, down
   enum class Attention { eager, flash };           ///< eager keeps the s×s scores; flash does not
-  enum class Head { causal_lm, bert_pretraining }; ///< next-token LM head, or BERT's MLM + NSP heads
+  /// causal_lm: next-token LM head; bert_pretraining: BERT's pooler, MLM and NSP heads
+  /// (BertForPreTraining); bert_mlm: BERT's MLM head only, no pooler (BertForMaskedLM)
+  enum class Head { causal_lm, bert_pretraining, bert_mlm };
 
   uint64_t layers = 0;
   uint64_t hidden = 0;

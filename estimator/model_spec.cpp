@@ -160,7 +160,8 @@ TransformerConfig parse_transformer(const Reader& r, const json& v) {
   if (v.contains("attention"))
     c.attention = pick<T::Attention>(r, v["attention"], w + ".attention", {{"eager", T::Attention::eager}, {"flash", T::Attention::flash}});
   if (v.contains("head"))
-    c.head = pick<T::Head>(r, v["head"], w + ".head", {{"causal-lm", T::Head::causal_lm}, {"bert-pretraining", T::Head::bert_pretraining}});
+    c.head = pick<T::Head>(r, v["head"], w + ".head", {{"causal-lm", T::Head::causal_lm}, {"bert-pretraining", T::Head::bert_pretraining},
+                                                            {"bert-mlm", T::Head::bert_mlm}});
   flag("bias", c.bias);
   flag("tied_embeddings", c.tied_embeddings);
   flag("dropout", c.dropout);

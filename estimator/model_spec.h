@@ -19,7 +19,8 @@
 //     The architecture numbers of a transformer (TransformerConfig in model.h): layers, hidden,
 //     heads, kv_heads (default heads), ffn (default 4 × hidden), vocab, max_positions (0 = rotary),
 //     type_vocab, norm ("layernorm" | "rmsnorm"), mlp ("gelu" | "swiglu"), attention ("eager" |
-//     "flash"), head ("causal-lm" | "bert-pretraining"), bias, tied_embeddings, dropout,
+//     "flash"), head ("causal-lm" | "bert-pretraining" |
+//     "bert-mlm"), bias, tied_embeddings, dropout,
 //     embedding_norm, final_norm (booleans), seq (default sequence length). "base" starts from a
 //     transformer preset and overrides what follows.
 //
