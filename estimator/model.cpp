@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 
+#include "cnn.h"
 #include "input_error.h"
 #include "xlnet.h"
 
@@ -255,104 +256,6 @@ Model build_transformer(const std::string& name, const TransformerConfig& c, con
   return m;
 }
 
-// ---- ResNet-50 ----------------------------------------------------------------------------------
-//
-// He et al. 2016, "Deep Residual Learning for Image Recognition", Table 1 (50-layer column), as
-// torchvision.models.resnet50 builds it (v1.5: the stride of a downsampling block is on its 3×3
-// convolution). Convolutions have no bias; each is followed by batch norm (weight + bias).
-// Published: 25,557,032 parameters, 4.09 G multiply-adds per 224×224 image (torchvision model card).
-//
-// Saved tensors per bottleneck (ReLUs are in-place, so a ReLU's output is also the next
-// convolution's input): each batch norm's input (the convolution outputs), each ReLU's output.
-
-namespace {
-
-struct Conv {
-  uint64_t in, out, k, stride;
-};
-uint64_t conv_params(const Conv& c) { return c.in * c.out * c.k * c.k; }
-
-}  // namespace
-
-Model build_resnet50(const RunShape& shape) {
-  if (shape.seq) throw InputError("resnet50: --seq applies only to transformer models");
-  if (shape.batch == 0) throw InputError("resnet50: batch must be at least 1");
-  if (shape.batch > (1ULL << 30)) throw InputError("resnet50: batch too large");
-  const uint64_t b = shape.batch, e = dtype_bytes(shape.dtype);
-  Model m;
-  m.name = "resnet50";
-
-  auto add_conv_bn = [](Layer& l, const Conv& c) {
-    l.params.push_back(conv_params(c));
-    l.params.push_back(c.out);   // batch norm weight
-    l.params.push_back(c.out);   // batch norm bias
-  };
-  // FLOPs of a convolution producing an out_hw × out_hw map, per batch.
-  auto conv_flops = [b](const Conv& c, uint64_t out_hw) { return 2.0 * double(conv_params(c) * out_hw * out_hw * b); };
-
-  // Stem: 7×7/2 convolution to 64×112×112, batch norm, ReLU, 3×3/2 max pool to 64×56×56.
-  {
-    Layer l;
-    l.name = "stem";
-    Conv c{3, 64, 7, 2};
-    add_conv_bn(l, c);
-    l.saved_bytes = {e * b * 3 * 224 * 224,     // the input images (the convolution's input)
-                     e * b * 64 * 112 * 112,    // batch norm input
-                     e * b * 64 * 112 * 112,    // ReLU output = max pool input
-                     8 * b * 64 * 56 * 56,      // max pool indices (int64)
-                     e * b * 64 * 56 * 56};     // max pool output = first block's input
-    l.output_bytes = e * b * 64 * 56 * 56;
-    l.forward_flops = conv_flops(c, 112);
-    m.layers.push_back(std::move(l));
-  }
-
-  struct Stage { uint64_t blocks, width, stride; };
-  const Stage stages[] = {{3, 64, 1}, {4, 128, 2}, {6, 256, 2}, {3, 512, 2}};
-  uint64_t in_ch = 64, hw = 56;
-  for (size_t si = 0; si < 4; ++si) {
-    const Stage& st = stages[si];
-    for (uint64_t bi = 0; bi < st.blocks; ++bi) {
-      const uint64_t stride = bi == 0 ? st.stride : 1;
-      const uint64_t w = st.width, out_ch = 4 * w, out_hw = hw / stride;
-      Layer l;
-      l.name = "layer" + std::to_string(si + 1) + "." + std::to_string(bi);
-      const Conv c1{in_ch, w, 1, 1}, c2{w, w, 3, stride}, c3{w, out_ch, 1, 1};
-      add_conv_bn(l, c1);
-      add_conv_bn(l, c2);
-      add_conv_bn(l, c3);
-      l.forward_flops = conv_flops(c1, hw) + conv_flops(c2, out_hw) + conv_flops(c3, out_hw);
-      l.saved_bytes = {e * b * w * hw * hw,             // conv1 output (bn1 input)
-                       e * b * w * hw * hw,             // relu1 output (conv2 input)
-                       e * b * w * out_hw * out_hw,     // conv2 output (bn2 input)
-                       e * b * w * out_hw * out_hw,     // relu2 output (conv3 input)
-                       e * b * out_ch * out_hw * out_hw,  // conv3 output (bn3 input)
-                       e * b * out_ch * out_hw * out_hw}; // block output after the final ReLU
-      if (bi == 0) {  // projection shortcut: 1×1 convolution + batch norm
-        const Conv ds{in_ch, out_ch, 1, stride};
-        add_conv_bn(l, ds);
-        l.forward_flops += conv_flops(ds, out_hw);
-        l.saved_bytes.push_back(e * b * out_ch * out_hw * out_hw);  // shortcut conv output (bn input)
-      }
-      l.output_bytes = e * b * out_ch * out_hw * out_hw;
-      m.layers.push_back(std::move(l));
-      in_ch = out_ch;
-      hw = out_hw;
-    }
-  }
-
-  // Head: global average pool, 2048 → 1000 fully connected layer, cross-entropy.
-  Layer l;
-  l.name = "fc";
-  l.params = {2048 * 1000, 1000};
-  l.saved_bytes = {e * b * 2048,    // pooled features (fc input)
-                   e * b * 1000,    // logits
-                   4 * b * 1000};   // log-softmax (fp32)
-  l.output_bytes = 4;
-  l.forward_flops = 2.0 * 2048 * 1000 * double(b);
-  m.layers.push_back(std::move(l));
-  return m;
-}
-
 // ---- presets ------------------------------------------------------------------------------------
 
 namespace {
@@ -415,7 +318,17 @@ TransformerConfig llama_3_2_1b() {
 
 // One table: name, source, and either a transformer configuration or a builder.
 constexpr Preset kPresets[] = {
+    // Convolutional networks (cnn.h, cnn.cpp, where each cites its paper and reference code).
+    {"resnet18", "He et al. 2016; torchvision resnet18, 224x224", nullptr, build_resnet18},
+    {"resnet34", "He et al. 2016; torchvision resnet34, 224x224", nullptr, build_resnet34},
     {"resnet50", "He et al. 2016, Table 1; torchvision resnet50 (v1.5), 224x224 images", nullptr, build_resnet50},
+    {"vgg16", "Simonyan & Zisserman 2015, config D; torchvision vgg16, 224x224", nullptr, build_vgg16},
+    {"mobilenet-v2", "Sandler et al. 2018; torchvision mobilenet_v2, 224x224", nullptr, build_mobilenet_v2},
+    {"mobilenet-v3-small", "Howard et al. 2019; timm mobilenetv3_small_100, 224x224", nullptr, build_mobilenet_v3_small},
+    {"efficientnet-b0", "Tan & Le 2019; torchvision/timm efficientnet_b0, 224x224", nullptr, build_efficientnet_b0},
+    {"inception-v3", "Szegedy et al. 2016; torchvision inception_v3, no aux logits, 299x299", nullptr, build_inception_v3},
+    {"xception", "Chollet 2017; timm xception (legacy_xception), 299x299", nullptr, build_xception},
+    {"unet-resnet34", "Ronneberger et al. 2015; smp Unet(resnet34), 512x512, 1 class", nullptr, build_unet_resnet34},
     {"bert-base", "Devlin et al. 2019; HF google-bert/bert-base-uncased", [] { return bert(12, 768, 12); }, nullptr},
     {"bert-large", "Devlin et al. 2019; HF google-bert/bert-large-uncased", [] { return bert(24, 1024, 16); }, nullptr},
     {"gpt2-small", "Radford et al. 2019; HF openai-community/gpt2", [] { return gpt2(12, 768, 12); }, nullptr},

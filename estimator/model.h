@@ -132,8 +132,9 @@ struct TransformerConfig {
 /// is longer than max_positions.
 Model build_transformer(const std::string& name, const TransformerConfig& config, const RunShape& shape);
 
-/// ResNet-50 (v1.5, as torchvision builds it) on 224×224 RGB images, 1000 classes.
-/// Throws InputError when shape.seq is set.
+/// ResNet-50 (v1.5, as torchvision builds it), by default on 224×224 RGB images and 1000 classes
+/// (RunShape::image and ::classes change them). Throws InputError when shape.seq is set. Defined
+/// in cnn.cpp with the other convolutional presets (cnn.h).
 Model build_resnet50(const RunShape& shape);
 
 /// A preset: a published architecture. Exactly one of `config` and `build` is set.

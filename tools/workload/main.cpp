@@ -1,7 +1,7 @@
 // coloc-train — a training-job emulator for the CUDA driver API. See tools/workload/README.md and
 // `coloc-train --help`.
 //
-//   coloc-train --model NAME [--batch N] [--iters N] [--seq N] [--dtype T] [--optimizer O] ...
+//   coloc-train --model NAME [--batch N] [--iters N] [--seq N | --image N --classes N] [--dtype T] ...
 //   coloc-train --model-file SPEC.json ...
 //   coloc-train --trace FILE [--time-scale X] [--loops N] [--size-scale X]
 //   coloc-train --gpu-util PCT --iter-ms MS [--kernel-us US] [--iters N | --duration S]
@@ -49,6 +49,7 @@ enum Exit { kOk = 0, kError = 1, kBadInput = 2, kOom = 3 };
 struct Options {
   std::string model, model_file, trace, job;
   int64_t batch = 1, iters = 10, seq = 0, loops = 1, device = 0;
+  int64_t image = 0, classes = 0;  // convolutional presets: input side and classifier outputs
   std::string dtype = "fp32", optimizer = "adam";
   double tflops = 400, time_scale = 1, size_scale = 1;
   bool progress = false, list_models = false;
@@ -125,6 +126,7 @@ void validate(Options& o, const CLI::App& app) {
   }
   if (modes == 0) {  // a duty cycle of plain kernels
     only_for(app, "--model and --model-file", {"--batch", "--seq", "--dtype", "--optimizer", "--tflops"});
+    only_for(app, "--model", {"--image", "--classes"});
     only_for(app, "--trace", {"--time-scale", "--loops", "--size-scale"});
     if (o.iters < 1) throw InputError("--iters must be at least 1 (got " + std::to_string(o.iters) + ")");
   } else if (o.trace.empty()) {
@@ -132,12 +134,17 @@ void validate(Options& o, const CLI::App& app) {
     if (o.batch < 1) throw InputError("--batch must be at least 1 (got " + std::to_string(o.batch) + ")");
     if (o.iters < 1) throw InputError("--iters must be at least 1 (got " + std::to_string(o.iters) + ")");
     if (app.count("--seq") && o.seq < 1) throw InputError("--seq must be at least 1 (got " + std::to_string(o.seq) + ")");
+    if (!o.model_file.empty()) only_for(app, "convolutional presets (--model)", {"--image", "--classes"});
+    if (app.count("--image") && o.image < 1) throw InputError("--image must be at least 1 (got " + std::to_string(o.image) + ")");
+    if (app.count("--classes") && o.classes < 1)
+      throw InputError("--classes must be at least 1 (got " + std::to_string(o.classes) + ")");
     if (!(o.tflops > 0) || !std::isfinite(o.tflops)) throw InputError("--tflops must be a positive number");
     if (!parse_dtype(o.dtype)) throw InputError("unknown --dtype '" + o.dtype + "' (fp32, bf16 or fp16)");
     if (!parse_optimizer(o.optimizer))
       throw InputError("unknown --optimizer '" + o.optimizer + "' (sgd, sgd-momentum, adam or adamw)");
   } else {
     only_for(app, "--model and --model-file", {"--batch", "--iters", "--seq", "--dtype", "--optimizer", "--tflops"});
+    only_for(app, "--model", {"--image", "--classes"});
     if (o.loops < 1) throw InputError("--loops must be at least 1 (got " + std::to_string(o.loops) + ")");
     if (!(o.time_scale >= 0) || !std::isfinite(o.time_scale)) throw InputError("--time-scale must not be negative");
     if (o.time_scale > 1e6) throw InputError("--time-scale must be at most 10^6");
@@ -305,7 +312,7 @@ std::string help_footer() {
   std::string presets;
   for (const Preset& p : coloc::workload::presets()) {
     char line[256];
-    std::snprintf(line, sizeof line, "  %-12s %s\n", std::string(p.name).c_str(), std::string(p.source).c_str());
+    std::snprintf(line, sizeof line, "  %-18s %s\n", std::string(p.name).c_str(), std::string(p.source).c_str());
     presets += line;
   }
   return R"(
@@ -315,12 +322,14 @@ MODES
       copy), then each iteration allocates every layer's saved activations in the forward pass and
       frees them in the backward pass, launching one spin kernel per layer and pass. A kernel runs
       for its layer's FLOPs at --tflops (forward 2 FLOPs per parameter per token plus attention,
-      backward twice that: 6*N*tokens, Kaplan et al. 2020; ResNet: 2 FLOPs per conv multiply-add).
+      backward twice that: 6*N*tokens, Kaplan et al. 2020; CNNs: 2 FLOPs per conv multiply-add).
       Memory goes through a caching allocator with PyTorch's policy: blocks rounded to 512 B,
       requests <= 1 MiB carved from 2 MiB segments, requests under 10 MiB from 20 MiB segments,
       larger ones get their own segment rounded up to 2 MiB; freed blocks are cached and reused;
       on CUDA_ERROR_OUT_OF_MEMORY the cache is released and the allocation retried once.
-      --seq applies to transformers (defaults: BERT 512, GPT-2 1024, Llama 2048).
+      --seq applies to transformers (defaults: BERT 512, GPT-2 1024, Llama 2048); --image N (N x N
+      RGB images) and --classes N to the convolutional presets (defaults: 224, inception-v3 and
+      xception 299, unet-resnet34 512; 1000 classes, unet-resnet34 1).
       A model spec is JSON: {"name":..., "layers":[{"params":N, "activation_bytes":SIZE,
       "output_bytes":SIZE, "flops":X}, ...]} (per sample) or {"name":..., "transformer":
       {"base":PRESET, "layers":N, "hidden":N, "heads":N, ...}}; see tools/workload/README.md.
@@ -369,10 +378,10 @@ EXIT STATUS
 }
 
 int list_models() {
-  std::printf("%-12s %14s  %s\n", "model", "parameters", "source");
+  std::printf("%-18s %14s  %s\n", "model", "parameters", "source");
   for (const Preset& p : coloc::workload::presets()) {
     Model m = make_preset(p.name, RunShape{});
-    std::printf("%-12s %14llu  %s\n", std::string(p.name).c_str(), (unsigned long long)m.param_count(),
+    std::printf("%-18s %14llu  %s\n", std::string(p.name).c_str(), (unsigned long long)m.param_count(),
                 std::string(p.source).c_str());
   }
   return kOk;
@@ -397,6 +406,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "batch size: sequences or images (default 1)");
   app.add_option("--iters", o.iters, "training iterations (default 10)");
   app.add_option("--seq", o.seq, "sequence length in tokens, transformers only");
+  app.add_option("--image", o.image, "image side in pixels, convolutional presets only");
+  app.add_option("--classes", o.classes, "classifier outputs, convolutional presets only");
   app.add_option("--dtype", o.dtype, "fp32 | bf16 | fp16 (mixed precision) (default fp32)");
   app.add_option("--optimizer", o.optimizer, "sgd | sgd-momentum | adam | adamw (default adam)");
   app.add_option("--tflops", o.tflops, "device rate that turns FLOPs into kernel time, 10^12 FLOP/s (default 400)");
@@ -443,7 +454,8 @@ int main(int argc, char** argv) {
     if (!o.trace.empty()) {
       trace = load_trace(o.trace);
     } else if (!o.model.empty() || !o.model_file.empty()) {
-      const RunShape shape{uint64_t(o.batch), app.count("--seq") ? uint64_t(o.seq) : 0, *parse_dtype(o.dtype)};
+      const RunShape shape{uint64_t(o.batch), app.count("--seq") ? uint64_t(o.seq) : 0, *parse_dtype(o.dtype),
+                           uint64_t(o.image), uint64_t(o.classes)};
       model = o.model.empty() ? build_from_spec(load_model_spec(o.model_file), shape) : make_preset(o.model, shape);
     }
   } catch (const InputError& e) {

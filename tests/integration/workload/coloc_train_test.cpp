@@ -87,14 +87,19 @@ TEST_CASE("every preset trains on simgpu and prints its result line") {
     const char* model;
     const char* dtype;
     const char* optimizer;
-    const char* seq;  // "" = not given (resnet50)
+    const char* seq;  // "" = not given (CNNs)
   };
   // Each preset once, covering every dtype and optimizer between them. Short sequences and a fast
   // --tflops keep kernels to microseconds.
   const Run runs[] = {{"resnet50", "fp32", "sgd-momentum", ""}, {"bert-base", "bf16", "adam", "128"},
                       {"bert-large", "fp16", "adamw", "64"},   {"gpt2-small", "fp32", "sgd", "128"},
                       {"gpt2-medium", "bf16", "adam", "64"},   {"gpt2-large", "fp32", "adam", "32"},
-                      {"llama-1b", "bf16", "adam", "128"}};
+                      {"llama-1b", "bf16", "adam", "128"},
+                      {"resnet18", "bf16", "adam", ""},        {"resnet34", "fp16", "sgd", ""},
+                      {"vgg16", "fp32", "adamw", ""},          {"mobilenet-v2", "bf16", "sgd-momentum", ""},
+                      {"mobilenet-v3-small", "fp32", "adam", ""}, {"efficientnet-b0", "fp16", "adam", ""},
+                      {"inception-v3", "bf16", "sgd", ""},     {"xception", "fp32", "sgd-momentum", ""},
+                      {"unet-resnet34", "bf16", "adamw", ""}};
   struct Running {
     std::unique_ptr<TempDir> dir;
     std::unique_ptr<Proc> proc;
@@ -213,6 +218,11 @@ TEST_CASE("bad input: one line on stderr, exit 2, nothing on stdout") {
       {{"--model", "gpt2-small", "--batch", "0"}, "--batch must be at least 1"},
       {{"--model", "gpt2-small", "--seq", "4096"}, "longer than its 1024 learned positions"},
       {{"--model", "resnet50", "--seq", "128"}, "--seq applies only to transformer models"},
+      {{"--model", "inception-v3", "--image", "64"}, "--image 64 is too small for this network (at least 75)"},
+      {{"--model", "resnet18", "--classes", "0"}, "--classes must be at least 1"},
+      {{"--model", "gpt2-small", "--image", "224"}, "--image and --classes apply only to convolutional models"},
+      {{"--model-file", dir / "spec.json", "--classes", "10"}, "--classes applies only to convolutional presets"},
+      {{"--trace", trace_path(kTraces[0]), "--image", "64"}, "--image applies only to --model"},
       {{"--model", "gpt2-small", "--dtype", "fp8"}, "unknown --dtype 'fp8'"},
       {{"--model", "gpt2-small", "--loops", "2"}, "--loops applies only to --trace"},
       {{"--model", "gpt2-small", "--trace", trace_path(kTraces[0])}, "exactly one of"},
