@@ -1,11 +1,11 @@
 // estimator/analytic.h — a training job's peak device memory from its model description, before
 // it runs (`coloc estimate`, `coloc run --estimate-from`).
 //
-// The estimate is what the driver sees, item by item:
-//   weights, gradients, optimizer state, fp32 master weights (mixed precision)   — model states
+// The estimate is what the driver sees, item by item (in this order):
+//   weights, gradients, fp32 master weights (mixed precision), optimizer state   — model states
 //   peak activations, per layer (the layer whose backward pass holds the peak)   — autograd
-//   the CUDA context                                                             — driver
 //   the caching allocator's rounding and segment overhead                        — PyTorch
+//   the CUDA context                                                             — driver
 //   library workspaces (cuBLAS per handle and stream, cuDNN convolutions)         — libraries
 //   a safety margin, stated as such
 // and their sum, total_bytes. Every constant cites its source in analytic.cpp.
@@ -41,6 +41,7 @@ std::optional<Allocator> parse_allocator(std::string_view s);
 struct DeviceProfile {
   std::string_view name;           ///< e.g. "A100", matched case-insensitively as a substring of NVML's name
   unsigned sm_major = 8;           ///< compute capability major (9 = Hopper: larger cuBLAS workspace)
+  unsigned sm_minor = 0;           ///< compute capability minor (sm86 = 8, 6)
   std::string_view source;         ///< where its numbers come from
 };
 /// Every known device model, the default ("A100") first.
@@ -55,13 +56,18 @@ struct EstimateOptions {
   Optimizer optimizer = Optimizer::adam;
   Allocator allocator = Allocator::pytorch;
   std::string device_model = "A100";     ///< a name find_device_profile() knows
-  bool lazy_loading = true;              ///< CUDA_MODULE_LOADING=LAZY (PyTorch's default since 1.13)
+  /// CUDA_MODULE_LOADING=LAZY (PyTorch's default since 1.13). Only the context item's note says
+  /// it: a training job loads most kernels either way, so both count the eager context.
+  bool lazy_loading = true;
+  /// Count the cuBLAS and cuDNN workspaces (and their allocator segments). false leaves them out:
+  /// what coloc-train allocates on simgpu, which has neither library.
+  bool libraries = true;
 };
 
 /// One line of the breakdown.
 struct EstimateItem {
-  std::string key;     ///< stable JSON key: "weights", "gradients", "optimizer_state",
-                       ///< "master_weights", "activations", "cuda_context", "allocator",
+  std::string key;     ///< stable JSON key: "weights", "gradients", "master_weights",
+                       ///< "optimizer_state", "activations", "allocator", "cuda_context",
                        ///< "cublas_workspace", "cudnn_workspace", "safety_margin"
   std::string label;   ///< what a person reads: "optimizer state (adam: 2 fp32 moments)"
   uint64_t bytes = 0;
@@ -72,18 +78,26 @@ struct EstimateItem {
 struct LayerPeak {
   std::string layer;
   uint64_t bytes = 0;   ///< activations and gradients live while this layer's backward runs
+  uint64_t workspace_bytes = 0;  ///< its cuDNN workspace (0 when libraries are not counted)
 };
 
 struct Estimate {
   std::vector<EstimateItem> items;   ///< in the order above; items of 0 bytes are kept
   uint64_t total_bytes = 0;          ///< the sum of items' bytes
-  std::string peak_layer;            ///< the layer whose backward pass holds the activation peak
+  std::string peak_layer;            ///< the layer whose backward pass holds the peak (workspace included)
   std::vector<LayerPeak> layers;     ///< per layer, in model order
   uint64_t params = 0;               ///< parameter elements
+
+  /// The item with `key`, or nullptr.
+  const EstimateItem* item(std::string_view key) const;
 };
 
-/// The estimate for training `model` under `options`. Throws InputError for an unknown device
-/// model (listing the known ones).
+/// The estimate for training `model` under `options`: every item in bytes (sources in
+/// analytic.cpp). activations = the most bytes live in one layer's backward pass (its workspace
+/// apart, in cudnn_workspace); allocator = the bytes the allocator holds from the driver at its
+/// peak, by PyTorch's documented rules (or cuMemAlloc's rounding for Allocator::plain), less every
+/// tensor item; safety_margin = 5% of the rest, rounded up. Throws InputError for an unknown device
+/// model (listing the known ones) or a model without layers.
 Estimate estimate_training(const Model& model, const EstimateOptions& options);
 
 /// The model `what` names: a preset name, or the path of a file that is a Hugging Face

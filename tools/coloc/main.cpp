@@ -7,6 +7,7 @@
 //   coloc pause JOB      coloc resume JOB
 //   coloc policy [--json]      coloc policy DEVICE share|timeslice|priority [--quantum 100ms] [--target-slowdown 5%]
 //   coloc history [--json] [--wide]     coloc history forget FINGERPRINT|--all
+//   coloc estimate --model NAME|--model-file FILE --batch N [...] [--json]   (estimate_cmd.h)
 //
 // Exit codes: 0 done; 1 the daemon refused or failed; 2 bad usage; 3 the daemon is unreachable;
 // 4 no such job, device or fingerprint; 5 not allowed; 127 the command of `coloc run` could not be
@@ -37,6 +38,7 @@
 #include "coloc/size.h"
 #include "coloc/wire.h"
 #include "daemon_client.h"
+#include "estimate_cmd.h"
 #include "format.h"
 #include "run_plan.h"
 #include "svg_plot.h"
@@ -495,6 +497,10 @@ int run_cli(int argc, char** argv) {
       "Exit codes: 0 forgotten, 2 bad usage, 3 daemon unreachable, 4 no such fingerprint, 5 another user's "
       "fingerprint (root only).");
 
+  // estimate (no daemon)
+  coloc::cli::EstimateCommand estimate;
+  CLI::App* estimate_cmd = estimate.add_to(app);
+
   // Every subcommand's --help names the global option too (it may come before or after the subcommand).
   for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, set_cmd, pause_cmd, resume_cmd, policy_cmd, history_cmd,
                         forget_cmd})
@@ -525,6 +531,7 @@ int run_cli(int argc, char** argv) {
   int code = kOk;
   json j;
 
+  if (estimate_cmd->parsed()) return estimate.run();
   if (run_cmd->parsed()) {
     run.socket = socket;
     return do_run(run);

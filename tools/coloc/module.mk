@@ -1,5 +1,6 @@
 # coloc, the command line (tools/coloc/). Needs daemon/util/log (one named logger, as the daemon).
-COLOC_CLI_CORE_SRCS := tools/coloc/daemon_client.cpp tools/coloc/run_plan.cpp tools/coloc/format.cpp tools/coloc/svg_plot.cpp
+COLOC_CLI_CORE_SRCS := tools/coloc/daemon_client.cpp tools/coloc/run_plan.cpp tools/coloc/format.cpp tools/coloc/svg_plot.cpp \
+                       tools/coloc/estimate_cmd.cpp
 COLOC_CLI_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(COLOC_CLI_CORE_SRCS))
 $(COLOC_CLI_CORE_OBJS) $(OBJ)/tools/coloc/main.o: CPPFLAGS += -Itools/coloc -Idaemon $(SPDLOG_CPPFLAGS)
 # A sanitizer build of coloc preloads the sanitizer runtime in front of libcoloc.so.
@@ -20,10 +21,12 @@ $(OBJ)/coloc-bin/%.o: %.cpp tools/coloc/module.mk | $(DEPS_STAMP)
 	$(Q)$(CXX) $(CPPFLAGS) -Itools/coloc -Idaemon -DSPDLOG_HEADER_ONLY -DFMT_HEADER_ONLY $(COLOC_CLI_DEFS) $(CXXFLAGS) -c $< -o $@
 
 COLOC_CLI := $(BUILD)/bin/coloc
-$(COLOC_CLI): $(COLOC_BIN_OBJS) tools/coloc/module.mk
+# `coloc estimate` is the estimator's (libcolocest, estimator/module.mk).
+COLOC_CLI_LIBS := $(BUILD)/lib/libcolocest.a
+$(COLOC_CLI): $(COLOC_BIN_OBJS) $(COLOC_CLI_LIBS) tools/coloc/module.mk
 	$(call say,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CXX) $(LDFLAGS) $(COLOC_BIN_LDFLAGS) -o $@ $(COLOC_BIN_OBJS) -lpthread
+	$(Q)$(CXX) $(LDFLAGS) $(COLOC_BIN_LDFLAGS) -o $@ $(COLOC_BIN_OBJS) $(COLOC_CLI_LIBS) -lpthread
 
 PRODUCTS += $(COLOC_CLI)
 TEST_EXTRA_OBJS += $(COLOC_CLI_CORE_OBJS)
