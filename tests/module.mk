@@ -95,6 +95,23 @@ BENCHES += bench-priority
 # The interposer's benchmark sets `coloc policy` on a colocd of its own (the launch in kWindow).
 bench-interpose: $(BUILD)/bin/coloc
 
+# ---- benchmark: coloc estimate against CARMA's measured peaks (tests/bench/estimate_bench.cpp) ----
+# The rows of tests/bench/carma/carma-runs.csv, each estimated from what CARMA's workload definition
+# says it ran (tests/bench/carma/mapping.csv): measured vs estimated per row, MAPE, under-estimates,
+# FakeTensor's on the same rows -> build/bench/estimate.json (a second; no process, no GPU).
+ESTIMATE_BENCH := $(BUILD)/bench/estimate_bench
+$(OBJ)/tests/bench/estimate_bench.o: CPPFLAGS += -I.
+$(ESTIMATE_BENCH): $(OBJ)/tests/bench/estimate_bench.o $(BUILD)/lib/libcolocest.a
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^
+
+.PHONY: bench-estimate
+bench-estimate: $(ESTIMATE_BENCH)
+	$(call say,BENCH,estimate)
+	$(Q)$(ESTIMATE_BENCH) --data tests/bench/carma --out $(BUILD)/bench/estimate.json
+BENCHES += bench-estimate
+
 .PHONY: bench
 bench: $(BENCHES)
 
