@@ -2,8 +2,9 @@
 // simgpu, whose peak_bytes is what its emulated PyTorch caching allocator held from the driver
 // (context excluded). The estimate's tensor items and its allocator item, without the library
 // workspaces simgpu does not have, must not be below that by more than 2% and not above it by more
-// than kOver. The allocator item is computed from the allocator's rules; here it meets the
-// allocator's behaviour.
+// than kOver. The allocator item replays the training step over its own model of the allocator's
+// rules (estimator/analytic.cpp, written apart from tools/workload/caching_allocator.cpp); here
+// the two meet.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -23,14 +24,15 @@ namespace wl = coloc::workload;
 
 namespace {
 
-constexpr double kUnder = 0.02;  // the estimate may be at most 2% below the emulated peak
-// ... and at most this much above it. The allocator model assumes a cached block serves only
-// requests of its own size and adds a segment of the largest tensor for later iterations, both
-// conservative. Seen (2026-12, this file's runs): resnet50 b8 +12.1%, bert-base b2 s128 +4.1%,
-// gpt2-small b2 s256 +8.5%, mobilenet-v2 b16 bf16 +16.5%; the sweep below ranges from -2.7%
-// (resnet50 b1 bf16 sgd) to +34.4% (mobilenet-v2 b4 bf16: many tensor sizes, each counted apart).
-constexpr double kOver = 0.20;
-constexpr double kSweepUnder = 0.03, kSweepOver = 0.35;
+// The replay never merges two free blocks of a segment still in use, so it can only need more
+// segments than the emulated allocator (which merges), never fewer: it may be at most 2% below the
+// emulated peak (kUnder) and at most kOver above. Seen (this file's runs, with the replay): every
+// coloc-train run below and most of the sweep agree to the byte; the sweep ranges from 0% to
+// +6.8% (resnet50 b1 fp32 sgd: one 20 MiB segment on 294 MiB; then mobilenet-v2 b1 bf16 sgd
+// +3.6%, resnet50 b4 fp32 adam +2.7%, everything else under +0.5%). kOver leaves ~1% above the
+// worst; a change that loses a segment at batch 1 shows here first.
+constexpr double kUnder = 0.02;
+constexpr double kOver = 0.08;
 
 // What coloc-train allocates: the estimate without library workspaces, context or margin.
 uint64_t driver_bytes(const est::Model& model, est::DType dtype, est::Optimizer optimizer) {
@@ -61,7 +63,12 @@ TEST_CASE("the estimate agrees with coloc-train's peak on simgpu") {
   const Run runs[] = {{"resnet50", 8, 0, "fp32", "sgd-momentum"},
                       {"bert-base", 2, 128, "fp32", "adam"},
                       {"gpt2-small", 2, 256, "fp32", "adam"},
-                      {"mobilenet-v2", 16, 0, "bf16", "sgd-momentum"}};
+                      {"mobilenet-v2", 16, 0, "bf16", "sgd-momentum"},
+                      // batch 32, Adam: where the closed-form rule before the replay was 8-40% above.
+                      {"resnet50", 32, 0, "fp32", "adam"},
+                      {"inception-v3", 32, 0, "fp32", "adam"},
+                      {"vgg16", 32, 0, "fp32", "adam"},
+                      {"mobilenet-v2", 32, 0, "fp32", "adam"}};
   struct Running {
     std::unique_ptr<TempDir> dir;
     std::unique_ptr<Proc> proc;
@@ -100,31 +107,77 @@ TEST_CASE("the estimate agrees with coloc-train's peak on simgpu") {
 TEST_CASE("the allocator model against the emulated allocator over presets, batches, dtypes and optimizers") {
   // In process (the same allocator coloc-train runs, on a fake device): three iterations, as the
   // reserved peak can grow in the second.
-  double lo = 1, hi = -1;
+  struct Config {
+    std::string name;
+    uint64_t batch;
+    est::DType dtype;
+    est::Optimizer opt;
+    uint64_t seq = 256;  // transformers only
+  };
+  std::vector<Config> configs;
   for (const char* name : {"resnet50", "mobilenet-v2", "bert-base", "gpt2-small", "gpt2-medium"})
     for (uint64_t batch : {1, 4, 16, 64})
       for (est::DType dtype : {est::DType::fp32, est::DType::bf16})
         for (est::Optimizer opt : {est::Optimizer::sgd, est::Optimizer::adam}) {
           const bool cnn = name[0] == 'r' || name[0] == 'm';
-          const uint64_t seq = cnn ? 0 : 256;
           if (!cnn && batch > 16) continue;
-          const est::Model model = est::make_preset(name, est::RunShape{batch, seq, dtype});
-          wl::test::FakeDevice dev;
-          wl::test::FakeCompute gpu;
-          wl::CachingAllocator alloc(dev);
-          wl::Trainer trainer(model, wl::TrainOptions{dtype, opt, 400}, alloc, gpu);
-          trainer.setup();
-          for (int i = 0; i < 3; ++i) trainer.step();
-          const uint64_t peak = alloc.stats().peak_reserved_bytes;
-          const double err = relative(driver_bytes(model, dtype, opt), peak);
-          lo = std::min(lo, err);
-          hi = std::max(hi, err);
-          const std::string what = std::string(name) + " batch " + std::to_string(batch) + " " +
-                                   est::dtype_name(dtype) + " " + est::optimizer_name(opt);
-          CAPTURE(what);
-          CHECK(err >= -kSweepUnder);
-          CHECK(err <= kSweepOver);
+          configs.push_back({name, batch, dtype, opt});
         }
-  MESSAGE("estimate vs emulated reserved peak: " << lo * 100 << "% .. " << hi * 100 << "%");
+  // The CNNs at batch 32, fp32, Adam: where the previous closed-form rule was furthest above.
+  for (const char* name : {"resnet50", "efficientnet-b0", "inception-v3", "vgg16", "mobilenet-v2"})
+    configs.push_back({name, 32, est::DType::fp32, est::Optimizer::adam});
+  // Where the emulated allocator reserves more from its second iteration on (62.2 -> 70.2 GB).
+  configs.push_back({"llama-1b", 16, est::DType::bf16, est::Optimizer::adam, 1024});
+  double lo = 1, hi = -1;
+  std::string worst;
+  for (const Config& c : configs) {
+    const bool cnn = c.name[0] != 'b' && c.name[0] != 'g' && c.name[0] != 'l';
+    const est::Model model = est::make_preset(c.name, est::RunShape{c.batch, cnn ? 0u : c.seq, c.dtype});
+    wl::test::FakeDevice dev;
+    wl::test::FakeCompute gpu;
+    wl::CachingAllocator alloc(dev);
+    wl::Trainer trainer(model, wl::TrainOptions{c.dtype, c.opt, 400}, alloc, gpu);
+    trainer.setup();
+    for (int i = 0; i < 3; ++i) trainer.step();
+    const uint64_t peak = alloc.stats().peak_reserved_bytes;
+    const uint64_t estimate = driver_bytes(model, c.dtype, c.opt);
+    const double err = relative(estimate, peak);
+    const std::string what = c.name + " batch " + std::to_string(c.batch) + " " + est::dtype_name(c.dtype) + " " +
+                             est::optimizer_name(c.opt);
+    MESSAGE(what << ": emulated " << peak << " B, model " << estimate << " B, " << err * 100 << "%");
+    if (err > hi) worst = what;
+    lo = std::min(lo, err);
+    hi = std::max(hi, err);
+    CAPTURE(what);
+    CHECK(err >= -kUnder);
+    CHECK(err <= kOver);
+  }
+  MESSAGE("estimate vs emulated reserved peak: " << lo * 100 << "% .. " << hi * 100 << "% (" << worst << ")");
+}
+
+TEST_CASE("the two-layer model counted by hand in analytic_test.cpp, on the emulated allocator") {
+  // The same model: 122 MiB reserved by the replay (counted there), reached by the allocator too.
+  constexpr uint64_t MiB = 1ULL << 20;
+  est::Model m;
+  m.name = "toy";
+  est::Layer a;
+  a.name = "a";
+  a.params = {262144};
+  a.saved_bytes = {30 * MiB};
+  a.output_bytes = 30 * MiB;
+  est::Layer c;
+  c.name = "c";
+  c.params = {100};
+  c.saved_bytes = {12 * MiB + 1};
+  c.output_bytes = 4;
+  m.layers = {a, c};
+  wl::test::FakeDevice dev;
+  wl::test::FakeCompute gpu;
+  wl::CachingAllocator alloc(dev);
+  wl::Trainer trainer(m, wl::TrainOptions{est::DType::fp32, est::Optimizer::sgd, 400}, alloc, gpu);
+  trainer.setup();
+  for (int i = 0; i < 3; ++i) trainer.step();
+  CHECK(alloc.stats().peak_reserved_bytes == 122 * MiB);
+  CHECK(driver_bytes(m, est::DType::fp32, est::Optimizer::sgd) == 122 * MiB);
 }
 }

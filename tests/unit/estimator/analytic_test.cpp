@@ -134,11 +134,19 @@ TEST_CASE("the caching allocator's segments, counted by hand on a two-layer mode
   CHECK(e.layers[1].bytes == 30 * MiB + (12 * MiB + 1) + 4 + 30 * MiB + (12 * MiB + 1));
   CHECK(e.layers[0].bytes == 90 * MiB);
   CHECK(e.peak_layer == "a");
-  // Reserved: small pool = weights and gradients (2 × (1 MiB + 512)) + the loss's 512 B block,
-  // in 2 MiB segments: 4 MiB. Large pool: three 30 MiB tensors live at a's backward and two
-  // 14 MiB segments at c's (saved + temporary): 3·30 + 2·14 = 118 MiB; plus one more segment of
-  // the largest tensor for later iterations: 30 MiB. 152 MiB in all.
-  const uint64_t reserved = 4 * MiB + 118 * MiB + 30 * MiB;
+  // Reserved, replaying the step over PyTorch's rules (512 B blocks, best fit, splits, no merging):
+  //   setup, small pool: a's weight (1 MiB) opens a 2 MiB segment, leaving a free 1 MiB; c's
+  //     weight (512 B) splits it (1 MiB - 512 left); a's gradient does not fit there: a second
+  //     2 MiB segment; c's gradient splits the smaller free block again. 4 MiB.
+  //   iteration 1, large pool: a's saved 30 MiB, a segment of 30 MiB; c's saved 12 MiB + 512 B, a
+  //     14 MiB segment whose 2 MiB - 512 B rest is cached (more than 1 MiB: split); the loss's
+  //     gradient, 512 B from the small pool's cache. c's backward: the gradient of a's output,
+  //     another 30 MiB segment; the temporary of 12 MiB + 512 B fits no cached block (2 MiB - 512
+  //     B): another 14 MiB segment. a's backward: its temporary of 30 MiB, a third 30 MiB segment.
+  //     3·30 + 2·14 = 118 MiB.
+  //   iteration 2 finds every block it asks for, of its own size, in the cache: nothing more.
+  // 122 MiB in all (coloc-train's emulated allocator reaches the same: estimate_agreement_test.cpp).
+  const uint64_t reserved = 4 * MiB + 118 * MiB;
   const uint64_t requested = 2 * (262144 * 4 + 400) + 90 * MiB;
   CHECK(bytes_of(e, "allocator") == reserved - requested);
   CHECK(bytes_of(e, "cublas_workspace") == 0);
@@ -208,14 +216,24 @@ TEST_CASE("properties: mixed precision, optimizers, devices, allocators, the sum
       CHECK(std::string(err.what()).find("H100") != std::string::npos);
     }
   }
-  SUBCASE("a plain allocator costs less than PyTorch's caching one") {
-    for (const char* name : {"resnet50", "gpt2-small"}) {
-      const Model mm = make_preset(name, RunShape{8, std::string(name) == "resnet50" ? 0u : 256u, DType::fp32});
+  SUBCASE("a plain allocator loses memory to 2 MiB pages, PyTorch's caching one to its cache") {
+    // resnet50: the caching allocator keeps every layer's cuDNN workspace and temporaries cached,
+    // where cuMemFree returns them. gpt2-small: each 768 x 768 fp32 weight and gradient (2.25 MiB)
+    // takes two 2 MiB pages under plain, 4.5 MiB of a 20 MiB segment under caching.
+    struct Case {
+      const char* name;
+      bool caching_costs_more;
+    };
+    for (const Case c : {Case{"resnet50", true}, Case{"gpt2-small", false}}) {
+      const Model mm = make_preset(c.name, RunShape{8, c.caching_costs_more ? 0u : 256u, DType::fp32});
       EstimateOptions p = o;
       const uint64_t caching = bytes_of(estimate_training(mm, p), "allocator");
       p.allocator = Allocator::plain;
-      CAPTURE(name);
-      CHECK(bytes_of(estimate_training(mm, p), "allocator") < caching);
+      const uint64_t plain = bytes_of(estimate_training(mm, p), "allocator");
+      CAPTURE(std::string(c.name));
+      CHECK(plain > 0);
+      CHECK(caching > 0);
+      CHECK((caching > plain) == c.caching_costs_more);
     }
     CHECK(parse_allocator("plain") == Allocator::plain);
     CHECK(parse_allocator("pytorch") == Allocator::pytorch);
