@@ -120,6 +120,11 @@ Tensor Net::relu_(const Tensor& x) {
   return x;
 }
 
+Tensor Net::relu6_(const Tensor& x) {
+  keep(make(x.c, x.h, x.w));  // the copy of the input autograd saves
+  return x;
+}
+
 Tensor Net::relu(const Tensor& x) {
   Tensor y = make(x.c, x.h, x.w);
   keep(y);
@@ -226,6 +231,8 @@ namespace {
 
 // Conv → BatchNorm → ReLU (in place), the unit of most torchvision CNNs.
 Tensor conv_bn_relu(Net& n, const Tensor& x, const Conv& c) { return n.relu_(n.bn(n.conv(x, c))); }
+// Conv → BatchNorm → ReLU6 (in place), MobileNetV2's unit (torchvision's Conv2dNormActivation).
+Tensor conv_bn_relu6(Net& n, const Tensor& x, const Conv& c) { return n.relu6_(n.bn(n.conv(x, c))); }
 
 // ---- ResNet -------------------------------------------------------------------------------------
 //
@@ -365,13 +372,14 @@ Model build_vgg16(const RunShape& shape) {
 // Table 2, as torchvision.models.mobilenet_v2 builds it (width 1.0): a 3×3/2 stem to 32 channels;
 // inverted residual blocks (1×1 expansion unless t = 1, 3×3 depthwise, linear 1×1 projection; a
 // residual when the stride is 1 and the width unchanged), convolutions without bias, batch norm,
-// ReLU6 in place (torchvision's Conv2dNormActivation); a 1×1 convolution to 1280; global average
+// ReLU6 in place (torchvision's Conv2dNormActivation; autograd keeps a copy of its input, see
+// Net::relu6_); a 1×1 convolution to 1280; global average
 // pooling, dropout 0.2 (not in place) and the classifier. Layers follow torchvision's `features.N`.
 // Published (torchvision model card): 3,504,872 parameters, 0.30 G multiply-adds (224×224).
 Model build_mobilenet_v2(const RunShape& shape) {
   Net n("mobilenet-v2", shape, Defaults{});
   n.begin("features.0");
-  Tensor x = conv_bn_relu(n, n.input(), conv(32, 3, 2));
+  Tensor x = conv_bn_relu6(n, n.input(), conv(32, 3, 2));
   n.end(x);
   const uint64_t settings[7][4] = {{1, 16, 1, 1},  {6, 24, 2, 2},  {6, 32, 3, 2},  {6, 64, 4, 2},
                                    {6, 96, 3, 1},  {6, 160, 3, 2}, {6, 320, 1, 1}};  // t, c, n, s
@@ -381,8 +389,8 @@ Model build_mobilenet_v2(const RunShape& shape) {
       n.begin("features." + std::to_string(index++));
       const uint64_t stride = i == 0 ? st[3] : 1, hidden = x.c * st[0];
       Tensor y = x;
-      if (st[0] != 1) y = conv_bn_relu(n, y, conv(hidden, 1));
-      y = conv_bn_relu(n, y, conv(hidden, 3, stride, hidden));
+      if (st[0] != 1) y = conv_bn_relu6(n, y, conv(hidden, 1));
+      y = conv_bn_relu6(n, y, conv(hidden, 3, stride, hidden));
       y = n.bn(n.conv(y, conv(st[1], 1)));
       if (stride == 1 && x.c == st[1]) y = n.add(y, x);
       n.end(y);
@@ -390,7 +398,7 @@ Model build_mobilenet_v2(const RunShape& shape) {
     }
   }
   n.begin("features.18");
-  x = conv_bn_relu(n, x, conv(1280, 1));
+  x = conv_bn_relu6(n, x, conv(1280, 1));
   n.end(x);
   n.begin("classifier");
   x = n.dropout(n.flatten(n.adaptive_avg_pool(x, 1, 1)));

@@ -6,8 +6,9 @@
 // reference implementation whose module structure it follows (cnn.cpp).
 //
 // What each operation keeps for backward (what autograd saves in PyTorch, derivatives.yaml):
-//   Conv2d its input; BatchNorm its input (plus per-channel statistics, left out); ReLU and ReLU6
-//   in place their output, which is their input tensor (the batch norm's output) modified in place;
+//   Conv2d its input; BatchNorm its input (plus per-channel statistics, left out); ReLU in place
+//   its output, which is its input tensor (the batch norm's output) modified in place; ReLU6 in
+//   place a copy of its input (hardtanh's gradient is written from `self`);
 //   ReLU not in place its output (a new tensor); SiLU, hard-swish, GELU and hard-sigmoid their input
 //   (in place, autograd keeps a copy of the input instead: the same bytes); sigmoid its output; an
 //   elementwise product both operands; max pooling its input and int64 indices of the output's
@@ -79,8 +80,13 @@ class Net {
 
   Tensor conv(const Tensor& x, const Conv& c);
   Tensor bn(const Tensor& x);
-  /// ReLU or ReLU6 in place: keeps its output, which is x.
+  /// ReLU in place: keeps its output, which is x (derivatives.yaml's relu_ uses `result`).
   Tensor relu_(const Tensor& x);
+  /// ReLU6 in place (hardtanh_): keeps a copy of its input, and returns x modified in place.
+  /// PyTorch's derivatives.yaml gives hardtanh's gradient from `self` and has no in-place entry
+  /// from `result` (as relu_ and leaky_relu_ have), so autograd saves the original input of the
+  /// in-place op: one more tensor of x's size.
+  Tensor relu6_(const Tensor& x);
   /// ReLU not in place: keeps its output, a new tensor.
   Tensor relu(const Tensor& x);
   /// SiLU, hard-swish, GELU (in place or not): keeps its input; the output is a new tensor.

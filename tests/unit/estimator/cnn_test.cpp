@@ -147,6 +147,19 @@ TEST_CASE("saved tensors follow what autograd keeps") {
   const uint64_t map = 112 * 112 * 4;
   CHECK(mb.saved_total() == (32 + 32 + 32 + 32 + 32 + 16) * map + (32 + 8 + 8 + 32) * 4);
 
+  // MobileNetV2's stem (features.0: 3×3/2 to 32 × 112 × 112, fp32, one image): the image (the
+  // convolution's input), the convolution's output (batch norm's input), and the copy of batch
+  // norm's output that the in-place ReLU6 keeps (hardtanh_'s gradient is written from its input,
+  // unlike relu_'s). The ReLU6 output itself is kept by features.1, whose depthwise convolution
+  // reads it.
+  Model mb2 = make_preset("mobilenet-v2", shape(1));
+  CHECK(mb2.layers[0].name == "features.0");
+  CHECK(mb2.layers[0].saved_total() == 4 * (3 * 224 * 224 + 2 * 32 * 112 * 112));
+  // features.1 (t = 1: depthwise 3×3 on 32 channels, then a linear 1×1 to 16): its input (the
+  // stem's ReLU6 output), the depthwise output (bn input), the ReLU6's copy of the bn output, the
+  // ReLU6 output (the projection's input), the projection's output (bn input, 16 channels).
+  CHECK(mb2.layers[1].saved_total() == 4 * (32 + 32 + 32 + 32 + 16) * 112 * 112);
+
   // U-Net's loss is over every pixel: logits and fp32 log-softmax of classes × H × W per image.
   Model unet = make_preset("unet-resnet34", shape(2, 256, 5, DType::bf16));
   CHECK(unet.layers.back().name == "segmentation_head");
