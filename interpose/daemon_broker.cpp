@@ -119,6 +119,7 @@ struct WaitNotice {
   const unsigned char* uuid;
   uint64_t asked;          // bytes: the footprint asked at admission, or the grant wanted
   bool footprint;          // admission: `asked` is the job's declared limit (else one context)
+  bool estimated;          // admission: `asked` is the job's declared estimate (COLOC_MEM_ESTIMATE)
   uint64_t in_use;         // bytes (growth)
   uint64_t capacity;       // bytes
   uint64_t physical_free;  // bytes or kUnknown
@@ -129,13 +130,17 @@ struct WaitNotice {
     format_uuid(n.uuid, id);
     const Figures fig(n.asked, n.capacity, n.in_use, n.physical_free, ", %s free on the device now");
     const char *ask = fig.ask, *cap = fig.cap, *use = fig.use, *fr = fig.fr;
-    char why[200];
+    char why[256];
     if (!n.link->connected())
       std::snprintf(why, sizeof why, "colocd is away (restarting), and the %s waits for it to come back",
                     n.admission ? "admission" : "growth");
     else if (n.admission && n.footprint)
       std::snprintf(why, sizeof why, "colocd has no room for it yet: it asks %s (its declared footprint, COLOC_MEM_LIMIT / "
                     "--mem) of the device's %s", ask, cap);
+    else if (n.admission && n.estimated)  // its history, when colocd has one, comes first
+      std::snprintf(why, sizeof why, "colocd has no room for it yet: it asks %s (its estimated footprint, "
+                    "COLOC_MEM_ESTIMATE / coloc run --estimate-from), or its footprint from earlier runs (coloc "
+                    "history), of the device's %s", ask, cap);
     else if (n.admission)  // without --mem colocd may hold the footprint it knows from the job's earlier runs
       std::snprintf(why, sizeof why, "colocd has no room for it yet: it asks %s (one CUDA context), or its footprint "
                     "from earlier runs (coloc history), of the device's %s", ask, cap);
@@ -187,6 +192,10 @@ void DaemonBroker::fill_register(bool resume, proto::RegisterMsg* m) {
   m->cmdline_hash = cmdline_.hash;
   m->env_hash = env_hash_;
   m->flags = uint16_t(m->flags | proto::kRegEnvHash);
+  if (o.mem_estimate > 0) {  // (v10) its analytic estimate: the encoder leaves it out for an older colocd
+    m->estimate = o.mem_estimate;
+    m->flags = uint16_t(m->flags | proto::kRegEstimate);
+  }
   std::memcpy(m->cmdline, cmdline_.text, sizeof m->cmdline);
   if (!resume) return;
 
@@ -441,9 +450,14 @@ int DaemonBroker::attach_device(const DeviceInfo& d, Refusal* why) {
   uint64_t footprint = job_limit_.load(std::memory_order_relaxed);
   if (dev_cap < footprint) footprint = dev_cap;  // what the job reserves here
   const bool declared = footprint != kNoLimit && footprint > a.devices[0].request;
-  t_refusal = RefusalDetail{true, d.ordinal, declared ? footprint : a.devices[0].request, 0, d.total_bytes,
-                            proto::kUnknown, 0};
-  WaitNotice notice{&link_, true, d.ordinal, d.uuid, t_refusal.asked, declared, 0, d.total_bytes, proto::kUnknown};
+  // Without a limit, its declared estimate (Register v10) is what colocd reserves, unless its history.
+  const uint64_t estimate = options().mem_estimate < d.total_bytes ? options().mem_estimate : d.total_bytes;
+  const bool estimated = !declared && footprint == kNoLimit && estimate > a.devices[0].request &&
+                         link_.version() >= 10;
+  t_refusal = RefusalDetail{true, d.ordinal, declared ? footprint : estimated ? estimate : a.devices[0].request, 0,
+                            d.total_bytes, proto::kUnknown, 0};
+  WaitNotice notice{&link_, true, d.ordinal, d.uuid, t_refusal.asked, declared, estimated, 0, d.total_bytes,
+                    proto::kUnknown};
   SignalWindow w;
   w.set_notice(kLongWaitNs, &WaitNotice::say, &notice);
   const uint64_t t0 = monotonic_ns(), deadline = wait_deadline();
@@ -538,7 +552,7 @@ Refusal DaemonBroker::grow(int slot, uint64_t wanted) {
   const DeviceInfo& dev = devices().info(slot);
   t_refusal = RefusalDetail{false, dev.ordinal, wanted, stats().slots[slot].in_use.load(std::memory_order_relaxed),
                             slots_[slot].capacity, proto::kUnknown, 0};
-  WaitNotice notice{&link_, false, dev.ordinal, slots_[slot].uuid, wanted, false, t_refusal.in_use,
+  WaitNotice notice{&link_, false, dev.ordinal, slots_[slot].uuid, wanted, false, false, t_refusal.in_use,
                     slots_[slot].capacity, proto::kUnknown};
   SignalWindow w;
   w.set_notice(kLongWaitNs, &WaitNotice::say, &notice);

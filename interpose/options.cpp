@@ -43,6 +43,15 @@ const char* apply_limit(Options& o, const char* value, int ordinal) {
   return err;
 }
 
+const char* apply_estimate(Options& o, const char* value, int) {
+  SizeParse p = parse_size(value);
+  const char* err = p ? nullptr : p.error;
+  if (!err && *p.bytes == 0) err = "0 is not an estimate (unset the variable for none)";
+  if (!err && *p.bytes >= kNoLimit) err = "2^64-1 bytes or more is not an estimate";
+  o.mem_estimate = err ? 0 : *p.bytes;
+  return err;
+}
+
 const char* apply_level(Options& o, const char* value, int) {
   static constexpr struct { const char* word; LogLevel level; } words[] = {
       {"off", LogLevel::off},   {"error", LogLevel::error}, {"warn", LogLevel::warn},
@@ -162,6 +171,7 @@ void add_error(Options& o, const char* fmt, const char* a, const char* b, const 
 
 const char* fallback_of(const OptionSpec& s) {
   if (s.apply == apply_limit) return "no limit applies";
+  if (s.apply == apply_estimate) return "no estimate is declared";
   if (s.apply == apply_level) return "using warn";
   if (s.apply == apply_context_bytes) return "using the default 512 MiB";
   if (s.apply == apply_report) return "no report will be written";
@@ -179,6 +189,10 @@ const OptionSpec kOptionSpecs[] = {
     {"COLOC_MEM_LIMIT", "memory limit for every device (size)", apply_limit},
     {"COLOC_MEM_LIMIT_", "memory limit for one device, numbered as this process numbers it (size)",
      apply_limit},
+    {"COLOC_MEM_ESTIMATE",
+     "the job's estimated footprint per device (size; coloc run --estimate-from sets it): reserved at admission "
+     "when it has no limit and no history",
+     apply_estimate},
     {"COLOC_LOG_LEVEL", "off|error|warn|info|debug (default warn), on stderr", apply_level},
     {"COLOC_JOB", "job name (default <command>-<pid>)", apply_job},
     {"COLOC_REPORT", "path of the JSON ledger written at exit; %p is replaced by the pid", apply_report},

@@ -30,6 +30,10 @@ inline constexpr uint64_t kDefaultContextBytes = 512ull << 20;
 struct Options {
   uint64_t mem_limit = kNoLimit;               ///< COLOC_MEM_LIMIT: bytes, every device
   uint64_t mem_limit_ordinal[kMaxOrdinals] = {};  ///< COLOC_MEM_LIMIT_<n>: bytes, when has_ordinal_limit[n]
+  /// COLOC_MEM_ESTIMATE: bytes per device the job's analytic estimate says it needs (`coloc run
+  /// --estimate-from`); 0 = none. Not a limit: sent in Register (v10) for colocd to reserve at
+  /// admission when the job has no limit and no history.
+  uint64_t mem_estimate = 0;
   bool has_ordinal_limit[kMaxOrdinals] = {};      ///< COLOC_MEM_LIMIT_<n> was given (even malformed)
   LogLevel log_level = LogLevel::warn;         ///< COLOC_LOG_LEVEL
   char job[64] = {};                           ///< COLOC_JOB, or "<command>-<pid>"

@@ -61,7 +61,7 @@ TEST_CASE("options: every variable of the table") {
   CHECK(std::string(o.job) == "train");
   CHECK(std::string(o.report) == "/tmp/r.%p.json");
   CHECK(o.context_bytes == 300000000ull);
-  CHECK(kOptionSpecCount == 11);
+  CHECK(kOptionSpecCount == 12);
   CHECK(o.job_set);
 }
 
@@ -140,6 +140,24 @@ TEST_CASE("options: a malformed value is one clear error and means no limit") {
   CHECK(has_error(o, "COLOC_MEM_LIMIT_99: not a device ordinal"));
   CHECK(has_error(o, "COLOC_LOG_LEVEL=\"loud\""));
   CHECK(has_error(o, "COLOC_CONTEXT_BYTES=\"lots\""));
+}
+
+TEST_CASE("options: COLOC_MEM_ESTIMATE is a size, not a limit; a malformed one is one clear error and declares none") {
+  Options o = read({"COLOC_MEM_ESTIMATE=6.5GiB"});
+  CHECK(o.n_errors == 0);
+  CHECK(o.mem_estimate == 13ull << 29);
+  CHECK(o.mem_limit == kNoLimit);  // an estimate limits nothing
+  CHECK(limit_for_ordinal(o, 0) == kNoLimit);
+  CHECK(read({"PATH=/bin"}).mem_estimate == 0);
+  for (const char* bad : {"COLOC_MEM_ESTIMATE=six gigs", "COLOC_MEM_ESTIMATE=0", "COLOC_MEM_ESTIMATE=-1G",
+                          "COLOC_MEM_ESTIMATE=18446744073709551615", "COLOC_MEM_ESTIMATE="}) {
+    CAPTURE(bad);
+    Options m = read({bad});
+    CHECK(m.mem_estimate == 0);
+    CHECK(m.n_errors == 1);
+    CHECK(has_error(m, "COLOC_MEM_ESTIMATE=\""));
+    CHECK(has_error(m, "no estimate is declared"));
+  }
 }
 
 TEST_CASE("options: a limit of 2^64-1 bytes (the protocol's no-limit marker) is malformed, not a silent no limit") {
