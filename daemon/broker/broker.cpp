@@ -148,9 +148,10 @@ Bytes Broker::reservation_for(Bytes limit, const Device& dev) const {
   return std::min(limit, sat_sub(dev.capacity, dev.headroom));
 }
 
-std::pair<Bytes, Footprint> Broker::footprint_for(Bytes limit, Bytes estimate, const Device& dev) const {
+std::pair<Bytes, Footprint> Broker::footprint_for(Bytes limit, Bytes history, Bytes declared, const Device& dev) const {
   if (limit != kNoLimit) return {reservation_for(limit, dev), Footprint::kMem};
-  if (estimate > 0) return {std::min(estimate, sat_sub(dev.capacity, dev.headroom)), Footprint::kHistory};
+  if (history > 0) return {std::min(history, sat_sub(dev.capacity, dev.headroom)), Footprint::kHistory};
+  if (declared > 0) return {std::min(declared, sat_sub(dev.capacity, dev.headroom)), Footprint::kEstimate};
   return {0, Footprint::kNone};
 }
 
@@ -221,7 +222,7 @@ bool Broker::waits_on(const Waiter& w, uint32_t device) const {
 
 WaiterView Broker::view_of(const Waiter& w) const {
   const Job& j = jobs_.at(w.job);
-  bool reserves = j.limit != kNoLimit;  // an admission that declares (or is known by) a footprint
+  bool reserves = j.limit != kNoLimit || j.estimate > 0;  // an admission that declares (or is known by) a footprint
   for (const AttachNeed& n : w.devices) reserves |= n.cap != kNoLimit || n.estimate > 0;
   return WaiterView{j.priority, w.order, w.admission, w.admission && reserves};
 }
@@ -316,7 +317,7 @@ Broker::Decision Broker::decide_attach(Client& c, const std::vector<AttachNeed>&
   (void)now;
   Decision d;
   Job& job = job_of(c);
-  bool reserves = job.limit != kNoLimit;
+  bool reserves = job.limit != kNoLimit || job.estimate > 0;
   for (const AttachNeed& n : devs) reserves |= n.cap != kNoLimit || n.estimate > 0;
   WaiterView me{job.priority, next_order_, true, reserves};
   Bytes user_extra_need = 0, user_extra_target = 0;
@@ -347,7 +348,7 @@ Broker::Decision Broker::decide_attach(Client& c, const std::vector<AttachNeed>&
         return d;
       }
     }
-    const Bytes reserved = admitted ? it->second.reserved : footprint_for(limit, n.estimate, device).first;
+    const Bytes reserved = admitted ? it->second.reserved : footprint_for(limit, n.estimate, job.estimate, device).first;
     const Bytes cur = admitted ? std::max(it->second.reserved, granted) : 0;
     const Bytes target = std::min(round_up(req, config_.grant_step), limit - granted);
     const Bytes extra_target = sat_sub(std::max(reserved, granted + target), cur);
@@ -430,7 +431,7 @@ void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<AttachNeed>
       jd.admitted = true;
       jd.admitted_at = now;
       jd.cap = devs[i].cap;
-      const auto [reserved, source] = footprint_for(limit_on(job, dev), devs[i].estimate, d);
+      const auto [reserved, source] = footprint_for(limit_on(job, dev), devs[i].estimate, job.estimate, d);
       set_job_device(job, dev, reserved, jd.granted);
       jd.source = source;
       event(Event::Kind::kAdmitted, job, now, dev);
@@ -746,7 +747,7 @@ Bytes Broker::extra_need(const Waiter& w, uint32_t device) const {
   }
   for (const AttachNeed& n : w.devices)
     if (n.device == device) {
-      const Bytes r = admitted ? reserved : footprint_for(std::min(job.limit, n.cap), n.estimate, devices_[device]).first;
+      const Bytes r = admitted ? reserved : footprint_for(std::min(job.limit, n.cap), n.estimate, job.estimate, devices_[device]).first;
       return sat_sub(std::max(r, sat_add(granted, n.request)), cur);
     }
   return 0;

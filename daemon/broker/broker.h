@@ -154,6 +154,10 @@ struct Job {
   /// Its registered anchors (ClientSpec::anchor): while > 0, a device its last attached process
   /// leaves keeps the job's standing there (admitted, reservation held, nothing granted).
   uint32_t anchors = 0;
+  /// Its declared estimate per device (bytes; 0 = none): the ClientSpec::estimate of the first of
+  /// its clients that declared one. Its reservation at a first admission on a device where it has
+  /// no limit and no history (footprint_for).
+  Bytes estimate = 0;
 };
 
 struct ClientSlot {
@@ -302,15 +306,16 @@ class Broker {
 
   /// The job's online prediction of its peak on `device` (an index into devices(); bytes, > 0):
   /// the sum of its processes' stable predictions there. Kept for the books (JobDevice::predicted)
-  /// and, where the job's reservation there is not a declared limit (history's, its own earlier
-  /// prediction, or none), raised to: a history estimate below what this run shows it needs is too
+  /// and, where the job's reservation there is not a declared limit (history's, its declared
+  /// estimate's, its own earlier prediction, or none), raised to: a history estimate (or a declared
+  /// one) below what this run shows it needs is too
   /// low for this run. The reservation follows a higher prediction when the whole raise fits now
   /// (available memory, the user's cap, no other job's request waiting there), else it stays
   /// (kKept*, and the job grows by ordinary grants, as before; nothing is ever failed for it).
   /// A prediction never lowers a reservation. False when the job is not admitted there; else
   /// true, with *change (optional) saying what happened (kUnchanged when nothing did).
   bool set_prediction(JobSerial job, uint32_t device, Bytes predicted, Nanos now, ReservationChange* change = nullptr);
-  /// After a restart: the job's reservation on `device` came from `source` (history or online)
+  /// After a restart: the job's reservation on `device` came from `source` (history, estimate or online)
   /// and was `bytes`: raised back to it when the whole raise fits now (else kept, as
   /// set_prediction), unless a declared limit holds there. False when the job is not admitted.
   bool restore_reservation(JobSerial job, uint32_t device, Bytes bytes, Footprint source, ReservationChange* change = nullptr);
@@ -443,8 +448,9 @@ class Broker {
   /// capacity - headroom), 0 without a limit.
   Bytes reservation_for(Bytes limit, const Device& dev) const;
   /// The reservation at a job's first admission on a device: its declared limit there if any,
-  /// else its history's estimate (0 = none), within capacity - headroom; and where it came from.
-  std::pair<Bytes, Footprint> footprint_for(Bytes limit, Bytes estimate, const Device& dev) const;
+  /// else its history's estimate `history` (0 = none), else its declared estimate `declared` (0 =
+  /// none), within capacity - headroom; and where it came from.
+  std::pair<Bytes, Footprint> footprint_for(Bytes limit, Bytes history, Bytes declared, const Device& dev) const;
   /// Raises job's reservation on `dev` to `wanted` if the whole raise fits now (see set_limit);
   /// the outcome, before/after filled in.
   ReservationChange try_raise(Job& job, uint32_t dev, Bytes wanted);

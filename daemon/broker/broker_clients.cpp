@@ -115,6 +115,7 @@ ClientId Broker::add_client(const ClientSpec& spec, pages::ControlPage* control,
     event(Event::Kind::kJobStarted, jobs_.at(serial), now);
   }
   Job& job = jobs_.at(serial);
+  if (job.estimate == 0) job.estimate = spec.estimate;  // the first client that declares one
   Client c;
   c.id = next_client_++;
   c.job = serial;

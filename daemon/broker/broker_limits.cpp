@@ -104,9 +104,10 @@ bool Broker::set_prediction(JobSerial serial, uint32_t dev, Bytes predicted, Nan
   ReservationChange ch;
   ch.device = dev;
   ch.before = ch.after = jd.reserved;
-  // Precedence: a declared limit, then the history, then this prediction. A history estimate
-  // below what this run has shown it needs (its stable prediction) is raised like an online one:
-  // raising never fails anything, and the job will need that much again.
+  // Precedence: a declared limit, then the history, then the declared estimate, then this
+  // prediction. A history or declared estimate below what this run has shown it needs (its stable
+  // prediction) is raised like an online one: raising never fails anything, and the job will need
+  // that much again.
   const bool mine = limit_on(job, dev) == kNoLimit && jd.source != Footprint::kMem;
   const Bytes wanted = std::min(predicted, sat_sub(d.capacity, d.headroom));
   if (mine && wanted > jd.reserved) {
@@ -142,7 +143,8 @@ bool Broker::restore_reservation(JobSerial serial, uint32_t dev, Bytes bytes, Fo
   ch.device = dev;
   ch.before = ch.after = jd.reserved;
   const Bytes wanted = std::min(bytes, sat_sub(devices_[dev].capacity, devices_[dev].headroom));
-  if (limit_on(job, dev) == kNoLimit && (source == Footprint::kHistory || source == Footprint::kOnline) &&
+  if (limit_on(job, dev) == kNoLimit &&
+      (source == Footprint::kHistory || source == Footprint::kEstimate || source == Footprint::kOnline) &&
       wanted > jd.reserved) {
     ch = try_raise(job, dev, wanted);
     if (ch.outcome == ReservationChange::kRaised) {

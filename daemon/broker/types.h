@@ -66,6 +66,10 @@ struct ClientSpec {
   /// The job's anchor (`coloc run`, proto::kRegAnchor): attaches nothing; while one is registered
   /// the job keeps its reservation on devices none of its processes is attached to.
   bool anchor = false;
+  /// The job's declared estimate per device (Register v10, kRegEstimate: COLOC_MEM_ESTIMATE, from
+  /// `coloc run --estimate-from`), bytes; 0 = none. Not a limit: its reservation at a first
+  /// admission when it has neither a limit nor history there.
+  Bytes estimate = 0;
 };
 
 /// One device of an Attach request.
@@ -84,19 +88,23 @@ struct AttachRequest {
 };
 
 /// Where a job's reservation on a device comes from. Precedence: a declared limit (`--mem`, or a
-/// process's COLOC_MEM_LIMIT_<n>) over the run history over the online prediction.
+/// process's COLOC_MEM_LIMIT_<n>) over the run history over the job's declared estimate over the
+/// online prediction. A stable prediction above a history or estimate reservation still raises
+/// it (neither is a limit).
 enum class Footprint : uint8_t {
   kNone = 0,  ///< nothing known: no reservation (the job grows by ordinary grants)
   kMem,       ///< the declared limit
   kHistory,   ///< the run history's estimate at admission (est::history_estimate)
   kOnline,    ///< the job's own stable online prediction (estimator/online.h)
+  kEstimate,  ///< the job's declared analytic estimate at admission (ClientSpec::estimate)
 };
-/// "none", "mem", "history", "online".
+/// "none", "mem", "history", "online", "estimate".
 inline const char* footprint_name(Footprint f) {
   switch (f) {
     case Footprint::kMem: return "mem";
     case Footprint::kHistory: return "history";
     case Footprint::kOnline: return "online";
+    case Footprint::kEstimate: return "estimate";
     case Footprint::kNone: break;
   }
   return "none";

@@ -100,7 +100,7 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
     broker::Bytes p = std::max(rec ? rec->peak(d.uuid) : 0, dev_in_use);
     const bool admitted = jd_it != job.devices.end() && jd_it->second.admitted;
     devs.push_back({{"uuid", d.uuid.str()},
-                    // Where the reservation came from (--mem, history, online, none), and the
+                    // Where the reservation came from (--mem, history, estimate, online, none), and the
                     // job's online prediction of its peak here (null until stable).
                     {"reservation_source", admitted ? broker::footprint_name(jd_it->second.source) : "none"},
                     {"predicted_peak", admitted && jd_it->second.predicted ? json(jd_it->second.predicted) : json(nullptr)},
@@ -135,6 +135,8 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
                            : json(compute::paused_by_name(gates_.paused(job.serial)))},
          {"ungated_processes", gates_.ungated(job.serial)},
          {"limit", bytes_or_null(job.limit)},
+         // Its declared estimate per device (coloc run --estimate-from; null = none).
+         {"estimate", job.estimate ? json(job.estimate) : json(nullptr)},
          {"on_full", job.on_full == proto::OnFull::kWait ? "wait" : "fail"},
          {"pids", pids},
          {"in_use", in_use},

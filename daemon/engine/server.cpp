@@ -679,6 +679,7 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   spec.limit = r.limit;
   spec.wait_timeout = r.wait_timeout_ns;
   spec.anchor = (r.flags & proto::kRegAnchor) != 0;
+  spec.estimate = (r.flags & proto::kRegEstimate) ? r.estimate : 0;  // (v10; decode refuses it below)
   spec.age = *start_time;
   const bool resume = (r.flags & proto::kRegResume) != 0;
   // A job that was running when the previous daemon stopped keeps the limit and priority the

@@ -2,10 +2,12 @@
 // history at its admission and at its end, and its online prediction on the sampling timer.
 //
 // Precedence of a job's reservation on a device: its declared limit (`--mem`), then its history
-// (applied at Attach, before the job allocates anything), then its own online prediction (raised
-// on the sampling timer once stable). A stable prediction above a history estimate raises it too
-// (that run needs more than its history says); nothing but `--mem` caps it, and nothing lowers a
-// reservation while the job runs. The broker keeps the source (JobDevice::source).
+// (applied at Attach, before the job allocates anything), then its declared estimate (Register
+// v10: COLOC_MEM_ESTIMATE, `coloc run --estimate-from`; also at Attach), then its own online
+// prediction (raised on the sampling timer once stable). A stable prediction above a history or
+// declared estimate raises it too (that run needs more than they say); nothing but `--mem` caps
+// it, and nothing lowers a reservation while the job runs. The broker keeps the source
+// (JobDevice::source); a restart keeps history, estimate and online reservations alike.
 #include <algorithm>
 #include <ctime>
 
@@ -260,7 +262,8 @@ nlohmann::json Server::estimate_state(const broker::Job& job) const {
   }
   nlohmann::json res = nlohmann::json::array();
   for (const auto& [dev, jd] : job.devices)
-    if (jd.admitted && (jd.source == broker::Footprint::kHistory || jd.source == broker::Footprint::kOnline))
+    if (jd.admitted && (jd.source == broker::Footprint::kHistory || jd.source == broker::Footprint::kEstimate ||
+                        jd.source == broker::Footprint::kOnline))
       res.push_back({{"uuid", broker_.devices()[dev].uuid.str()},
                      {"bytes", jd.reserved},
                      {"source", broker::footprint_name(jd.source)}});
@@ -298,9 +301,10 @@ void Server::restore_estimate(const broker::Job& job, const nlohmann::json& stat
     PendingRestore p;
     if (!broker::Uuid::parse(r["uuid"].get<std::string>(), &p.uuid)) continue;
     const std::string src = r.value("source", "");
-    p.source = src == "history" ? broker::Footprint::kHistory
-               : src == "online" ? broker::Footprint::kOnline
-                                 : broker::Footprint::kNone;
+    p.source = src == "history"    ? broker::Footprint::kHistory
+               : src == "estimate" ? broker::Footprint::kEstimate
+               : src == "online"   ? broker::Footprint::kOnline
+                                   : broker::Footprint::kNone;
     if (p.source == broker::Footprint::kNone) continue;
     p.bytes = r["bytes"].get<uint64_t>();
     pending.push_back(p);

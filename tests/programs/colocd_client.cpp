@@ -9,6 +9,7 @@
 //     --socket PATH  --job ID  --mem SIZE  --priority high|normal|best-effort  --on-full wait|fail
 //     --wait-timeout SECONDS  --proto 1|2  --as-user NAME (setuid before connecting; needs root)
 //     --reconnect (reconnect and re-register when the daemon goes away)
+//     --estimate SIZE (the job's declared estimate per device, v10: as COLOC_MEM_ESTIMATE)
 //   Steps:
 //     attach:N:CAP:REQ[:FREE[:DEVCAP]][,...]   admission on devices (uuid from number N, or N = a
 //                               CUDA UUID "GPU-..." as coloc status prints it; FREE "-" = unknown;
@@ -70,6 +71,7 @@ struct Client {
   proto::Priority priority = proto::Priority::kNormal;
   proto::OnFull on_full = proto::OnFull::kWait;
   uint64_t wait_timeout_ns = 0;
+  uint64_t estimate = 0;  // bytes per device; 0 = none
   uint16_t version = proto::kVersion;
   bool reconnect = false;
   int cancel_after_ms = -1;
@@ -159,6 +161,10 @@ int do_register(Client& c, bool resume) {
   // As libcoloc.so: the environment's footprint hash (v9; encode() leaves it out for older daemons).
   r.env_hash = wire::env_fingerprint([](const char* n) { return ::getenv(n); });
   r.flags = proto::kRegEnvHash;
+  if (c.estimate > 0) {  // (v10; encode() leaves it out for older daemons)
+    r.estimate = c.estimate;
+    r.flags = uint16_t(r.flags | proto::kRegEstimate);
+  }
   if (resume) {
     // The exact ledger, slot i as entry i: the daemon rebuilds its books from it.
     r.flags = uint16_t(r.flags | proto::kRegResume);
@@ -502,6 +508,7 @@ int main(int argc, char** argv) {
     if (a == "--socket") c.socket = val();
     else if (a == "--job") c.job = val();
     else if (a == "--mem") c.limit = size_arg(val());
+    else if (a == "--estimate") c.estimate = size_arg(val());
     else if (a == "--priority") {
       std::string p = val();
       if (!proto::parse_priority(p.c_str(), &c.priority)) die("bad priority " + p);
