@@ -141,6 +141,10 @@ int register_anchor_as(const std::string& socket, const AnchorSpec& spec, std::s
   r.cmdline_hash = cmd.hash;
   r.env_hash = wire::env_fingerprint([](const char* n) { return ::getenv(n); });
   r.flags = uint16_t(r.flags | proto::kRegEnvHash);
+  if (spec.estimate > 0) {
+    r.estimate = spec.estimate;
+    r.flags = uint16_t(r.flags | proto::kRegEstimate);
+  }
   std::memcpy(r.cmdline, cmd.text, sizeof r.cmdline);
   proto::Status st;
   if (int rc = wire::send(fd, r, 1, version, &st); rc != 0) {

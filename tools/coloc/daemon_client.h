@@ -36,6 +36,9 @@ struct AnchorSpec {
   proto::OnFull on_full = proto::OnFull::kWait;
   uint64_t wait_timeout_ns = 0;                    ///< COLOC_WAIT_TIMEOUT in ns; 0 = colocd's default
   std::vector<std::string> command;                ///< the command and its arguments (the report's command)
+  /// Bytes per device of the job's analytic estimate (COLOC_MEM_ESTIMATE, --estimate-from); 0 = none.
+  /// Sent with kRegEstimate (protocol v10; left out for an older colocd).
+  uint64_t estimate = 0;
 };
 
 /// Connects to colocd at `socket` and registers as the anchor of `spec.job`, waiting up to

@@ -204,7 +204,7 @@ std::string status_table(const json& s, bool wide) {
       if (wide) {  // with where it came from, when not a declared limit
         std::string res = bytes_text(job["reserved"]);
         const std::string src = str(job, "reservation_source", "none");
-        if (src == "history" || src == "online") res += " (" + src + ")";
+        if (src == "history" || src == "estimate" || src == "online") res += " (" + src + ")";
         r.push_back(res);
       }
       r.push_back(bytes_text(job["in_use"]));
@@ -406,6 +406,7 @@ std::string report_table(const json& r) {
     o << "\n" << short_uuid(str(d, "uuid")) << ": reservation " << bytes_text(d.value("reservation", json(0)));
     if (src == "mem") o << " (--mem)";
     else if (src == "history") o << " (from the job's history)";
+    else if (src == "estimate") o << " (from its estimate: coloc run --estimate-from / COLOC_MEM_ESTIMATE)";
     else if (src == "online") o << " (from its online prediction)";
     else o << " (none: it grew by ordinary grants)";
     if (predicted) {

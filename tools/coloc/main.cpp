@@ -1,6 +1,7 @@
 // coloc — the command line: run a job under coloc, and see and steer what colocd does.
 //
-//   coloc run [--mem SIZE] [--priority P] [--weight W] [--on-full wait|fail] [--job NAME] [--sim] -- CMD ARGS...
+//   coloc run [--mem SIZE | --estimate-from MODEL --batch N [...]] [--priority P] [--weight W] [--on-full wait|fail]
+//             [--job NAME] [--sim] -- CMD ARGS...
 //   coloc status [--json] [--wide]      coloc jobs [--json]
 //   coloc report JOB [--json] [--svg FILE]
 //   coloc set JOB [--mem SIZE] [--priority P] [--weight W]
@@ -104,6 +105,7 @@ bool ask(const std::string& socket, const coloc::proto::AdminMsg& m, json* out, 
 const char* empty_what(const std::string& option) {
   static const std::map<std::string, const char*> what = {
       {"--mem", "empty size"},
+      {"--estimate-from", "empty model: a preset name (coloc estimate --list-models) or a model file"},
       {"--priority", "empty priority: use high, normal or best-effort"},
       {"--on-full", "empty value: use wait or fail"},
       {"--job", "empty job name"},
@@ -246,7 +248,8 @@ int do_run(const coloc::cli::RunOptions& opt) {
   // `coloc set`, and its reservation between the command's steps) lives exactly as long as this
   // `coloc run`; then run the command as a child and wait for it. Without colocd (fail-open):
   // exec the command, as the library will run it on its local limits anyway.
-  coloc::cli::AnchorSpec spec{plan.job_id, plan.limit, plan.priority, plan.on_full, plan.wait_timeout_ns, plan.argv};
+  coloc::cli::AnchorSpec spec{plan.job_id, plan.limit, plan.priority, plan.on_full, plan.wait_timeout_ns, plan.argv,
+                              plan.estimate};
   std::string why;
   bool busy = false;
   coloc::proto::RegisterReplyMsg reply;
@@ -403,8 +406,20 @@ int run_cli(int argc, char** argv) {
              "for all of the command's steps and exits with its status)");
   run_cmd->add_option("--mem", run.mem,
                       "The job's memory limit per device, also held for it at admission (e.g. 20GiB). Without it, colocd "
-                      "holds the footprint it knows from the job's earlier runs (coloc history), else its predicted "
-                      "peak once its iterations repeat");
+                      "holds the footprint it knows from the job's earlier runs (coloc history), else its --estimate-from "
+                      "estimate, else its predicted peak once its iterations repeat");
+  run_cmd->add_option("--estimate-from", run.estimate_from,
+                      "A preset model or a model file (as coloc estimate takes them): the job declares its estimated "
+                      "peak per device, held for it at admission when it has no --mem and no history (not a limit; "
+                      "needs --batch)");
+  run_cmd->add_option("--batch", run.batch, "With --estimate-from: sequences or images per step (required)");
+  run_cmd->add_option("--seq", run.seq, "With --estimate-from: tokens per sequence (transformers; default: the model's)");
+  run_cmd->add_option("--image", run.image, "With --estimate-from: image side in pixels (CNNs; default: the model's)");
+  run_cmd->add_option("--classes", run.classes, "With --estimate-from: classifier outputs (CNNs; default: the model's)");
+  run_cmd->add_option("--dtype", run.dtype, "With --estimate-from: fp32 (default), bf16 or fp16");
+  run_cmd->add_option("--optimizer", run.optimizer, "With --estimate-from: sgd, sgd-momentum, adam (default) or adamw");
+  run_cmd->add_option("--allocator", run.allocator, "With --estimate-from: pytorch (default) or plain");
+  run_cmd->add_option("--device-model", run.device_model, "With --estimate-from: the GPU model (default A100)");
   run_cmd->add_option("--priority", run.priority, "high, normal (default) or best-effort");
   run_cmd->add_option("--weight", run.weight,
                       "Quanta per round on timesliced devices, 1-100 (default 1; above 1 needs root or the admin group)");
@@ -414,7 +429,8 @@ int run_cli(int argc, char** argv) {
                       "Longest wait for memory or admission, e.g. 30s, 5m (default: $COLOC_WAIT_TIMEOUT, else colocd's 300s)");
   run_cmd->add_flag("--sim", run.sim, "Run on simgpu, the simulated GPU (for machines without one)");
   run_cmd->add_option("command", run.command, "The command and its arguments (after --)");
-  run_cmd->footer("Example: coloc run --mem 20GiB --priority high -- python train.py");
+  run_cmd->footer("Examples: coloc run --mem 20GiB --priority high -- python train.py\n"
+                  "          coloc run --estimate-from resnet50 --batch 32 -- python train.py");
 
   // status, jobs
   bool json_out = false, wide = false;

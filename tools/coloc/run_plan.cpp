@@ -10,7 +10,11 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <tuple>
 
+#include "../../estimator/analytic.h"
+#include "../../estimator/input_error.h"
 #include "coloc/size.h"
 
 #ifndef COLOC_SAN_RUNTIME
@@ -29,6 +33,95 @@ bool exists(const std::string& p) {
 std::string base_name(const std::string& path) {
   auto slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// A whole number >= 1 given to `option`; false with a sentence in *error otherwise.
+bool positive(const std::string& option, const std::string& text, uint64_t* out, std::string* error) {
+  if (text.empty() || text.size() > 12 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) ||
+      std::stoull(text) == 0) {
+    *error = option + " '" + text + "': a whole number, at least 1";
+    return false;
+  }
+  *out = std::stoull(text);
+  return true;
+}
+
+// --estimate-from: the analytic estimate of the run its options describe (estimator/analytic.h),
+// its bytes in *bytes and the note that says it in *note; false with a sentence in *error.
+bool estimate_run(const RunOptions& opt, uint64_t* bytes, std::string* note, std::string* error) {
+  if (opt.batch.empty()) {
+    *error = "--estimate-from needs --batch N (sequences or images per step): the estimate depends on it";
+    return false;
+  }
+  est::RunShape shape;
+  if (!positive("--batch", opt.batch, &shape.batch, error)) return false;
+  for (auto [option, text, field] : {std::tuple{"--seq", &opt.seq, &shape.seq}, std::tuple{"--image", &opt.image, &shape.image},
+                                     std::tuple{"--classes", &opt.classes, &shape.classes}})
+    if (!text->empty() && !positive(option, *text, field, error)) return false;
+  est::EstimateOptions options;
+  if (!opt.dtype.empty()) {
+    auto d = est::parse_dtype(opt.dtype);
+    if (!d) {
+      *error = "--dtype '" + opt.dtype + "': unknown (use fp32, bf16 or fp16)";
+      return false;
+    }
+    options.dtype = *d;
+  }
+  shape.dtype = options.dtype;  // the model is built with the dtype it is estimated with
+  if (!opt.optimizer.empty()) {
+    auto o = est::parse_optimizer(opt.optimizer);
+    if (!o) {
+      *error = "--optimizer '" + opt.optimizer + "': unknown (use sgd, sgd-momentum, adam or adamw)";
+      return false;
+    }
+    options.optimizer = *o;
+  }
+  if (!opt.allocator.empty()) {
+    auto a = est::parse_allocator(opt.allocator);
+    if (!a) {
+      *error = "--allocator '" + opt.allocator + "': unknown (use pytorch or plain)";
+      return false;
+    }
+    options.allocator = *a;
+  }
+  if (!opt.device_model.empty()) {
+    const est::DeviceProfile* d = est::find_device_profile(opt.device_model);
+    if (!d) {
+      std::string known;
+      for (const est::DeviceProfile& p : est::device_profiles()) known += (known.empty() ? "" : ", ") + std::string(p.name);
+      *error = "--device-model '" + opt.device_model + "': unknown (known: " + known + ")";
+      return false;
+    }
+    options.device_model = std::string(d->name);
+  }
+  try {
+    const est::Model model = est::resolve_model(opt.estimate_from, shape);
+    *bytes = est::estimate_training(model, options).total_bytes;
+  } catch (const est::InputError& e) {
+    *error = "--estimate-from '" + opt.estimate_from + "': " + e.what();
+    return false;
+  } catch (const std::exception& e) {  // not the user's input: still no job without its estimate
+    *error = "--estimate-from '" + opt.estimate_from + "': the estimate failed: " + e.what();
+    return false;
+  }
+  if (*bytes == 0) {
+    *error = "--estimate-from '" + opt.estimate_from + "': the estimate came to 0 bytes";
+    return false;
+  }
+  // The same estimate, with its breakdown: `coloc estimate` with the same options.
+  std::string again = std::string("coloc estimate ") + (exists(opt.estimate_from) ? "--model-file " : "--model ") +
+                      opt.estimate_from + " --batch " + opt.batch;
+  for (auto [option, text] : {std::pair{"--seq", &opt.seq}, std::pair{"--image", &opt.image},
+                              std::pair{"--classes", &opt.classes}, std::pair{"--dtype", &opt.dtype},
+                              std::pair{"--optimizer", &opt.optimizer}, std::pair{"--allocator", &opt.allocator},
+                              std::pair{"--device-model", &opt.device_model}})
+    if (!text->empty()) again += std::string(" ") + option + " " + *text;
+  char size[32];
+  format_size(*bytes, size, sizeof size);
+  *note = "estimate for " + base_name(opt.estimate_from) + " batch " + opt.batch + ": " + size + " per device (" +
+          again + " for the breakdown); colocd reserves it at admission unless the job's history says otherwise";
+  return true;
 }
 
 }  // namespace
@@ -129,6 +222,29 @@ bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& e
   }
   RunPlan p;
   p.env = env;
+  // --estimate-from: the job's estimate, when it declares no limit (--mem is its footprint).
+  const std::pair<const char*, const std::string*> shape_options[] = {
+      {"--batch", &opt.batch},         {"--seq", &opt.seq},           {"--image", &opt.image},
+      {"--classes", &opt.classes},     {"--dtype", &opt.dtype},       {"--optimizer", &opt.optimizer},
+      {"--allocator", &opt.allocator}, {"--device-model", &opt.device_model}};
+  if (opt.estimate_from.empty()) {
+    for (auto [option, text] : shape_options)
+      if (!text->empty()) {
+        *error = std::string(option) + " describes the run --estimate-from estimates: give --estimate-from MODEL "
+                 "(a preset or a model file) too, or leave it out";
+        return false;
+      }
+    p.env.erase("COLOC_MEM_ESTIMATE");  // coloc run's options declare the job, not an inherited variable
+  } else if (!opt.mem.empty()) {
+    *error = "--estimate-from with --mem: --mem already declares the job's footprint (its limit, reserved at "
+             "admission); give one of them";
+    return false;
+  } else {
+    std::string note;
+    if (!estimate_run(opt, &p.estimate, &note, error)) return false;
+    p.env["COLOC_MEM_ESTIMATE"] = std::to_string(p.estimate);
+    p.notes.push_back(note);
+  }
   if (!opt.mem.empty()) {
     SizeParse s = parse_size(opt.mem);
     if (!s) {

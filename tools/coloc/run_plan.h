@@ -18,6 +18,13 @@ struct RunOptions {
   std::string wait_timeout; ///< "" = $COLOC_WAIT_TIMEOUT (or colocd's default); else a duration
   std::string weight;       ///< "" = the default (1); else 1..100 (quanta per round under timeslice)
   bool sim = false;
+  /// --estimate-from: a preset model name or a model file (estimator/analytic.h resolve_model);
+  /// "" = none. The job declares its estimate (COLOC_MEM_ESTIMATE, Register v10) from it.
+  std::string estimate_from;
+  /// The run --estimate-from estimates, as `coloc estimate` takes it ("" = not given): --batch
+  /// (required with it), --seq, --image, --classes, --dtype (fp32), --optimizer (adam),
+  /// --allocator (pytorch), --device-model (A100). Any of them without --estimate-from is an error.
+  std::string batch, seq, image, classes, dtype, optimizer, allocator, device_model;
   std::string socket;       ///< resolved socket path
   std::vector<std::string> command;
 };
@@ -32,16 +39,21 @@ struct RunPlan {
   proto::OnFull on_full = proto::OnFull::kWait;
   uint64_t wait_timeout_ns = 0;      ///< COLOC_WAIT_TIMEOUT of the environment; 0 = colocd's default
   uint32_t weight = 0;               ///< --weight; 0 = not given (the job keeps colocd's default, 1)
+  /// Bytes per device of the analytic estimate (--estimate-from; COLOC_MEM_ESTIMATE in `env`); 0 =
+  /// none. Not a limit: colocd reserves it at admission when the job has no history.
+  uint64_t estimate = 0;
   /// Sentences for the user (coloc run prints each as "coloc: note: ..." on stderr): the job name
   /// was made from the command's name with characters changed or cut; --mem is less than one CUDA
-  /// context costs.
+  /// context costs; the estimate --estimate-from made.
   std::vector<std::string> notes;
 };
 
 /// Builds the plan from `opt`, this process's environment `env`, and `exe_dir` (the directory of
 /// the coloc binary). `suffix` is the random part of the job id (6 hex digits). Errors (a
-/// malformed --mem, an unknown priority, a bad job name, no libcoloc.so) are returned as a
-/// sentence in `*error`.
+/// malformed --mem, an unknown priority, a bad job name, no libcoloc.so; --estimate-from with
+/// --mem, the estimate's options without it, a model or shape the estimator refuses, with its
+/// message) are returned as a sentence in `*error`. With --estimate-from it runs the analytic
+/// estimate (estimator/analytic.h): milliseconds, no file but the model's.
 bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& env, const std::string& exe_dir,
               const std::string& suffix, RunPlan* plan, std::string* error);
 
