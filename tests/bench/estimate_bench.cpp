@@ -96,6 +96,8 @@ struct Row {
   double measured_mib = 0;
   double faketensor_mib = NAN;  // CARMA's FakeTensor estimate, where recorded
   double estimate_mib = NAN;
+  double ft_forward_gib = NAN;  // CARMA's "GB after forward": FakeTensor's tensor bytes after forward
+  double tensors_gib = NAN;     // ours to compare with it: weights + activations
   std::string peak_layer;
   double error() const { return (estimate_mib - measured_mib) / measured_mib; }
   double faketensor_error() const { return (faketensor_mib - measured_mib) / measured_mib; }
@@ -167,6 +169,7 @@ int main(int argc, char** argv) {
     row.measured_mib = std::stod(r.at("Max memory.used [MB]"));
     if (std::stod(m.at("measured_mib")) != row.measured_mib) die("mapping.csv row " + m.at("row") + ": measured_mib differs");
     if (!r.at("Faketensor Estimate [MB]").empty()) row.faketensor_mib = std::stod(r.at("Faketensor Estimate [MB]"));
+    if (!r.at("GB after forward").empty()) row.ft_forward_gib = std::stod(r.at("GB after forward"));
     row.status = m.at("status");
     row.model = m.at("model");
     row.input = m.at("input");
@@ -193,6 +196,9 @@ int main(int argc, char** argv) {
         const est::Model model = est::resolve_model(file ? dir + "/" + row.model : row.model, shape);
         const est::Estimate e = est::estimate_training(model, opt);
         row.estimate_mib = double(e.total_bytes) / double(1 << 20);
+        const est::EstimateItem* w = e.item("weights");
+        const est::EstimateItem* a = e.item("activations");
+        if (w && a) row.tensors_gib = double(w->bytes + a->bytes) / double(1ULL << 30);
         row.peak_layer = e.peak_layer;
       } catch (const est::InputError& e) {
         die("mapping.csv row " + m.at("row") + ": " + e.what());
@@ -229,6 +235,9 @@ int main(int argc, char** argv) {
               {"error", r.error()}, {"peak_layer", r.peak_layer}, {"carma_source", r.source}});
     if (r.classes) j["classes"] = r.classes;
     if (!std::isnan(r.faketensor_mib)) j.update({{"faketensor_mib", r.faketensor_mib}, {"faketensor_error", r.faketensor_error()}});
+    if (!std::isnan(r.ft_forward_gib))
+      j.update({{"faketensor_after_forward_gib", r.ft_forward_gib}, {"tensors_gib", r.tensors_gib},
+                {"tensors_over_faketensor", r.tensors_gib / r.ft_forward_gib}});
     jrows.push_back(j);
     if (r.status == "mapped") {
       mapped.push_back(&r);
@@ -251,6 +260,18 @@ int main(int argc, char** argv) {
   for (const Row& r : rows)
     if (r.status == "unmapped") std::printf("  row %d %s: %s\n", r.row, r.csv_model.c_str(), r.note.c_str());
   std::printf("inferred rows (estimated, not counted): %zu\n", inferred.size());
+
+  // The layer model on its own: CARMA's "GB after forward" is what FakeTensor counted of the real
+  // PyTorch model's tensors (weights moved to the device under FakeTensorMode, and everything kept
+  // for backward); ours is weights + the activation item. Rows whose FakeTensor call used another
+  // input size than the training (Inception: 224 for 299) are not comparable and are marked.
+  std::printf("\ntensors alone, ours (weights + activations) over FakeTensor's after-forward count:\n");
+  for (const Row& r : rows) {
+    if (r.status != "mapped" || std::isnan(r.ft_forward_gib)) continue;
+    std::printf("  row %-3d %-20s %4llu %-10s %6.2f GiB / %6.2f GiB = %.2f%s\n", r.row, r.model.c_str(),
+                (unsigned long long)r.batch, r.input.c_str(), r.tensors_gib, r.ft_forward_gib,
+                r.tensors_gib / r.ft_forward_gib, r.model == "inception-v3" ? "  (FakeTensor ran 224x224)" : "");
+  }
 
   const bool mape_ok = coloc.mape <= 0.10;
   const bool under_ok = double(coloc.under) <= 0.05 * double(coloc.rows) && coloc.worst_under >= -0.05;
