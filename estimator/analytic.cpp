@@ -361,6 +361,20 @@ Estimate estimate_training(const Model& model, const EstimateOptions& options) {
     throw InputError("unknown device model '" + options.device_model + "' (known: " + known + ")");
   }
   if (model.layers.empty()) throw InputError(model.name + ": the model has no layers");
+  {
+    // Every item below is a 64-bit sum; refuse a model whose sizes could wrap one (no device
+    // holds 2^60 bytes): 16 B per parameter at most (weights, gradients, masters, 2 moments), and
+    // each layer's saved tensors, output and input gradients counted twice over.
+    using u128 = unsigned __int128;
+    u128 params = 0, bytes = 0;
+    for (const Layer& l : model.layers) {
+      for (uint64_t c : l.params) params += c;
+      for (uint64_t b : l.saved_bytes) bytes += u128(b) * 2;
+      bytes += u128(l.output_bytes) * 2 + l.workspace_bytes;
+    }
+    if (params * 16 + bytes > u128(1) << 60)
+      throw InputError(model.name + ": too large to estimate: its parameters and activations come to over 2^60 bytes");
+  }
 
   Estimate est;
   const uint64_t params = model.param_count();

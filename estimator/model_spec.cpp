@@ -18,6 +18,8 @@ using nlohmann::json;
 
 namespace {
 
+constexpr size_t kMaxSpecLayers = 65536;  // far more than any network lists; bounds time and memory
+
 // Errors name the spec and the JSON path of the offending value.
 class Reader {
  public:
@@ -197,6 +199,7 @@ ModelSpec parse_model_spec(std::string_view text, const std::string& source) {
     const json& layers = doc["layers"];
     if (!layers.is_array()) r.fail("layers", "must be a list");
     if (layers.empty()) r.fail("layers", "must not be empty");
+    if (layers.size() > kMaxSpecLayers) r.fail("layers", "more than 65536 layers");
     for (size_t i = 0; i < layers.size(); ++i)
       spec.layers.push_back(parse_layer(r, layers[i], "layers[" + std::to_string(i) + "]", i));
   }
@@ -215,6 +218,8 @@ ModelSpec load_model_spec(const std::string& path) {
 Model build_from_spec(const ModelSpec& spec, const RunShape& shape) {
   if (spec.transformer) return build_transformer(spec.name, *spec.transformer, shape);
   if (shape.seq) throw InputError(spec.name + ": --seq applies only to transformer models");
+  if (shape.image || shape.classes)
+    throw InputError(spec.name + ": --image and --classes apply only to convolutional presets (a spec's sizes are per sample)");
   if (shape.batch == 0) throw InputError(spec.name + ": batch must be at least 1");
   Model m;
   m.name = spec.name;

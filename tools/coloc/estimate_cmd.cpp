@@ -178,7 +178,8 @@ int EstimateCommand::run() const {
 
   std::error_code ec;
   if (!model_file_.empty() && !std::filesystem::is_regular_file(model_file_, ec))
-    return usage("--model-file '" + model_file_ + "': no such file");
+    return usage("--model-file '" + model_file_ + "': " +
+                 (std::filesystem::exists(model_file_, ec) ? "not a regular file" : "no such file"));
 
   est::Model model;
   est::Estimate e;

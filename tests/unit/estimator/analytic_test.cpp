@@ -239,6 +239,26 @@ TEST_CASE("properties: mixed precision, optimizers, devices, allocators, the sum
     CHECK(parse_allocator("pytorch") == Allocator::pytorch);
     CHECK(!parse_allocator("cudaMalloc"));
   }
+  SUBCASE("a model whose bytes would wrap 64 bits is refused, not summed modulo 2^64") {
+    Model huge;
+    huge.name = "huge";
+    for (int i = 0; i < 2; ++i) {
+      Layer l;
+      l.name = "l" + std::to_string(i);
+      l.params = {1ULL << 62};  // 2^63 parameters in all: 2^67 bytes of weights alone
+      huge.layers.push_back(l);
+    }
+    CHECK_THROWS_WITH_AS(estimate_training(huge, o), doctest::Contains("huge: too large to estimate"), InputError);
+    huge.layers.resize(1);
+    huge.layers[0].params = {};
+    huge.layers[0].saved_bytes = {1ULL << 63, 1ULL << 63};  // 2^64 bytes saved: 0 modulo 2^64
+    CHECK_THROWS_WITH_AS(estimate_training(huge, o), doctest::Contains("over 2^60 bytes"), InputError);
+    // Just under the bound, the sum is exact.
+    huge.layers[0].saved_bytes = {1ULL << 56};
+    const Estimate e = estimate_training(huge, o);
+    CHECK(bytes_of(e, "activations") == (1ULL << 57));
+    CHECK(e.total_bytes == sum_of_items(e));
+  }
   SUBCASE("total is the sum of the items; without libraries their workspaces are 0") {
     CHECK(sgd.total_bytes == sum_of_items(sgd));
     EstimateOptions n = o;

@@ -388,6 +388,10 @@ TEST_CASE("resolve_model: a preset, a config.json, a coloc spec, or an error") {
     CHECK(msg.find("xlnet-base") != std::string::npos);
     CHECK(msg.find("); or give a file") != std::string::npos);
   }
+  // Not a regular file (a FIFO would block, /dev/zero never end), or over 4 MiB: refused at once.
+  CHECK_THROWS_WITH_AS(resolve_model("/dev/zero", shape), "/dev/zero: not a regular file, not a model file", InputError);
+  const std::string huge = write("huge.json", with(kGpt2, "\"junk\": \"" + std::string(5u << 20, 'x') + "\""));
+  CHECK_THROWS_WITH_AS(resolve_model(huge, shape), doctest::Contains("over 4 MiB"), InputError);
   // A file that is not JSON.
   const std::string bad = write("bad.json", "{\"model_type\": \"bert\",\n");
   try {

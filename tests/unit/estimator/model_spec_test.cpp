@@ -107,5 +107,15 @@ TEST_CASE("malformed specs name the problem and its place, in one line") {
     CHECK(err.find('\n') == std::string::npos);
   }
   CHECK_THROWS_WITH_AS(load_model_spec("/nonexistent.json"), doctest::Contains("cannot read"), InputError);
+  // Too many layers to be a network: refused before they cost seconds and gigabytes.
+  std::string many = R"({"layers": [{})";
+  for (int i = 0; i < 65536; ++i) many += ",{}";
+  CHECK(error_of(many + "]}") == "spec.json: layers: more than 65536 layers");
+  // --image and --classes do not apply to a layer list (its sizes are per sample).
+  const ModelSpec one = parse_model_spec(R"({"name": "one", "layers": [{"params": 10}]})", "spec.json");
+  CHECK_THROWS_WITH_AS(build_from_spec(one, RunShape{1, 0, DType::fp32, 64, 0}), doctest::Contains("--image and --classes"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(build_from_spec(one, RunShape{1, 0, DType::fp32, 0, 10}), doctest::Contains("--image and --classes"),
+                       InputError);
 }
 }
