@@ -171,6 +171,8 @@ Result<void> apply_toml(const std::string& text, const std::string& origin, Conf
     } else if (key == "watcher") {
       if (v != "auto" && v != "bpf" && v != "pidfd") return invalid(where + ": must be auto, bpf or pidfd");
       cfg.watcher = v;
+    } else if (key == "metrics_listen") {
+      cfg.metrics_listen = v;
     } else {
       return invalid(where + ": unknown setting");
     }
@@ -187,7 +189,7 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
                "admits jobs when their footprint fits, and makes allocations wait instead of crash.",
                "colocd"};
   std::string socket, state_dir, config_file, headroom, admin_group, high_priority_group, max_per_user, log_level, grant_step,
-      wait_timeout, sample_interval, resume_grace, watcher, max_connections, hello_timeout;
+      wait_timeout, sample_interval, resume_grace, watcher, max_connections, hello_timeout, metrics_listen;
   bool no_bpf = false;
   app.add_option("--socket", socket, "Unix socket to listen on (default /run/coloc/colocd.sock)");
   app.add_option("--state-dir", state_dir, "Directory for reports and restart state (default /var/lib/coloc)");
@@ -209,6 +211,8 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
                  "Close a connection that sends no valid first message within this (default 5s)");
   app.add_option("--watcher", watcher, "Process watcher: auto (BPF with pidfd fallback), bpf, or pidfd")
       ->check(CLI::IsMember({"auto", "bpf", "pidfd"}));
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Serve Prometheus /metrics on HOST:PORT, e.g. 127.0.0.1:9479 (default off)");
   app.add_flag("--no-bpf", no_bpf, "Do not use BPF (same as --watcher pidfd)");
   app.footer("Sizes: 64MiB, 2G, 1.5GiB, 500MB, or bytes. Durations: 250ms, 5s, 2m, or seconds.");
 
@@ -272,6 +276,7 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
   }
   if (!watcher.empty()) cfg.watcher = watcher;
   if (no_bpf) cfg.watcher = "pidfd";
+  if (!metrics_listen.empty()) cfg.metrics_listen = metrics_listen;
   if (cfg.socket.empty() || cfg.state_dir.empty()) return invalid("socket and state directory must not be empty");
   return out;
 }

@@ -16,6 +16,7 @@
 //   first message    --hello-timeout DUR hello_timeout    5s (a connection that sends no valid first message is closed)
 //   process watcher  --watcher MODE     watcher           auto (BPF + pidfd, falling back to pidfd); bpf; pidfd
 //                    --no-bpf                             (same as --watcher pidfd)
+//   metrics          --metrics-listen HOST:PORT  metrics_listen  off (Prometheus /metrics, e.g. 127.0.0.1:9479)
 // Sizes use the one grammar of coloc/size.h; durations are "250ms", "5s", "2m" or a plain number
 // of seconds. Unknown TOML keys and malformed values are errors that name the key or flag.
 #pragma once
@@ -58,6 +59,9 @@ struct Config {
   /// A connection that has sent no valid first message (Register or Admin) this long after it was
   /// accepted is closed. Clients send it at once; 5 s covers a loaded machine.
   broker::Nanos hello_timeout = 5'000'000'000;
+  /// Where /metrics is served in the Prometheus text format, "HOST:PORT" ("127.0.0.1:9479");
+  /// "" = off (the default).
+  std::string metrics_listen;
 };
 
 /// A count >= 1 ("1024"). Errors name `what`.
