@@ -30,7 +30,8 @@ DAEMON_CORE_SRCS := \
   daemon/engine/resume_state.cpp \
   daemon/config/config.cpp \
   daemon/engine/client_pages.cpp \
-  daemon/device/nvml_reader.cpp
+  daemon/device/nvml_reader.cpp \
+  daemon/device/outside_processes.cpp
 DAEMON_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_CORE_SRCS))
 
 # The event loop, the listener and the process watcher: also linked into the tests, which drive
@@ -51,6 +52,9 @@ DAEMON_SRCS := \
   daemon/engine/server_restart.cpp \
   daemon/engine/server_compute.cpp \
   daemon/engine/server_estimate.cpp \
+  daemon/engine/server_outside.cpp \
+  daemon/engine/server_systemd.cpp \
+  daemon/engine/systemd.cpp \
   daemon/main.cpp
 DAEMON_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_SRCS)) $(DAEMON_IO_OBJS)
 
@@ -83,7 +87,7 @@ COLOCD := $(BUILD)/bin/colocd
 $(COLOCD): $(DAEMON_OBJS) $(DAEMON_CORE_OBJS)
 	$(call say,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(SPDLOG_LIBS) -lsqlite3 -lbpf -lxxhash -ldl -lpthread
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(SPDLOG_LIBS) -lsqlite3 -lbpf -lxxhash -lsystemd -ldl -lpthread
 
 PRODUCTS += $(COLOCD)
 TEST_EXTRA_OBJS += $(DAEMON_CORE_OBJS) $(DAEMON_IO_OBJS)

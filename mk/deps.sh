@@ -14,7 +14,7 @@ PACKAGES=(
   build-essential g++ make python3
   libbpf-dev libxxhash-dev libspdlog-dev libfmt-dev doctest-dev libcli11-dev
   nlohmann-json3-dev libsqlite3-dev libtomlplusplus-dev bpftool clang llvm libclang-rt-14-dev
-  binutils libxml2-utils util-linux tmux prometheus systemd
+  binutils libxml2-utils util-linux tmux prometheus systemd libsystemd-dev
 )
 
 missing_cuda=()

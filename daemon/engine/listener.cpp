@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "coloc/wire.h"
@@ -44,8 +45,34 @@ size_t raise_descriptor_limit() {
   return rl.rlim_cur == RLIM_INFINITY ? size_t(-1) : size_t(rl.rlim_cur);
 }
 
+Result<void> check_listen_socket(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Error::from_errno("is not open");
+  if (!S_ISSOCK(st.st_mode)) return Error{ENOTSOCK, "is not a socket"};
+  int domain = 0, type = 0, listening = 0;
+  socklen_t len = sizeof domain;
+  if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) return Error::from_errno("getsockopt SO_DOMAIN");
+  if (domain != AF_UNIX)
+    return Error{EAFNOSUPPORT, "is not a Unix socket (address family " + std::to_string(domain) +
+                                   "); colocd listens on a path: use ListenSequentialPacket=/run/coloc/colocd.sock"};
+  len = sizeof type;
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return Error::from_errno("getsockopt SO_TYPE");
+  if (type != SOCK_SEQPACKET) {
+    const char* what = type == SOCK_STREAM ? "a SOCK_STREAM socket (ListenStream=)"
+                       : type == SOCK_DGRAM ? "a SOCK_DGRAM socket (ListenDatagram=)"
+                                            : "not a SOCK_SEQPACKET socket";
+    return Error{EPROTOTYPE, std::string("is ") + what +
+                                 "; colocd's protocol is SOCK_SEQPACKET: use ListenSequentialPacket= in the socket unit"};
+  }
+  len = sizeof listening;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0)
+    return Error::from_errno("getsockopt SO_ACCEPTCONN");
+  if (!listening) return Error{EINVAL, "is a SOCK_SEQPACKET socket that is not listening (a connection, or never listen()ed)"};
+  return {};
+}
+
 Result<std::unique_ptr<Listener>> Listener::open(Settings settings, EventLoop& loop, OnAccept on_accept,
-                                                 MakeRoom make_room) {
+                                                 MakeRoom make_room, UniqueFd inherited) {
   if (settings.max_per_user == 0) return Error{EINVAL, "max_connections_per_user must be at least 1"};
   std::unique_ptr<Listener> l(new Listener(std::move(settings), loop, std::move(on_accept), std::move(make_room)));
   rlimit rl{};
@@ -55,7 +82,11 @@ Result<std::unique_ptr<Listener>> Listener::open(Settings settings, EventLoop& l
   l->cap_ = l->settings_.max_per_user;
   if (l->fd_limit_ > 0)
     l->cap_ = std::min(l->cap_, std::max<size_t>(8, l->fd_limit_ > 64 ? (l->fd_limit_ - 64) / 4 : 0));
-  if (auto r = l->bind_socket(); !r) return r.error();
+  if (inherited.valid()) {
+    if (auto r = l->adopt_socket(std::move(inherited)); !r) return r.error();
+  } else if (auto r = l->bind_socket(); !r) {
+    return r.error();
+  }
   if (!l->reopen_reserve()) return Error::from_errno("open /dev/null (the descriptor kept for the descriptor limit)");
   l->watch_directory();
   return l;
@@ -115,7 +146,52 @@ Result<void> Listener::bind_socket() {
   return {};
 }
 
+Result<void> Listener::adopt_socket(UniqueFd sock) {
+  const int fd = sock.get();
+  if (auto r = check_listen_socket(fd); !r) return Error{r.error().err, "the inherited socket " + r.error().what};
+  // systemd hands the socket over blocking: one accept with nothing queued would stall the loop.
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) return Error::from_errno("fcntl O_NONBLOCK (inherited socket)");
+  if (::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) return Error::from_errno("fcntl FD_CLOEXEC (inherited socket)");
+  auto lg = log::get("engine");
+  sockaddr_un addr{};
+  socklen_t len = sizeof addr;
+  std::string path;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 && len > offsetof(sockaddr_un, sun_path) &&
+      addr.sun_path[0] != '\0')
+    path.assign(addr.sun_path, strnlen(addr.sun_path, len - offsetof(sockaddr_un, sun_path)));
+  if (path.empty()) {
+    lg->warn("the socket from the service manager has no path (abstract or unnamed): clients cannot find it by --socket");
+  } else {
+    if (path != settings_.path)
+      lg->info("the socket from the service manager is {} (--socket/socket = {} is not used)", path, settings_.path);
+    settings_.path = path;
+  }
+  struct stat st;
+  if (!path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+    inode_ = st.st_ino;
+    dev_ = st.st_dev;
+  } else if (!path.empty()) {
+    inherited_path_ok_ = false;
+    lg->warn("the socket from the service manager is bound to {}, which does not name it now: new clients cannot "
+             "connect ('systemctl restart colocd.socket colocd' makes it again; jobs keep running)",
+             path);
+  }
+  auto token = loop_.add(fd, EPOLLIN, [this, fd](uint32_t) {
+    on_readable(fd);
+    if (after_events_) after_events_();
+  });
+  if (!token) return token.error();
+  fd_ = std::move(sock);
+  token_ = token.value();
+  inherited_ = true;
+  lg->info("listening on the socket passed by the service manager ({}): it is never bound again or removed by colocd",
+           path.empty() ? std::string("no path") : path);
+  return {};
+}
+
 void Listener::watch_directory() {
+  if (inherited_ && (settings_.path.empty() || settings_.path[0] != '/')) return;
   if (!inotify_.valid()) {
     int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (fd < 0) {
@@ -159,6 +235,27 @@ void Listener::on_directory_event() {
 void Listener::check() {
   struct stat st;
   const bool present = ::lstat(settings_.path.c_str(), &st) == 0;
+  if (inherited_) {
+    // The socket unit's path: not colocd's to bind again (the unit holds the socket and would not
+    // know a new one). Say so when the path stops or starts naming the socket; go on accepting.
+    if (settings_.path.empty() || inode_ == 0) {
+      if (paused_) resume();
+      return;
+    }
+    const bool ok = present && st.st_ino == inode_ && st.st_dev == dev_ && S_ISSOCK(st.st_mode);
+    if (ok != inherited_path_ok_) {
+      inherited_path_ok_ = ok;
+      if (!ok)
+        log::get("engine")->warn(
+            "the socket {} (the service manager's) was {}: colocd keeps accepting on the socket it holds, but new "
+            "clients cannot reach it by its path until 'systemctl restart colocd.socket colocd' (jobs keep running)",
+            settings_.path, present ? "replaced" : "deleted");
+      else
+        log::get("engine")->info("the socket {} names the service manager's socket again", settings_.path);
+    }
+    if (paused_) resume();
+    return;
+  }
   if (!present || st.st_ino != inode_ || st.st_dev != dev_ || !S_ISSOCK(st.st_mode))
     rebind(present ? "replaced" : "deleted");
   if (paused_) resume();
@@ -178,6 +275,7 @@ void Listener::rebind(const char* why) {
 }
 
 void Listener::unlink_path() {
+  if (inherited_) return;  // the socket unit's: it outlives this colocd (and queues for the next)
   struct stat st;
   if (::lstat(settings_.path.c_str(), &st) == 0 && st.st_ino == inode_ && st.st_dev == dev_)
     ::unlink(settings_.path.c_str());

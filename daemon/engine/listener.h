@@ -14,6 +14,11 @@
 //     (a cleanup script, tmpfiles), the directory's inotify watch, or check() on the sample timer,
 //     notices and the socket is bound again at the same path with the same mode; connections
 //     already queued on the old socket are still accepted.
+//   - A socket handed over by systemd (socket activation, engine/systemd.h) is the service
+//     manager's, not the listener's: it is adopted as it is (mode, backlog), never bound again and
+//     never unlinked, since the socket unit keeps it open across colocd's restarts and connections
+//     queue on it meanwhile. If its path is deleted or replaced, the listener says so (once per
+//     change) and goes on accepting on the socket it holds.
 //   - Lines a peer can cause (refusals, the limit) go through log::limited.
 #pragma once
 
@@ -60,8 +65,12 @@ class Listener {
 
   /// Binds `settings.path` (a stale socket there is replaced; a live colocd or any other file is an
   /// error), creates missing parent directories (0755), and starts watching it in `loop`.
+  /// With `inherited` (a listening socket systemd passed), adopts that socket instead, made
+  /// non-blocking and close-on-exec: nothing is bound, created or chmod'ed, and settings().path
+  /// becomes the path it is bound to (when it has one; a different --socket is logged). Errors:
+  /// `inherited` is not a listening AF_UNIX SOCK_SEQPACKET socket (check_listen_socket).
   static Result<std::unique_ptr<Listener>> open(Settings settings, EventLoop& loop, OnAccept on_accept,
-                                                MakeRoom make_room);
+                                                MakeRoom make_room, UniqueFd inherited = UniqueFd());
   ~Listener();
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -72,10 +81,14 @@ class Listener {
   /// A connection of `uid` (handed out by OnAccept) is closed: its count drops, and a paused
   /// listener watches the socket again.
   void connection_closed(uid_t uid);
-  /// Periodic: binds the socket again if its path no longer names it; resumes a paused accept.
+  /// Periodic: binds the socket again if its path no longer names it (an inherited socket: says
+  /// so, once per change, and binds nothing); resumes a paused accept.
   void check();
-  /// Removes the socket's path if it still names our socket (at a clean stop).
+  /// Removes the socket's path if it still names our socket (at a clean stop). Never for an
+  /// inherited socket: its path is the socket unit's.
   void unlink_path();
+  /// Whether the socket came from the service manager (socket activation).
+  bool inherited() const { return inherited_; }
 
   /// Whether `peer` is exempt from the caps (root, or a member of the admin group). `fd` is the
   /// peer's connection (for SO_PEERGROUPS when the admin group is not its primary group).
@@ -94,6 +107,7 @@ class Listener {
   Listener(Settings s, EventLoop& loop, OnAccept a, MakeRoom m)
       : settings_(std::move(s)), loop_(loop), on_accept_(std::move(a)), make_room_(std::move(m)) {}
   Result<void> bind_socket();
+  Result<void> adopt_socket(UniqueFd fd);
   void watch_directory();
   void on_directory_event();
   void on_readable(int fd);
@@ -119,11 +133,18 @@ class Listener {
   UniqueFd inotify_;
   EventLoop::Token inotify_token_ = 0;
   bool paused_ = false;
+  bool inherited_ = false;        ///< the socket is systemd's (adopt_socket)
+  bool inherited_path_ok_ = true; ///< an inherited socket's path still names what it named at adoption
   std::map<uid_t, size_t> per_uid_;
   ListenerCounters counters_;
   size_t fd_limit_ = 0;           ///< RLIMIT_NOFILE's soft limit (for messages)
   size_t cap_ = 0;                ///< cap()
 };
+
+/// Whether `fd` is what colocd listens on: an AF_UNIX SOCK_SEQPACKET socket in the listening
+/// state. The error says what it is instead ("is a SOCK_STREAM socket (ListenStream=) ...", "is
+/// not a socket", "is not listening") and, for a socket unit, which line to use.
+Result<void> check_listen_socket(int fd);
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit. Returns the limit in effect.
 size_t raise_descriptor_limit();

@@ -143,9 +143,10 @@ Result<void> Server::open_listener() {
   ls.admin_gid = info_.admin_gid;
   auto l = Listener::open(
       ls, *loop_, [this](UniqueFd fd, const ucred& peer, bool exempt) { on_accept(std::move(fd), peer, exempt); },
-      [this] { return make_room(); });
+      [this] { return make_room(); }, std::move(inherited_socket_));
   if (!l) return l.error();
   listener_ = std::move(l.value());
+  info_.socket = listener_->settings().path;  // an inherited socket's own path
   listener_->set_after_events([this] { settle(); });
   log::get("engine")->info("at most {} connections per user other than root{}{}", listener_->cap(),
                            cfg_.admin_group.empty() ? "" : " and group " + cfg_.admin_group,
@@ -250,6 +251,7 @@ Result<void> Server::start() {
     return memory_reader_ ? memory_reader_->devices() : std::nullopt;
   };
   info_.gpu_share = [this](broker::JobSerial j, const broker::Uuid& d) { return gpu_share(j, d); };
+  info_.outside_processes = [this](const broker::Uuid& d) { return outside_.find(d); };
   if (!memory_reader_set_) {
     auto nvml = device::NvmlReader::open();
     if (nvml) {
@@ -259,8 +261,10 @@ Result<void> Server::start() {
     } else {
       lg->warn("NVML is not available ({}): memory used outside coloc is estimated only from the clients' reports",
                nvml.error().message());
+      info_.memory_reader_error = nvml.error().message();
     }
   }
+  info_.memory_reader = memory_reader_ ? memory_reader_->name() : "";
 
   // `coloc policy all` holds for the devices NVML lists from the start (and compute_tick gives it
   // to each device a client brings later).
@@ -277,11 +281,12 @@ Result<void> Server::start() {
              double(cfg_.resume_grace) / 1e9, n);
   }
   away_deadline_ = now() + cfg_.resume_grace;
-  lg->info("colocd listening on {} (protocol {}, accepts {}..{}), state in {}, headroom {}, watcher {}", cfg_.socket,
+  lg->info("colocd listening on {} (protocol {}, accepts {}..{}), state in {}, headroom {}, watcher {}", info_.socket,
            proto::kVersion, proto::kMinVersion, proto::kVersion, cfg_.state_dir,
            cfg_.headroom.bytes ? fmt::format("{} bytes", *cfg_.headroom.bytes)
                                : fmt::format("{:g}% of each device", cfg_.headroom.fraction * 100),
            watcher_->description());
+  notifier_.ready(now(), service_status());  // Type=notify: serving from here on
   return {};
 }
 
@@ -300,6 +305,7 @@ int Server::run() {
       return 1;
     }
   }
+  notifier_.stopping("stopping: jobs keep running on their grants");
   if (auto r = resume_.save_if_dirty(); !r) lg->warn("{}", r.error().message());
   // Ended jobs still waiting briefly for an exit status get their report now (status unknown).
   while (!closing_.empty()) finalize_job(closing_.begin()->first);
@@ -1023,8 +1029,8 @@ void Server::reconcile_overheads(uint32_t device, Nanos t) {
   if (!memory_reader_ || device >= broker_.devices().size()) return;
   const broker::Device& d = broker_.devices()[device];
   if (d.attachments.empty()) return;
-  auto procs = memory_reader_->processes(d.uuid);
-  if (!procs) return;  // cannot tell: keep what is booked
+  if (device >= processes_.size() || !processes_[device]) return;  // cannot tell: keep what is booked
+  const auto& procs = processes_[device];  // read_processes, just before
   std::map<int32_t, broker::Bytes> used;
   for (const device::ProcessMemory& p : *procs) used.emplace(p.pid, p.used);
   std::set<int32_t> seen;  // one process, one figure (its first attachment takes it)
@@ -1053,6 +1059,7 @@ void Server::on_sample() {
   expire_hellos(t);
   (void)broker_.take_short_devices();  // every device is read below
   for (uint32_t dev = 0; dev < broker_.devices().size(); ++dev) {
+    read_processes(dev, t);
     reconcile_overheads(dev, t);  // before the outside estimate, which the overheads are part of
     read_device_memory(dev, t);
   }
@@ -1073,6 +1080,7 @@ void Server::on_sample() {
   }
   persist_jobs(t, false);
   sweep_away(t);
+  notify_tick(t);
   if (broker_.holding() && resume_.expected() == 0) {
     log::get("engine")->info("restart: every running process has re-registered");
     broker_.end_hold(t);

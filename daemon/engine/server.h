@@ -24,11 +24,13 @@
 #include "compute/scheduler.h"
 #include "config/config.h"
 #include "device/memory_reader.h"
+#include "device/outside_processes.h"
 #include "engine/admin.h"
 #include "engine/connection.h"
 #include "engine/event_loop.h"
 #include "engine/listener.h"
 #include "engine/resume_state.h"
+#include "engine/systemd.h"
 #include "report/job_recorder.h"
 #include "report/job_state_store.h"
 #include "report/report_store.h"
@@ -56,6 +58,9 @@ class Server {
     memory_reader_ = std::move(reader);
     memory_reader_set_ = true;
   }
+  /// Serve on `fd`, the listening socket the service manager passed (socket activation;
+  /// engine/systemd.h), instead of binding --socket (call before start()).
+  void adopt_listen_socket(UniqueFd fd) { inherited_socket_ = std::move(fd); }
   /// The run history (<state-dir>/history.db), from start() on; null before.
   history::HistoryStore* history() { return history_.get(); }
 
@@ -127,6 +132,11 @@ class Server {
   /// per-process figures (memory_reader_->processes; broker/overhead.h): each one's driver
   /// overhead goes to Broker::set_overhead. Sampling timer only.
   void reconcile_overheads(uint32_t device, Nanos t);
+  /// Reads the driver's process list of broker device `device` (memory_reader_->processes) into
+  /// processes_[device] (server_outside.cpp): every sample while processes are attached there
+  /// (reconcile_overheads uses it), else at most once a second; then updates the device's
+  /// processes outside coloc (outside_, for status). Sampling timer only.
+  void read_processes(uint32_t device, Nanos t);
 
   /// Sends an Error and closes the connection (after this event is handled).
   void refuse(Connection& c, proto::ErrorCode code, const std::string& text);
@@ -165,6 +175,11 @@ class Server {
   /// still alive at the restart, now).
   void finish_away(const report::SavedJob& saved);
   void send_or_drop(Connection& c, const void* data, size_t len, std::vector<int> fds = {});
+  // The service manager (server_systemd.cpp): READY=1, STATUS= lines, STOPPING=1.
+  /// "serving 2 devices, 3 jobs" (and the restart hold, while it lasts).
+  std::string service_status();
+  /// Sampling timer: a STATUS= line when it changed (at most one a second).
+  void notify_tick(Nanos t);
 
   config::Config cfg_;
   broker::PriorityFifoPolicy policy_;
@@ -180,6 +195,8 @@ class Server {
   /// Per (job, device): (when, device time so far) samples of the last 10 s, oldest first.
   std::map<std::pair<broker::JobSerial, broker::Uuid>, std::deque<std::pair<Nanos, uint64_t>>> busy_history_;
   std::unique_ptr<Listener> listener_;
+  UniqueFd inherited_socket_;           ///< from the service manager, until open_listener adopts it
+  systemd::Notifier notifier_;          ///< $NOTIFY_SOCKET (no-op without it)
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;  ///< by connection id
   /// Connections not yet past their first message, oldest first: (accepted at, connection id).
   std::deque<std::pair<Nanos, uint64_t>> hellos_;
@@ -228,6 +245,10 @@ class Server {
   bool memory_reader_set_ = false;
   std::vector<Nanos> last_read_;  ///< per broker device: the last reading through memory_reader_
   std::vector<char> unreadable_;  ///< per broker device: its last reading failed (memory_reader_ does not know it)
+  /// Per broker device: the driver's last process list (nullopt: cannot tell), and when it was read.
+  std::vector<std::optional<std::vector<device::ProcessMemory>>> processes_;
+  std::vector<Nanos> processes_read_;
+  device::OutsideProcesses outside_;  ///< the processes outside coloc on each device (status)
   DaemonInfo info_;
   std::unique_ptr<history::HistoryStore> history_;  ///< the run history (SQLite on its own thread)
   /// A job's history fingerprint (server_estimate.cpp): known only for v9 clients' jobs.

@@ -37,6 +37,7 @@
 
 #include "coloc/protocol.h"
 #include "coloc/size.h"
+#include "coloc/version.h"
 #include "coloc/wire.h"
 #include "daemon_client.h"
 #include "estimate_cmd.h"
@@ -396,6 +397,9 @@ int run_cli(int argc, char** argv) {
       "The daemon is found through --socket, else $COLOC_SOCKET, else /run/coloc/colocd.sock.\n"
       "Sizes: 20GiB, 20G (powers of 1024), 20GB (powers of 1000), 1.5GiB, or bytes.\n"
       "Exit codes: 0 ok, 1 failed, 2 usage, 3 daemon unreachable, 4 no such job, device or fingerprint, 5 not allowed.");
+  char version[128];
+  app.set_version_flag("--version", std::string(coloc::version_line(version, sizeof version, "coloc", false)),
+                       "Print coloc's version and its protocol version, and exit");
   std::string socket_flag;
   app.add_option("--socket", socket_flag, "colocd's socket (default: $COLOC_SOCKET, else /run/coloc/colocd.sock)");
 
