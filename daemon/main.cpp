@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
       std::printf("%s\n", coloc::version_line(line, sizeof line, "colocd", true));
       return 0;
     }
+  // --check-config validates and prints the configuration, and takes no socket (config.h).
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--check-config") == 0) return coloc::config::check_config(argc, argv, stdout, stderr);
   // The socket systemd may have passed (colocd.socket), taken before any thread starts: it
   // changes the environment. A wrong one is a configuration error (exit 2: no restart loop).
   coloc::engine::systemd::Notifier notifier;

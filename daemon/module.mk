@@ -29,6 +29,7 @@ DAEMON_CORE_SRCS := \
   daemon/history/history_store.cpp \
   daemon/engine/resume_state.cpp \
   daemon/config/config.cpp \
+  daemon/config/config_table.cpp \
   daemon/engine/client_pages.cpp \
   daemon/device/nvml_reader.cpp \
   daemon/device/outside_processes.cpp
@@ -49,6 +50,7 @@ DAEMON_SRCS := \
   daemon/engine/connection.cpp \
   daemon/engine/admin.cpp \
   daemon/engine/server.cpp \
+  daemon/engine/server_reload.cpp \
   daemon/engine/server_restart.cpp \
   daemon/engine/server_compute.cpp \
   daemon/engine/server_estimate.cpp \

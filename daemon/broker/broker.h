@@ -380,6 +380,13 @@ class Broker {
   void end_hold(Nanos now);
   bool holding() const { return hold_until_ != 0; }
 
+  /// colocd's settings were reloaded (SIGHUP): the headroom (recomputed on every device), the
+  /// per-user cap and the default wait timeout (for jobs that start from now on) change now, and
+  /// parked requests are looked at again (a smaller headroom or a higher cap may let them in).
+  /// The grant step is kept (grants given are multiples of it). A larger headroom takes back no
+  /// grant: it holds new ones until enough memory frees.
+  void reconfigure(const BrokerConfig& config, Nanos now);
+
   // ---- outputs --------------------------------------------------------------------------------
 
   /// Replies to send, in the order decided (cleared by the call).

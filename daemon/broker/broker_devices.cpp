@@ -155,6 +155,16 @@ void Broker::set_outside(uint32_t device, Bytes outside, Nanos now) {
   }
 }
 
+void Broker::reconfigure(const BrokerConfig& config, Nanos now) {
+  const Bytes step = config_.grant_step;
+  config_ = config;
+  config_.grant_step = step;
+  for (Device& d : devices_)
+    d.headroom = config_.headroom_bytes ? std::min(*config_.headroom_bytes, d.capacity)
+                                        : Bytes(double(d.capacity) * config_.headroom_fraction);
+  pump(now);
+}
+
 void Broker::note_short(uint32_t device) {
   if (std::find(short_devices_.begin(), short_devices_.end(), device) == short_devices_.end())
     short_devices_.push_back(device);

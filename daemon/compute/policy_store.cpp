@@ -74,17 +74,29 @@ std::optional<PolicySettings> PolicyStore::from_json(const json& j, std::string*
 
 std::optional<PolicySettings> PolicyStore::for_device(const Uuid& dev) const {
   if (auto it = devices_.find(dev); it != devices_.end()) return it->second;
-  return default_;
+  if (default_) return default_;
+  if (auto it = configured_.find(dev); it != configured_.end()) return it->second;
+  return configured_default_;
 }
 
 void PolicyStore::apply(Scheduler& scheduler) const {
   for (const auto& [dev, s] : devices_) scheduler.set_policy(dev, s);
+  for (const auto& [dev, s] : configured_)
+    if (auto p = for_device(dev)) scheduler.set_policy(dev, *p);
+}
+
+void PolicyStore::apply_all(Scheduler& scheduler, const std::vector<Uuid>& devs) const {
+  std::vector<Uuid> all = devs;
+  for (const auto& [dev, s] : devices_) all.push_back(dev);
+  for (const auto& [dev, s] : configured_) all.push_back(dev);
+  for (const auto& [dev, s] : scheduler.policies()) all.push_back(dev);
+  for (const Uuid& dev : all) scheduler.set_policy(dev, for_device(dev).value_or(PolicySettings{}));
 }
 
 bool PolicyStore::apply_new_device(const Uuid& dev, Scheduler& scheduler) const {
-  if (devices_.count(dev) || !default_) return false;
-  if (scheduler.policy(dev) == *default_) return false;
-  scheduler.set_policy(dev, *default_);
+  auto s = for_device(dev);
+  if (!s || scheduler.policy(dev) == *s) return false;
+  scheduler.set_policy(dev, *s);
   return true;
 }
 

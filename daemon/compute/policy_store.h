@@ -15,6 +15,10 @@
 // `target_pct` (the priority policy's target slowdown, percent) is written for priority only; a
 // file without it (written before it existed) loads with the default, proto::kDefaultTargetPct.
 //
+// Under both, the configuration file's layer (set_configured: colocd.toml's `[devices."UUID"]`
+// tables and its default `policy`), never saved: a device's policy is its stored entry, else the
+// stored default, else its configured entry, else the configured default (config/config.h).
+//
 // Single-threaded (the event loop). The scheduler is told of every change by the caller (apply(),
 // apply_new_device(), or Scheduler::set_policy with what set() stored).
 #pragma once
@@ -51,15 +55,33 @@ class PolicyStore {
     default_ = s;
     devices_.clear();
   }
-  /// What the store says for `dev`: its own entry, else the default; nullopt when neither.
+  /// The configuration file's layer, under the stored entries (never saved). `dflt`: for devices
+  /// that have nothing else (nullopt: none).
+  void set_configured(std::optional<PolicySettings> dflt, std::map<Uuid, PolicySettings> devices) {
+    configured_default_ = std::move(dflt);
+    configured_ = std::move(devices);
+  }
+  /// Forgets the device's own stored entry (the file's replaces it on SIGHUP). True when it had one.
+  bool erase(const Uuid& dev) { return devices_.erase(dev) > 0; }
+  /// Forgets the stored default (`coloc policy all`). True when there was one.
+  bool clear_default() {
+    const bool had = default_.has_value();
+    default_.reset();
+    return had;
+  }
+  /// What the store says for `dev`: its own entry, else the default, else the configured entry,
+  /// else the configured default; nullopt when none.
   std::optional<PolicySettings> for_device(const Uuid& dev) const;
   const std::optional<PolicySettings>& default_settings() const { return default_; }
   const std::map<Uuid, PolicySettings>& devices() const { return devices_; }
 
-  /// Gives the scheduler every device's own settings (at start).
+  /// Gives the scheduler every device's own settings, stored or configured (at start).
   void apply(Scheduler& scheduler) const;
+  /// Gives the scheduler for_device() (share where none) of each of `devs` and of every device
+  /// either layer names (after a reload).
+  void apply_all(Scheduler& scheduler, const std::vector<Uuid>& devs) const;
   /// colocd learned of device `dev` (a client attached it, or NVML lists it): gives the scheduler
-  /// the default unless the device has its own entry (applied already). True when it set one.
+  /// for_device() unless the scheduler has it already. True when it set one.
   bool apply_new_device(const Uuid& dev, Scheduler& scheduler) const;
 
   /// {mode, quantum_ms[, target_pct]} of `s` (the file's and the admin answers' shape; the target
@@ -77,6 +99,8 @@ class PolicyStore {
   std::string path_;
   std::optional<PolicySettings> default_;
   std::map<Uuid, PolicySettings> devices_;
+  std::optional<PolicySettings> configured_default_;
+  std::map<Uuid, PolicySettings> configured_;
 };
 
 }  // namespace coloc::compute

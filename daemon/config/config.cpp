@@ -1,8 +1,14 @@
 #include "config/config.h"
 
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 
@@ -20,6 +26,9 @@ namespace {
 /// A setting that is not valid: a sentence for people (no errno: it is not a failed system call).
 Error invalid(std::string what) { return Error{0, std::move(what)}; }
 
+/// A config file is a few kilobytes; anything this large is not one (and is not read into memory).
+constexpr off_t kMaxFileBytes = 1 << 20;
+
 std::string trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) s.remove_suffix(1);
@@ -36,6 +45,17 @@ std::optional<double> parse_number(const std::string& s) {
 }
 
 }  // namespace
+
+const char* source_name(Source s) {
+  switch (s) {
+    case Source::kDefault: return "default";
+    case Source::kFile: return "file";
+    case Source::kFlag: return "flag";
+  }
+  return "?";
+}
+
+// ---- values -------------------------------------------------------------------------------------
 
 Result<broker::Bytes> parse_bytes(std::string_view text, const std::string& what) {
   SizeParse p = parse_size(text);
@@ -96,25 +116,217 @@ Result<broker::Nanos> parse_duration(std::string_view text, const std::string& w
   auto v = parse_number(num);
   if (!v || *v * scale > 1.8e19)
     return invalid(what + ": '" + t + "' is not a duration (e.g. 250ms, 5s, 2m, or seconds)");
-  return broker::Nanos(*v * scale);
+  return broker::Nanos(std::llround(*v * scale));
 }
+
+Result<std::pair<std::string, uint16_t>> parse_host_port(std::string_view text, const std::string& what) {
+  const std::string t(text);
+  auto bad = [&](const std::string& why) {
+    return invalid(what + ": '" + t + "' is not HOST:PORT (" + why + "; e.g. 127.0.0.1:9479)");
+  };
+  const size_t colon = t.rfind(':');
+  if (colon == std::string::npos) return bad("no port");
+  std::string host = t.substr(0, colon);
+  const std::string port = t.substr(colon + 1);
+  if (!host.empty() && host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return bad("an IPv6 address goes in brackets");
+    host = host.substr(1, host.size() - 2);
+    for (char c : host)
+      if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') return bad("not an IPv6 address");
+  } else {
+    if (host.empty()) return bad("no host");
+    for (char c : host)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_')
+        return bad(host.find(':') != std::string::npos ? "an IPv6 address goes in brackets" : "not a host name");
+  }
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+    return bad("the port is not a number");
+  const unsigned long p = std::stoul(port);
+  if (p < 1 || p > 65535) return bad("the port is not from 1 to 65535");
+  return std::make_pair(host, uint16_t(p));
+}
+
+Result<proto::PolicyMode> parse_policy_mode(std::string_view text, const std::string& what) {
+  for (proto::PolicyMode m : {proto::PolicyMode::kShare, proto::PolicyMode::kTimeslice, proto::PolicyMode::kPriority})
+    if (text == compute::mode_name(m)) return m;
+  return invalid(what + ": '" + std::string(text) + "' is not share, timeslice or priority");
+}
+
+Result<broker::Nanos> parse_quantum(std::string_view text, const std::string& what) {
+  auto d = parse_duration(text, what);
+  if (!d) return d;
+  const broker::Nanos ms = 1'000'000;
+  if (d.value() % ms != 0 || d.value() < broker::Nanos(proto::kMinQuantumMs) * ms ||
+      d.value() > broker::Nanos(proto::kMaxQuantumMs) * ms)
+    return invalid(what + ": '" + trim(text) + "' is not whole milliseconds from 1ms to 60s");
+  return d;
+}
+
+Result<uint32_t> parse_target_slowdown(std::string_view text, const std::string& what) {
+  std::string t = trim(text);
+  if (!t.empty() && t.back() == '%') t = trim(std::string_view(t).substr(0, t.size() - 1));
+  auto v = parse_number(t);
+  if (!v || *v != std::floor(*v) || *v < proto::kMinTargetPct || *v > proto::kMaxTargetPct)
+    return invalid(what + ": '" + trim(text) + "' is not a whole percentage from " + std::to_string(proto::kMinTargetPct) +
+                   "% to " + std::to_string(proto::kMaxTargetPct) + "%");
+  return uint32_t(*v);
+}
+
+Result<bool> parse_bool(std::string_view text, const std::string& what) {
+  const std::string t = trim(text);
+  if (t == "true" || t == "on" || t == "yes" || t == "1") return true;
+  if (t == "false" || t == "off" || t == "no" || t == "0") return false;
+  return invalid(what + ": '" + t + "' is not true or false");
+}
+
+std::string format_duration(broker::Nanos ns) {
+  if (ns % 1'000'000'000 == 0) return std::to_string(ns / 1'000'000'000) + "s";
+  if (ns % 1'000'000 == 0) return std::to_string(ns / 1'000'000) + "ms";
+  if (ns % 1'000 == 0) return std::to_string(ns / 1'000) + "us";
+  return std::to_string(ns) + "ns";
+}
+
+std::string format_bytes(broker::Bytes b) {
+  static constexpr const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (b == 0 || b % 1024 != 0) return std::to_string(b);
+  int u = -1;
+  while (b % 1024 == 0 && u < 5) {
+    b /= 1024;
+    ++u;
+  }
+  return std::to_string(b) + units[u];
+}
+
+// ---- the file -----------------------------------------------------------------------------------
 
 namespace {
 
-/// A TOML value as text: strings as they are, integers as decimal, floats too.
-std::optional<std::string> scalar_text(const toml::node& n) {
-  if (auto s = n.value<std::string>()) return *s;
-  if (n.is_integer()) {
-    auto i = n.value<int64_t>();
-    if (i && *i >= 0) return std::to_string(*i);
-    return std::nullopt;
+const char* toml_type_name(toml::node_type t) {
+  switch (t) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    default: return "a date or time";
   }
-  if (n.is_floating_point()) {
-    std::ostringstream o;
-    o << *n.value<double>();
-    return o.str();
+}
+
+std::string expected_types(unsigned mask) {
+  std::vector<std::string> names;
+  if (mask & kTomlString) names.push_back("a string");
+  if (mask & kTomlInteger) names.push_back("an integer");
+  if (mask & kTomlFloat) names.push_back("a float");
+  if (mask & kTomlBoolean) names.push_back("a boolean");
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return out;
+}
+
+unsigned type_bit(toml::node_type t) {
+  switch (t) {
+    case toml::node_type::string: return kTomlString;
+    case toml::node_type::integer: return kTomlInteger;
+    case toml::node_type::floating_point: return kTomlFloat;
+    case toml::node_type::boolean: return kTomlBoolean;
+    default: return 0;
   }
-  return std::nullopt;
+}
+
+/// A TOML scalar as the text set() reads.
+std::string scalar_text(const toml::node& n) {
+  if (auto s = n.value_exact<std::string>()) return *s;
+  if (auto i = n.value_exact<int64_t>()) return std::to_string(*i);
+  if (auto b = n.value_exact<bool>()) return *b ? "true" : "false";
+  if (auto d = n.value_exact<double>()) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", *d);
+    return buf;
+  }
+  return "";
+}
+
+/// "origin:line: key"
+std::string where(const std::string& origin, const toml::node& n, const std::string& key) {
+  return origin + ":" + std::to_string(n.source().begin.line) + ": " + key;
+}
+
+/// Checks `n`'s TOML type against `mask`; "origin:line: key: expected ..., not ...".
+Result<void> check_type(const toml::node& n, unsigned mask, const std::string& at) {
+  if (type_bit(n.type()) & mask) return {};
+  return invalid(at + ": expected " + expected_types(mask) + ", not " + toml_type_name(n.type()));
+}
+
+/// The keys of a `[devices."UUID"]` table.
+struct DeviceKey {
+  const char* key;
+  unsigned types;
+  Result<void> (*set)(compute::PolicySettings& s, std::string_view text, const std::string& where);
+};
+const DeviceKey kDeviceKeys[] = {
+    {"policy", kTomlString,
+     [](compute::PolicySettings& s, std::string_view t, const std::string& w) -> Result<void> {
+       auto m = parse_policy_mode(t, w);
+       if (!m) return m.error();
+       s.mode = m.value();
+       return {};
+     }},
+    {"quantum", kTomlString | kTomlInteger | kTomlFloat,
+     [](compute::PolicySettings& s, std::string_view t, const std::string& w) -> Result<void> {
+       auto q = parse_quantum(t, w);
+       if (!q) return q.error();
+       s.quantum = q.value();
+       return {};
+     }},
+    {"target_slowdown", kTomlString | kTomlInteger,
+     [](compute::PolicySettings& s, std::string_view t, const std::string& w) -> Result<void> {
+       auto p = parse_target_slowdown(t, w);
+       if (!p) return p.error();
+       s.target_pct = p.value();
+       return {};
+     }},
+};
+
+Result<void> apply_devices(const toml::node& node, const std::string& origin, Config& cfg) {
+  const toml::table* devs = node.as_table();
+  if (!devs)
+    return invalid(where(origin, node, "devices") + ": expected a table of devices by UUID ([devices.\"GPU-...\"]), not " +
+                   toml_type_name(node.type()));
+  std::map<broker::Uuid, DevicePolicy> out;
+  for (auto&& [k, dn] : *devs) {
+    const std::string name(k.str());
+    const std::string at = where(origin, dn, "devices.\"" + name + "\"");
+    broker::Uuid uuid;
+    if (!broker::Uuid::parse(name, &uuid))
+      return invalid(at + ": '" + name + "' is not a device UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, as nvidia-smi -L shows)");
+    const toml::table* t = dn.as_table();
+    if (!t) return invalid(at + ": expected a table (policy, quantum, target_slowdown), not " + toml_type_name(dn.type()));
+    DevicePolicy dp;
+    dp.line = int(dn.source().begin.line);
+    bool has_policy = false;
+    for (auto&& [dk, vn] : *t) {
+      const std::string key(dk.str());
+      const std::string vat = where(origin, vn, "devices.\"" + name + "\"." + key);
+      const DeviceKey* spec = nullptr;
+      for (const DeviceKey& d : kDeviceKeys)
+        if (key == d.key) spec = &d;
+      if (!spec) {
+        std::string hint;
+        for (const DeviceKey& d : kDeviceKeys)
+          if (did_you_mean(key) == d.key) hint = std::string(" (did you mean ") + d.key + "?)";
+        return invalid(vat + ": unknown setting of a device" + hint + "; a device takes policy, quantum, target_slowdown");
+      }
+      if (auto r = check_type(vn, spec->types, vat); !r) return r;
+      if (auto r = spec->set(dp.settings, scalar_text(vn), vat); !r) return r;
+      has_policy |= key == std::string("policy");
+    }
+    if (!has_policy) return invalid(at + ": policy is missing (share, timeslice or priority)");
+    if (out.count(uuid)) return invalid(at + ": the device appears twice (UUIDs are case-insensitive)");
+    out[uuid] = dp;
+  }
+  cfg.devices = std::move(out);
+  return {};
 }
 
 }  // namespace
@@ -127,94 +339,168 @@ Result<void> apply_toml(const std::string& text, const std::string& origin, Conf
     o << origin << ":" << err.source().begin.line << ":" << err.source().begin.column << ": " << err.description();
     return invalid(o.str());
   }
+  // Into a copy: a bad file changes nothing.
+  Config next = cfg;
   toml::table& tbl = parsed.table();
   for (auto&& [k, node] : tbl) {
     const std::string key(k.str());
-    const std::string where = origin + ": " + key;
-    auto value = scalar_text(node);
-    if (!value) return invalid(where + ": expected a string or a non-negative number");
-    const std::string& v = *value;
-    if (key == "socket") {
-      cfg.socket = v;
-    } else if (key == "state_dir") {
-      cfg.state_dir = v;
-    } else if (key == "headroom") {
-      auto h = parse_headroom(v, where);
-      if (!h) return h.error();
-      cfg.headroom = h.value();
-    } else if (key == "admin_group") {
-      cfg.admin_group = v;
-    } else if (key == "high_priority_group") {
-      cfg.high_priority_group = v;
-    } else if (key == "max_per_user") {
-      auto b = parse_max_per_user(v, where);
-      if (!b) return b.error();
-      cfg.max_per_user = b.value();
-    } else if (key == "log_level") {
-      cfg.log_level = v;
-    } else if (key == "grant_step") {
-      auto b = parse_bytes(v, where);
-      if (!b) return b.error();
-      if (b.value() == 0) return invalid(where + ": must be more than 0");
-      cfg.grant_step = b.value();
-    } else if (key == "wait_timeout" || key == "sample_interval" || key == "resume_grace" || key == "hello_timeout") {
-      auto d = parse_duration(v, where);
-      if (!d) return d.error();
-      (key == "wait_timeout"      ? cfg.wait_timeout
-       : key == "sample_interval" ? cfg.sample_interval
-       : key == "hello_timeout"   ? cfg.hello_timeout
-                                  : cfg.resume_grace) = d.value();
-    } else if (key == "max_connections_per_user") {
-      auto n = parse_count(v, where);
-      if (!n) return n.error();
-      cfg.max_connections_per_user = n.value();
-    } else if (key == "watcher") {
-      if (v != "auto" && v != "bpf" && v != "pidfd") return invalid(where + ": must be auto, bpf or pidfd");
-      cfg.watcher = v;
-    } else if (key == "metrics_listen") {
-      cfg.metrics_listen = v;
-    } else {
-      return invalid(where + ": unknown setting");
+    const std::string at = where(origin, node, key);
+    if (key == "devices") {
+      if (auto r = apply_devices(node, origin, next); !r) return r;
+      continue;
     }
+    const Setting* s = find_setting(key);
+    if (!s) {
+      std::string near = did_you_mean(key);
+      return invalid(at + ": unknown setting" + (near.empty() ? "" : " (did you mean " + near + "?)"));
+    }
+    if (auto r = check_type(node, s->toml_types, at); !r) return r;
+    if (auto r = s->set(next, scalar_text(node), at); !r) return r;
+    next.sources[key] = Source::kFile;
   }
+  cfg = std::move(next);
   return {};
 }
 
+std::string default_config_path() {
+  if (const char* env = std::getenv("COLOC_CONFIG")) return env;
+  return kDefaultConfigPath;
+}
+
+Result<Config> load(const std::string& path, bool required, const FlagValues& flags) {
+  Config cfg;
+  for (const Setting& s : settings()) cfg.sources[s.key] = Source::kDefault;
+  if (const char* env = std::getenv("COLOC_LOG_LEVEL"); env && *env)
+    if (auto r = find_setting("log_level")->set(cfg, env, "COLOC_LOG_LEVEL"); !r) return r.error();
+  cfg.config_path = path;
+  cfg.config_required = required;
+  int fd = -1;
+  if (!path.empty()) {
+    // Not std::ifstream: a FIFO or a device named by mistake must not block or fill memory.
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+      if (errno != ENOENT || required) return Error{errno, "cannot read the config file " + path};
+    }  // else no file at the default path: the defaults
+  }
+  if (!path.empty() && fd >= 0) {
+    struct stat st;
+    std::string text;
+    std::string why;
+    if (::fstat(fd, &st) != 0) why = std::string("fstat: ") + std::strerror(errno);
+    else if (!S_ISREG(st.st_mode)) why = "not a regular file";
+    else if (st.st_size > kMaxFileBytes) why = std::to_string(st.st_size) + " bytes, over 1 MiB";
+    if (why.empty()) {
+      text.resize(size_t(st.st_size));
+      size_t got = 0;
+      while (got < text.size()) {
+        ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          if (n < 0) why = std::string("read: ") + std::strerror(errno);
+          break;
+        }
+        got += size_t(n);
+      }
+      text.resize(got);
+    }
+    ::close(fd);
+    if (!why.empty()) return invalid("cannot read the config file " + path + ": " + why);
+    if (auto r = apply_toml(text, path, cfg); !r) return r.error();
+    cfg.config_file = path;
+  }
+  for (const auto& [key, text] : flags) {
+    const Setting* s = find_setting(key);
+    if (!s) return invalid("unknown setting " + key);
+    if (auto r = s->set(cfg, text, s->flag); !r) return r.error();
+    cfg.sources[key] = Source::kFlag;
+  }
+  cfg.flags = flags;
+  return cfg;
+}
+
+// ---- showing it ---------------------------------------------------------------------------------
+
+namespace {
+
+std::string toml_quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string setting_line(const Setting& s, const Config& cfg) {
+  const std::string v = s.show(cfg);
+  return std::string(s.key) + " = " + (s.quoted ? toml_quote(v) : v);
+}
+
+}  // namespace
+
+std::string describe(const Config& cfg) {
+  std::string out = "# colocd's effective configuration\n";
+  if (!cfg.config_file.empty()) out += "# file: " + cfg.config_file + "\n";
+  else if (cfg.config_path.empty()) out += "# file: none ($COLOC_CONFIG is empty)\n";
+  else out += "# file: none (" + cfg.config_path + " does not exist)\n";
+  size_t width = 0;
+  for (const Setting& s : settings()) width = std::max(width, setting_line(s, cfg).size());
+  for (const Setting& s : settings()) {
+    std::string line = setting_line(s, cfg);
+    line.resize(std::max(line.size(), width), ' ');
+    auto it = cfg.sources.find(s.key);
+    out += line + "  # " + source_name(it == cfg.sources.end() ? Source::kDefault : it->second) + "\n";
+  }
+  for (const auto& [uuid, dp] : cfg.devices) {
+    out += "\n[devices.\"" + uuid.str() + "\"]  # file, line " + std::to_string(dp.line) + "\n";
+    out += "policy = \"" + std::string(compute::mode_name(dp.settings.mode)) + "\"\n";
+    out += "quantum = \"" + format_duration(dp.settings.quantum) + "\"\n";
+    out += "target_slowdown = \"" + std::to_string(dp.settings.target_pct) + "%\"\n";
+  }
+  return out;
+}
+
+std::vector<const Setting*> changed(const Config& a, const Config& b) {
+  std::vector<const Setting*> out;
+  for (const Setting& s : settings())
+    if (s.show(a) != s.show(b)) out.push_back(&s);
+  return out;
+}
+
+// ---- the command line ---------------------------------------------------------------------------
+
 Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
   CommandLine out;
-  Config& cfg = out.config;
-  if (const char* env = std::getenv("COLOC_LOG_LEVEL"); env && *env) cfg.log_level = env;
-
   CLI::App app{"colocd: the coloc node daemon. Keeps the books of GPU memory for every job on this machine,\n"
                "admits jobs when their footprint fits, and makes allocations wait instead of crash.",
                "colocd"};
-  std::string socket, state_dir, config_file, headroom, admin_group, high_priority_group, max_per_user, log_level, grant_step,
-      wait_timeout, sample_interval, resume_grace, watcher, max_connections, hello_timeout, metrics_listen;
+  std::string config_file;
   bool no_bpf = false;
-  app.add_option("--socket", socket, "Unix socket to listen on (default /run/coloc/colocd.sock)");
-  app.add_option("--state-dir", state_dir, "Directory for reports and restart state (default /var/lib/coloc)");
-  app.add_option("--config", config_file, "TOML file with the same settings (flags override it)");
-  app.add_option("--headroom", headroom, "Memory kept free on each device: a size or a percentage (default 2%)");
-  app.add_option("--admin-group", admin_group, "Group whose members may change other users' jobs (default: root only)");
-  app.add_option("--high-priority-group", high_priority_group,
-                 "Group whose members may run jobs at priority high (root and --admin-group may anyway; others asking "
-                 "for high run as normal)");
-  app.add_option("--max-per-user", max_per_user, "Cap on one user's grants over all devices (default none)");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off (default info, or $COLOC_LOG_LEVEL)");
-  app.add_option("--grant-step", grant_step, "Grants move in multiples of this (default 64MiB)");
-  app.add_option("--wait-timeout", wait_timeout, "Default wait for memory before failing (default 300s)");
-  app.add_option("--sample-interval", sample_interval, "How often stats pages are sampled for reports (default 100ms)");
-  app.add_option("--resume-grace", resume_grace, "After a restart, how long to hold new requests for jobs to re-register (default 5s)");
-  app.add_option("--max-connections-per-user", max_connections,
-                 "Connections one user may hold at once, registered or not (default 1024; root and --admin-group: no cap)");
-  app.add_option("--hello-timeout", hello_timeout,
-                 "Close a connection that sends no valid first message within this (default 5s)");
-  app.add_option("--watcher", watcher, "Process watcher: auto (BPF with pidfd fallback), bpf, or pidfd")
-      ->check(CLI::IsMember({"auto", "bpf", "pidfd"}));
-  app.add_option("--metrics-listen", metrics_listen,
-                 "Serve Prometheus /metrics on HOST:PORT, e.g. 127.0.0.1:9479 (default off)");
+  app.add_option("--config", config_file,
+                 std::string("TOML file with the same settings (flags override it; default ") + kDefaultConfigPath +
+                     " when it exists, or $COLOC_CONFIG)");
+  app.add_flag("--check-config", out.check_config,
+               "Validate the configuration, print it (each key with where it came from) and exit: 0 valid, 2 not");
+  const auto table = settings();
+  std::vector<std::string> values(table.size());
+  std::vector<CLI::Option*> opts(table.size());
+  for (size_t i = 0; i < table.size(); ++i) {
+    const Setting& s = table[i];
+    std::string help = s.help;
+    help += *s.default_text ? std::string(" (default ") + s.default_text + ")" : std::string(" (default none)");
+    opts[i] = app.add_option(s.flag, values[i], help);
+  }
   app.add_flag("--no-bpf", no_bpf, "Do not use BPF (same as --watcher pidfd)");
-  app.footer("Sizes: 64MiB, 2G, 1.5GiB, 500MB, or bytes. Durations: 250ms, 5s, 2m, or seconds.");
+  app.footer("Sizes: 64MiB, 2G, 1.5GiB, 500MB, or bytes. Durations: 250ms, 5s, 2m, or seconds.\n"
+             "SIGHUP reloads the config file (flags still win); docs/operations.md has every key.");
 
   try {
     app.parse(argc, argv);
@@ -226,59 +512,38 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
     return invalid(e.what());
   }
 
-  if (!config_file.empty()) {
-    std::ifstream in(config_file);
-    if (!in) return Error{errno ? errno : ENOENT, "cannot read --config " + config_file};
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (auto r = apply_toml(ss.str(), config_file, cfg); !r) return r.error();
-    cfg.config_file = config_file;
-  }
-  if (!socket.empty()) cfg.socket = socket;
-  if (!state_dir.empty()) cfg.state_dir = state_dir;
-  if (!headroom.empty()) {
-    auto h = parse_headroom(headroom, "--headroom");
-    if (!h) return h.error();
-    cfg.headroom = h.value();
-  }
-  if (!admin_group.empty()) cfg.admin_group = admin_group;
-  if (!high_priority_group.empty()) cfg.high_priority_group = high_priority_group;
-  if (!max_per_user.empty()) {
-    auto b = parse_max_per_user(max_per_user, "--max-per-user");
-    if (!b) return b.error();
-    cfg.max_per_user = b.value();
-  }
-  if (!log_level.empty()) cfg.log_level = log_level;
-  if (!grant_step.empty()) {
-    auto b = parse_bytes(grant_step, "--grant-step");
-    if (!b) return b.error();
-    if (b.value() == 0) return invalid("--grant-step: must be more than 0");
-    cfg.grant_step = b.value();
-  }
-  struct Dur {
-    const std::string& text;
-    const char* flag;
-    broker::Nanos& into;
-  };
-  for (Dur d : {Dur{wait_timeout, "--wait-timeout", cfg.wait_timeout}, Dur{sample_interval, "--sample-interval", cfg.sample_interval},
-                Dur{resume_grace, "--resume-grace", cfg.resume_grace}, Dur{hello_timeout, "--hello-timeout", cfg.hello_timeout}}) {
-    if (d.text.empty()) continue;
-    auto v = parse_duration(d.text, d.flag);
-    if (!v) return v.error();
-    d.into = v.value();
-  }
-  if (cfg.sample_interval < 1'000'000) return invalid("sample interval: must be at least 1ms");
-  if (cfg.hello_timeout < 1'000'000) return invalid("hello timeout: must be at least 1ms");
-  if (!max_connections.empty()) {
-    auto n = parse_count(max_connections, "--max-connections-per-user");
-    if (!n) return n.error();
-    cfg.max_connections_per_user = n.value();
-  }
-  if (!watcher.empty()) cfg.watcher = watcher;
-  if (no_bpf) cfg.watcher = "pidfd";
-  if (!metrics_listen.empty()) cfg.metrics_listen = metrics_listen;
-  if (cfg.socket.empty() || cfg.state_dir.empty()) return invalid("socket and state directory must not be empty");
+  FlagValues flags;
+  for (size_t i = 0; i < table.size(); ++i)
+    if (opts[i]->count() > 0) flags.emplace_back(table[i].key, values[i]);
+  if (no_bpf) flags.emplace_back("watcher", "pidfd");
+  const bool given = app.count("--config") > 0;
+  if (given && config_file.empty()) return invalid("--config: give a file");
+  auto cfg = load(given ? config_file : default_config_path(), given, flags);
+  if (!cfg) return cfg.error();
+  out.config = std::move(cfg.value());
   return out;
+}
+
+int check_config(int argc, const char* const* argv, std::FILE* out, std::FILE* err) {
+  auto cl = parse_command_line(argc, argv);
+  if (!cl) {
+    std::fprintf(err, "colocd: %s\n", cl.error().message().c_str());
+    return 2;
+  }
+  if (cl.value().exit_now) return cl.value().exit_code;
+  const Config& cfg = cl.value().config;
+  for (const auto& [name, key] : {std::pair{cfg.admin_group, "admin_group"}, std::pair{cfg.high_priority_group, "high_priority_group"}}) {
+    if (name.empty()) continue;
+    struct group gr, *found = nullptr;
+    char buf[4096];
+    if (::getgrnam_r(name.c_str(), &gr, buf, sizeof buf, &found) != 0 || !found) {
+      std::fprintf(err, "colocd: %s: no such group '%s'\n", key, name.c_str());
+      return 2;
+    }
+  }
+  std::fputs(describe(cfg).c_str(), out);
+  std::fflush(out);
+  return 0;
 }
 
 }  // namespace coloc::config

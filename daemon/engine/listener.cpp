@@ -34,6 +34,13 @@ std::string base_of(const std::string& path) {
 
 }  // namespace
 
+void Listener::set_limits(size_t max_per_user, std::optional<gid_t> admin_gid) {
+  settings_.max_per_user = std::max<size_t>(1, max_per_user);
+  settings_.admin_gid = admin_gid;
+  cap_ = settings_.max_per_user;
+  if (fd_limit_ > 0) cap_ = std::min(cap_, std::max<size_t>(8, fd_limit_ > 64 ? (fd_limit_ - 64) / 4 : 0));
+}
+
 size_t raise_descriptor_limit() {
   rlimit rl{};
   if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
@@ -79,9 +86,7 @@ Result<std::unique_ptr<Listener>> Listener::open(Settings settings, EventLoop& l
   if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) l->fd_limit_ = rl.rlim_cur == RLIM_INFINITY ? 0 : size_t(rl.rlim_cur);
   // No one user may take more than a quarter of what the descriptor limit leaves after colocd's
   // own (a few dozen): one user alone never brings colocd to its limit.
-  l->cap_ = l->settings_.max_per_user;
-  if (l->fd_limit_ > 0)
-    l->cap_ = std::min(l->cap_, std::max<size_t>(8, l->fd_limit_ > 64 ? (l->fd_limit_ - 64) / 4 : 0));
+  l->set_limits(l->settings_.max_per_user, l->settings_.admin_gid);
   if (inherited.valid()) {
     if (auto r = l->adopt_socket(std::move(inherited)); !r) return r.error();
   } else if (auto r = l->bind_socket(); !r) {

@@ -102,6 +102,10 @@ class Listener {
   /// The per-user cap in effect: max_per_user, but at most a quarter of the descriptor limit
   /// less 64 (at least 8), so that no one user alone can bring colocd to its limit.
   size_t cap() const { return cap_; }
+  /// colocd's settings were reloaded (SIGHUP): the per-user cap (>= 1; cap() is recomputed against
+  /// the descriptor limit) and the admin group whose members are exempt. Connections a user holds
+  /// beyond a lower cap stay; new ones wait until they are under it.
+  void set_limits(size_t max_per_user, std::optional<gid_t> admin_gid);
 
  private:
   Listener(Settings s, EventLoop& loop, OnAccept a, MakeRoom m)

@@ -131,6 +131,7 @@ Result<void> Server::open_state_dir() {
   if (auto r = resume_.load(); !r) return r;
   // The devices' compute policies, as coloc policy last set them (a bad file: every device shares).
   for (const std::string& p : policies_.load()) log::get("engine")->error("{}", p);
+  configure_policies();  // the config file's, under the stored ones
   policies_.apply(scheduler_);
   // The running jobs' report state of the previous run (server_restart.cpp).
   return load_saved_jobs();
@@ -189,7 +190,7 @@ Result<void> Server::open_signals_and_timers() {
     signalfd_siginfo si;
     while (::read(signal_fd_.get(), &si, sizeof si) == ssize_t(sizeof si)) {
       if (si.ssi_signo == SIGHUP) {
-        log::get("engine")->info("SIGHUP ignored: restart colocd to change its settings (jobs keep running)");
+        reload_config();  // server_reload.cpp
         continue;
       }
       log::get("engine")->info("signal {}: stopping (jobs keep running on their grants)", si.ssi_signo);
@@ -245,7 +246,12 @@ Result<void> Server::start() {
   admin_ = std::make_unique<Admin>(broker_, gates_, scheduler_, recorders_, store_, info_);
   admin_->set_report_writer(writer_.get());
   admin_->set_policy_store(&policies_);
-  history_ = std::make_unique<history::HistoryStore>(cfg_.state_dir + "/history.db");
+  if (cfg_.history) {
+    history::HistoryOptions hopts;
+    hopts.runs_kept = cfg_.history_runs;
+    hopts.max_per_user = cfg_.history_fingerprints;
+    history_ = std::make_unique<history::HistoryStore>(cfg_.state_dir + "/history.db", hopts);
+  }
   admin_->set_history(history_.get());
   info_.nvml_devices = [this]() -> std::optional<std::vector<broker::Uuid>> {
     return memory_reader_ ? memory_reader_->devices() : std::nullopt;
@@ -271,6 +277,7 @@ Result<void> Server::start() {
   if (memory_reader_)
     if (auto devs = memory_reader_->devices())
       for (const broker::Uuid& d : *devs) policies_.apply_new_device(d, scheduler_);
+  warn_unknown_devices();
   if (auto r = open_signals_and_timers(); !r) return r;
   if (auto r = open_listener(); !r) return r;
 

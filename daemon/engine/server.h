@@ -180,6 +180,17 @@ class Server {
   std::string service_status();
   /// Sampling timer: a STATUS= line when it changed (at most one a second).
   void notify_tick(Nanos t);
+  // Settings at run time (server_reload.cpp).
+  /// SIGHUP: reads the config file again (with the flags given at start over it) and applies what
+  /// can change live; what cannot is logged as needing a restart. A bad file changes nothing (one
+  /// line in the log says why).
+  void reload_config();
+  /// Gives the policy store the config file's policies (its configured layer, under the stored ones).
+  void configure_policies();
+  /// Warns about each `[devices."UUID"]` table that no device known now has.
+  void warn_unknown_devices();
+  /// The devices colocd knows: the broker's and NVML's.
+  std::vector<broker::Uuid> known_devices() const;
 
   config::Config cfg_;
   broker::PriorityFifoPolicy policy_;

@@ -58,6 +58,9 @@ Env::Env() {
     std::string key = kv.substr(0, eq);
     if (!scrubbed(key)) vars_[key] = kv.substr(eq + 1);
   }
+  // A colocd started by a test never reads the node's /etc/coloc/colocd.toml (config/config.h):
+  // empty is "no file" (a test that wants one sets it, or passes --config).
+  vars_["COLOC_CONFIG"] = "";
 }
 
 Env& Env::set(const std::string& key, const std::string& value) {
