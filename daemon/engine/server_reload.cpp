@@ -124,6 +124,7 @@ void Server::reload_config() {
 
   const bool interval_changed = cfg_.sample_interval != next.sample_interval;
   const bool level_changed = cfg_.log_level != next.log_level;
+  const bool admin_changed = cfg_.admin_group != next.admin_group;
   cfg_ = std::move(next);
 
   if (level_changed) log::set_level(cfg_.log_level);
@@ -138,6 +139,8 @@ void Server::reload_config() {
   info_.high_priority_gid = high.value();
   info_.high_priority_group = cfg_.high_priority_group;
   if (listener_) listener_->set_limits(cfg_.max_connections_per_user, info_.admin_gid);
+  if (admin_changed && info_.admin_gid)  // the reports directory's group, as at start
+    if (auto r = store_.prepare(int(*info_.admin_gid)); !r) lg->warn("SIGHUP: admin_group: {}", r.error().message());
   if (interval_changed && sample_timer_.valid()) {
     itimerspec its{};
     its.it_interval.tv_sec = time_t(cfg_.sample_interval / 1000000000);

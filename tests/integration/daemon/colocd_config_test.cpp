@@ -20,6 +20,7 @@ using nlohmann::json;
 namespace {
 
 const std::string kDev1 = "GPU-c0c0c0c0-c0c0-c0c0-c0c0-c0c0c0c0c001";
+const std::string kDev2 = "GPU-c0c0c0c0-c0c0-c0c0-c0c0-c0c0c0c0c002";
 const std::string kNoSuchDev = "GPU-0b7c3a1e-6f2d-4c8b-a9e5-3d4f1a2b6c77";
 
 size_t count_of(const std::string& text, const std::string& what) {
@@ -109,12 +110,14 @@ TEST_CASE("colocd --check-config: prints every key with its source and exits 0, 
 TEST_CASE("colocd SIGHUP: live keys change, restart keys are logged and kept, flags still win, a broken file changes nothing") {
   TempDir cfgdir("colocd-reload");
   const std::string file = cfgdir / "colocd.toml";
-  write_file(file, "headroom = \"2%\"\nhello_timeout = \"3s\"\n");
+  write_file(file, "headroom = \"2%\"\nhello_timeout = \"3s\"\n[devices.\"" + kDev2 + "\"]\npolicy = \"timeslice\"\nquantum = \"30ms\"\n");
   // --hello-timeout as a flag: the file's hello_timeout never applies, before or after a reload.
   Colocd d({"--config", file, "--hello-timeout", "7s"});
   auto c = d.client({"--job", "cfg", "attach:1:10GiB:1GiB", "hold"});
   REQUIRE(wait_until([&] { return has_event(*c, "holding"); }));
   CHECK(device_of(d, kDev1)["headroom"] == json((10ull << 30) / 50));
+  // The file's device table applies at start (the state directory holds nothing for it).
+  CHECK(policy_of(d, kDev2) == json{{"mode", "timeslice"}, {"quantum_ms", 30}});
   const json at_start = policy_of(d, kDev1);
   CHECK((at_start.is_null() || at_start["mode"] == "share"));
   // `coloc policy` sets one; it holds until the file says otherwise on SIGHUP.
@@ -127,12 +130,15 @@ TEST_CASE("colocd SIGHUP: live keys change, restart keys are logged and kept, fl
   REQUIRE_MESSAGE(a.kind == coloc::cli::Answer::Kind::kOk, a.text);
   CHECK(policy_of(d, kDev1)["mode"] == "priority");
 
-  write_file(file, "headroom = \"1GiB\"\nhello_timeout = \"3s\"\ngrant_step = \"128MiB\"\n\n[devices.\"" + kDev1 +
+  write_file(file, "headroom = \"1GiB\"\nhello_timeout = \"3s\"\ngrant_step = \"128MiB\"\nmax_connections_per_user = 64\n\n[devices.\"" + kDev1 +
                        "\"]\npolicy = \"timeslice\"\nquantum = \"40ms\"\n\n[devices.\"" + kNoSuchDev +
                        "\"]\npolicy = \"share\"\n");
   sighup(d, "reloaded");
   CHECK(device_of(d, kDev1)["headroom"] == json(1ull << 30));
   CHECK(policy_of(d, kDev1) == json{{"mode", "timeslice"}, {"quantum_ms", 40}});
+  CHECK(d.status()["daemon"]["connections"]["max_per_user"] == 64);
+  const json dev2 = policy_of(d, kDev2);  // its table is gone: it shares again
+  CHECK((dev2.is_null() || dev2["mode"] == "share"));
   const std::string log = d.log();
   CHECK_MESSAGE(log.find("grant_step changed ('64MiB' -> '128MiB'): needs a restart; keeping '64MiB'") != std::string::npos, log);
   CHECK(log.find("devices.\"" + kNoSuchDev + "\": no device has this UUID now") != std::string::npos);
