@@ -32,7 +32,9 @@ DAEMON_CORE_SRCS := \
   daemon/config/config_table.cpp \
   daemon/engine/client_pages.cpp \
   daemon/device/nvml_reader.cpp \
-  daemon/device/outside_processes.cpp
+  daemon/device/outside_processes.cpp \
+  daemon/metrics/counters.cpp \
+  daemon/metrics/exposition.cpp
 DAEMON_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_CORE_SRCS))
 
 # The event loop, the listener and the process watcher: also linked into the tests, which drive
@@ -42,7 +44,8 @@ DAEMON_IO_SRCS := \
   daemon/engine/listener.cpp \
   daemon/watch/pidfd_watch.cpp \
   daemon/watch/bpf_exit_watch.cpp \
-  daemon/watch/process_watcher.cpp
+  daemon/watch/process_watcher.cpp \
+  daemon/metrics/exporter.cpp
 DAEMON_IO_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_IO_SRCS))
 
 # The rest of the daemon: connections, pages, admin requests, the server.
@@ -54,6 +57,7 @@ DAEMON_SRCS := \
   daemon/engine/server_restart.cpp \
   daemon/engine/server_compute.cpp \
   daemon/engine/server_estimate.cpp \
+  daemon/engine/server_metrics.cpp \
   daemon/engine/server_outside.cpp \
   daemon/engine/server_systemd.cpp \
   daemon/engine/systemd.cpp \

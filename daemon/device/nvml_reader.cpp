@@ -43,6 +43,7 @@ using nvmlDeviceGetCount_v2_fn = nvmlReturn_t (*)(unsigned int* count);
 using nvmlDeviceGetHandleByIndex_v2_fn = nvmlReturn_t (*)(unsigned int index, nvmlDevice_t* device);
 using nvmlDeviceGetUUID_fn = nvmlReturn_t (*)(nvmlDevice_t device, char* uuid, unsigned int length);
 using nvmlDeviceGetName_fn = nvmlReturn_t (*)(nvmlDevice_t device, char* name, unsigned int length);
+using nvmlDeviceGetIndex_fn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* index);
 
 }  // namespace
 
@@ -57,6 +58,7 @@ struct NvmlReader::Api {
   nvmlDeviceGetHandleByIndex_v2_fn by_index = nullptr;             // optional
   nvmlDeviceGetUUID_fn uuid = nullptr;                             // optional
   nvmlDeviceGetName_fn name = nullptr;                             // optional (model())
+  nvmlDeviceGetIndex_fn index = nullptr;                           // optional (devices())
 };
 
 NvmlReader::NvmlReader(void* handle, std::unique_ptr<Api> api) : handle_(handle), api_(std::move(api)) {}
@@ -90,6 +92,7 @@ Result<std::unique_ptr<NvmlReader>> NvmlReader::open(const std::string& library)
   api->by_index = reinterpret_cast<nvmlDeviceGetHandleByIndex_v2_fn>(sym("nvmlDeviceGetHandleByIndex_v2"));
   api->uuid = reinterpret_cast<nvmlDeviceGetUUID_fn>(sym("nvmlDeviceGetUUID"));
   api->name = reinterpret_cast<nvmlDeviceGetName_fn>(sym("nvmlDeviceGetName"));
+  api->index = reinterpret_cast<nvmlDeviceGetIndex_fn>(sym("nvmlDeviceGetIndex"));
   const char* missing = !api->init ? "nvmlInit_v2"
                         : !api->shutdown ? "nvmlShutdown"
                         : !api->by_uuid ? "nvmlDeviceGetHandleByUUID"
@@ -188,20 +191,26 @@ std::optional<std::vector<broker::Uuid>> NvmlReader::devices() {
   if (!api_->count || !api_->by_index || !api_->uuid) return std::nullopt;
   unsigned int n = 0;
   if (api_->count(&n) != NVML_SUCCESS || n > 1024) return std::nullopt;
-  std::vector<broker::Uuid> out;
+  // Each device at the index nvmlDeviceGetIndex gives it (the DCGM exporter's `gpu` label), where
+  // the library has it; the enumeration's position otherwise (the same on NVIDIA's NVML).
+  std::vector<std::optional<broker::Uuid>> at(n);
   for (unsigned int i = 0; i < n; ++i) {
     nvmlDevice_t dev = nullptr;
     char text[96] = {};
     broker::Uuid u;
+    unsigned int index = i;
     if (api_->by_index(i, &dev) != NVML_SUCCESS || api_->uuid(dev, text, sizeof text - 1) != NVML_SUCCESS ||
-        !broker::Uuid::parse(text, &u)) {
+        !broker::Uuid::parse(text, &u) || (api_->index && api_->index(dev, &index) != NVML_SUCCESS) || index >= n ||
+        at[index]) {
       if (!index_warned_)
-        log::get("device")->warn("NVML: cannot read the UUID of device {}; devices are numbered in colocd's order", i);
+        log::get("device")->warn("NVML: cannot read the UUID or index of device {}; devices are numbered in colocd's order", i);
       index_warned_ = true;
       return std::nullopt;
     }
-    out.push_back(u);
+    at[index] = u;
   }
+  std::vector<broker::Uuid> out;
+  for (auto& u : at) out.push_back(*u);
   index_ = std::move(out);
   return index_;
 }

@@ -35,9 +35,10 @@ class NvmlReader final : public MemoryReader {
   /// growing its buffer while NVML answers NVML_ERROR_INSUFFICIENT_SIZE (processes can start
   /// between two calls); usedGpuMemory == NVML_VALUE_NOT_AVAILABLE is kUnknown.
   std::optional<std::vector<ProcessMemory>> processes(const broker::Uuid& uuid) override;
-  /// nvmlDeviceGetCount_v2, then nvmlDeviceGetHandleByIndex_v2 and nvmlDeviceGetUUID of each
-  /// (optional: nullopt when the library lacks them or a call fails); read once, then kept (NVML
-  /// numbers the devices once, at nvmlInit).
+  /// nvmlDeviceGetCount_v2, then nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetUUID and
+  /// nvmlDeviceGetIndex of each, each UUID at its nvmlDeviceGetIndex (where the library lacks that,
+  /// at its position; optional: nullopt when the library lacks the others, a call fails, or two
+  /// devices claim one index); read once, then kept (NVML numbers the devices once, at nvmlInit).
   std::optional<std::vector<broker::Uuid>> devices() override;
   /// nvmlDeviceGetName (optional: nullopt when the library lacks it or the call fails).
   std::optional<std::string> model(const broker::Uuid& uuid) override;

@@ -206,6 +206,12 @@ json Admin::status(broker::Nanos now) const {
                        {"driver_ooms", d.driver_ooms},
                        {"ledger_mismatches", d.ledger_mismatches},
                        {"jobs", jobs_by_device[i]}});
+    // Requests parked for memory here: growths on it, admissions that need it (metrics too).
+    size_t waiting = 0;
+    for (const broker::Waiter& w : broker_.waiters())
+      if (w.admission ? std::any_of(w.devices.begin(), w.devices.end(), [&](const broker::AttachNeed& n) { return n.device == i; })
+                      : broker_.find_client(w.client)->slots[w.slot].device == i)
+        ++waiting;
   }
   json daemon{{"protocol", proto::kVersion},
               {"min_protocol", proto::kMinVersion},
@@ -229,6 +235,7 @@ json Admin::status(broker::Nanos now) const {
 
 Admin::Found Admin::find_job(const std::string& name, const Caller& caller) const {
   Found f;
+                       {"waiting_requests", waiting},
   std::string id = name;
   std::optional<uid_t> uid;
   if (auto colon = name.find(':'); colon != std::string::npos && colon > 0) {
@@ -248,6 +255,7 @@ Admin::Found Admin::find_job(const std::string& name, const Caller& caller) cons
         if (job.key.id == id) {
           ++matches;
           f.job = &job;
+              {"metrics", info_.metrics.empty() ? json(nullptr) : json(info_.metrics)},
         }
       if (matches > 1) {
         f.job = nullptr;

@@ -53,6 +53,8 @@ struct DaemonInfo {
   std::string high_priority_group;  ///< its name ("" = none)
   size_t fd_limit = 0;  ///< RLIMIT_NOFILE in effect
   /// The "connections" object of status (listener counters, open connections per uid); null
+  /// Where /metrics is served ("HOST:PORT", the port bound), "" = off (status shows null).
+  std::string metrics;
   /// when not set.
   std::function<nlohmann::json()> connections;
   /// True when colocd reads devices itself (NVML) and cannot read broker device `i` (one it knows

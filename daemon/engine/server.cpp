@@ -280,6 +280,7 @@ Result<void> Server::start() {
   warn_unknown_devices();
   if (auto r = open_signals_and_timers(); !r) return r;
   if (auto r = open_listener(); !r) return r;
+  if (auto r = open_metrics(); !r) return r;
 
   if (size_t n = resume_.expected(); n > 0) {
     broker_.hold_until(now() + cfg_.resume_grace);
@@ -613,10 +614,12 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
             reqs.back().measured = true;
           }
       }
+      note_request(id, h.seq, metrics::Request::kAttach, t);
       broker_.attach(id, h.seq, reqs, t);
       break;
     }
     case proto::MsgType::kGrow:
+      note_request(id, h.seq, metrics::Request::kGrow, t);
       broker_.grow(id, h.seq, m.body.grow.slot, m.body.grow.need, m.body.grow.physical_free, t, m.body.grow.in_use);
       break;
     case proto::MsgType::kShrink:
@@ -849,6 +852,7 @@ void Server::send_reply(const broker::Reply& r) {
     unsigned char buf[sizeof m];
     proto::Encoded enc = proto::encode(m, r.seq, buf, sizeof buf, c.version);
     if (enc.status) send_or_drop(c, buf, enc.size);
+    if (r.waited == 0) note_answer(r);
   } else {
     auto m = zeroed<proto::GrowReplyMsg>();
     m.outcome = uint32_t(r.granted ? proto::Outcome::kGranted : proto::Outcome::kRefused);
@@ -860,10 +864,12 @@ void Server::send_reply(const broker::Reply& r) {
     unsigned char buf[sizeof m];
     proto::Encoded enc = proto::encode(m, r.seq, buf, sizeof buf, c.version);
     if (enc.status) send_or_drop(c, buf, enc.size);
+    if (r.waited == 0) note_answer(r);
   }
 }
 
 void Server::on_broker_event(const broker::Event& e) {
+  metrics_.on_event(e);
   auto rec = recorders_.find(e.job);
   if (rec == recorders_.end()) return;
   if (e.kind != broker::Event::Kind::kJobEnded) {
@@ -922,6 +928,7 @@ void Server::settle() {
     doomed.swap(doomed_);
     for (uint64_t id : doomed) destroy(id);
   }
+  rtt_pending_.clear();  // requests not answered by now wait: no round trip of theirs is measured
   rearm_deadline();
 }
 
@@ -976,7 +983,12 @@ void Server::on_process_exit(const watch::Exit& e) {
     }
   }
   for (auto& [serial, rec] : recorders_)
-    if (rec.has_process(e.pid)) rec.process_exited(info);
+    if (rec.has_process(e.pid)) {
+      const std::vector<pid_t> pending = rec.pending_exits();  // (counted once, however many watchers tell)
+      const bool first = std::find(pending.begin(), pending.end(), e.pid) != pending.end();
+      rec.process_exited(info);
+      if (first && info.signal == SIGKILL) metrics_.on_sigkill();  // released without a Goodbye
+    }
   for (Connection* c : conns) drop(*c, std::string("process exited (noticed by ") + e.source + ")", info);
   std::vector<broker::JobSerial> ready;
   for (auto& [serial, deadline] : closing_)

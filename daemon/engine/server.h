@@ -31,6 +31,8 @@
 #include "engine/listener.h"
 #include "engine/resume_state.h"
 #include "engine/systemd.h"
+#include "metrics/counters.h"
+#include "metrics/exporter.h"
 #include "report/job_recorder.h"
 #include "report/job_state_store.h"
 #include "report/report_store.h"
@@ -191,6 +193,15 @@ class Server {
   void warn_unknown_devices();
   /// The devices colocd knows: the broker's and NVML's.
   std::vector<broker::Uuid> known_devices() const;
+  // Prometheus /metrics (server_metrics.cpp; metrics/exporter.h).
+  /// Starts the exporter on cfg_.metrics_listen (nothing when empty). Errors name the address.
+  Result<void> open_metrics();
+  /// Builds a snapshot (status, the jobs' report totals, the counters) and hands it to the exporter.
+  void publish_metrics();
+  /// A grow or attach request read at `received`: its answer, if sent in this same event (it did
+  /// not wait), is a grant round trip (note_answer, from send_reply).
+  void note_request(broker::ClientId client, uint32_t seq, metrics::Request kind, Nanos received);
+  void note_answer(const broker::Reply& r);
 
   config::Config cfg_;
   broker::PriorityFifoPolicy policy_;
@@ -283,6 +294,15 @@ class Server {
   /// Restores what it can of `pending` for `job` now; returns what is left.
   std::vector<PendingRestore> restore_now(const broker::Job& job, std::vector<PendingRestore> pending);
   std::unique_ptr<Admin> admin_;
+  metrics::Counters metrics_;                  ///< what /metrics counts that nothing else does
+  std::unique_ptr<metrics::Exporter> exporter_;  ///< /metrics (null: off)
+  struct PendingAnswer {
+    broker::ClientId client = 0;
+    uint32_t seq = 0;
+    metrics::Request kind = metrics::Request::kGrow;
+    Nanos received = 0;
+  };
+  std::vector<PendingAnswer> rtt_pending_;  ///< requests of this event not answered yet (cleared by settle)
   uint64_t next_conn_id_ = 1;
   uint64_t hello_timeouts_ = 0;
   uint64_t made_room_ = 0;       ///< connections of others closed to let root or an admin in  ///< connections closed for sending no first message in time

@@ -384,6 +384,23 @@ const char* reason_or_granted(broker::Reason r) {
 }
 }  // namespace
 
+std::map<broker::Uuid, JobRecorder::Totals> JobRecorder::totals(Nanos now) const {
+  const Nanos end = end_mono_ ? *end_mono_ : now;
+  std::map<broker::Uuid, Totals> out;
+  for (const auto& [uuid, d] : devices_) {
+    Counters c = d.folded;
+    c += d.live;
+    Nanos wait_mem = d.omitted_wait_memory_ns, wait_adm = d.omitted_wait_admission_ns;
+    for (const Wait& w : d.waits) (w.admission ? wait_adm : wait_mem) += (w.end ? *w.end : end) - w.start;
+    Totals& t = out[uuid];
+    t.wait_memory = std::max<Nanos>(wait_mem, Nanos(c.wait_memory_ns));
+    t.wait_admission = std::max<Nanos>(wait_adm, Nanos(c.wait_admission_ns));
+    t.gate_wait_ns = c.gate_wait_ns;
+    t.busy_ns = c.busy_ns;
+  }
+  return out;
+}
+
 json JobRecorder::to_json(Nanos now) const {
   const Nanos end = end_mono_ ? *end_mono_ : now;
   json j;

@@ -189,6 +189,17 @@ class JobRecorder {
   /// The report. `now` closes open waits of a live job. Shape: see docs/ARCHITECTURE.md.
   nlohmann::json to_json(Nanos now) const;
 
+  /// What the report's device entry sums, per device: time waited by cause and device time.
+  struct Totals {
+    Nanos wait_memory = 0;     ///< ns: the daemon's measure of its queue, or the clients' when larger
+    Nanos wait_admission = 0;  ///< ns, likewise
+    /// ns launches waited at the launch gate, by pages::GateState (index 0, RUN, stays 0).
+    std::array<uint64_t, pages::kGateStates> gate_wait_ns{};
+    uint64_t busy_ns = 0;  ///< device time of the completed work (tracked while timesliced)
+  };
+  /// The report's figures (wait_memory_s, wait_admission_s, gate_wait_s, gpu_time_s) per device
+  /// at `now` (open waits count up to `now`), without rendering the report.
+  std::map<broker::Uuid, Totals> totals(Nanos now) const;
   /// The job's peak on `device` so far (0 when never seen there).
   Bytes peak(const broker::Uuid& device) const;
   const broker::JobKey& key() const { return key_; }

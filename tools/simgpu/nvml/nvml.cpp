@@ -203,6 +203,18 @@ SIMNVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nv
   return NVML_SUCCESS;
 }
 
+// nvml.h: nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index); NVML's index
+// of the device (nvidia-smi's and the DCGM exporter's `gpu`), which ignores CUDA_VISIBLE_DEVICES.
+SIMNVML_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.refs == 0) return NVML_ERROR_UNINITIALIZED;
+  int i = index_of(s, device);
+  if (i < 0 || !index) return NVML_ERROR_INVALID_ARGUMENT;
+  *index = unsigned(i);
+  return NVML_SUCCESS;
+}
+
 SIMNVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
