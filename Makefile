@@ -7,6 +7,7 @@
 #   make fuzz            libFuzzer targets (FUZZ_SECONDS each, default 60)
 #   make SAN=asan test   AddressSanitizer + UBSan build under build/asan/
 #   make SAN=tsan test   ThreadSanitizer build under build/tsan/
+#   make install         install under PREFIX (default /usr/local), DESTDIR honoured; make uninstall
 #   make V=1 ...         print full commands
 #
 # Each component adds its targets in its own module.mk; this file holds the shared rules.
@@ -105,6 +106,7 @@ include $(wildcard tools/simgpu/module.mk tools/workload/module.mk interpose/mod
                    daemon/module.mk tools/coloc/module.mk estimator/module.mk \
                    tests/programs/module.mk)
 include tests/module.mk
+include mk/install.mk
 
 .PHONY: all
 all: $(PRODUCTS) $(TEST_PROGRAMS)

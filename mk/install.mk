@@ -1,0 +1,77 @@
+# mk/install.mk — make install / make uninstall (included by the top Makefile).
+#
+#   make install   [PREFIX=/usr/local] [DESTDIR=] [SYSCONFDIR=/etc] [SYSTEMDUNITDIR=$(PREFIX)/lib/systemd/system]
+#   make uninstall (the same variables)
+#
+# The layout (docs/operations.md, "Install", says why):
+#   $(PREFIX)/bin/coloc                  the CLI, for every user
+#   $(PREFIX)/sbin/colocd                the daemon, started by systemd (as slurmd is in sbin)
+#   $(PREFIX)/lib/coloc/libcoloc.so      the interposer; `coloc run` finds it from its own path
+#                                        (<bin>/../lib/coloc), so bin and lib stay under one PREFIX
+#   $(SYSTEMDUNITDIR)/colocd.service     from deploy/systemd/colocd.service.in (@SBINDIR@ filled in)
+#   $(SYSTEMDUNITDIR)/colocd.socket      deploy/systemd/colocd.socket
+#   $(SYSCONFDIR)/coloc/colocd.toml      deploy/colocd.toml, every key commented out; never
+#                                        overwritten; uninstall removes it only while unchanged
+# DESTDIR is prepended to every path written (packaging, tests) and never appears in a file.
+# The default SYSTEMDUNITDIR is on systemd's unit path for PREFIX /usr/local and /usr; colocd
+# reads /etc/coloc/colocd.toml, so change SYSCONFDIR only to stage the example somewhere else.
+#
+# Also usable alone, without building (the install test does this with its build's products):
+#   make -f mk/install.mk BUILD=build/asan PREFIX=... install
+
+BUILD ?= build
+Q ?= @
+PREFIX ?= /usr/local
+DESTDIR ?=
+SYSCONFDIR ?= /etc
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+INSTALL ?= install
+
+COLOC_BINDIR    = $(PREFIX)/bin
+COLOC_SBINDIR   = $(PREFIX)/sbin
+COLOC_PKGLIBDIR = $(PREFIX)/lib/coloc
+COLOC_CONFDIR   = $(SYSCONFDIR)/coloc
+COLOC_INSTALLED_CONFIG = $(DESTDIR)$(COLOC_CONFDIR)/colocd.toml
+
+.PHONY: install uninstall
+install: $(BUILD)/bin/coloc $(BUILD)/bin/colocd $(BUILD)/lib/libcoloc.so
+	@printf '  %-8s %s\n' INSTALL '$(DESTDIR)$(PREFIX) (from $(BUILD))'
+	$(Q)case '$(PREFIX)' in /*) ;; *) echo "install: PREFIX must be an absolute path (got '$(PREFIX)')" >&2; exit 2;; esac
+	$(Q)$(INSTALL) -d '$(DESTDIR)$(COLOC_BINDIR)' '$(DESTDIR)$(COLOC_SBINDIR)' '$(DESTDIR)$(COLOC_PKGLIBDIR)' \
+	  '$(DESTDIR)$(SYSTEMDUNITDIR)' '$(DESTDIR)$(COLOC_CONFDIR)'
+# install(1) removes the old file before it writes the new one, never writing into it: a running
+# colocd and the jobs that have libcoloc.so mapped keep their copies.
+	$(Q)$(INSTALL) -m 0755 '$(BUILD)/bin/coloc' '$(DESTDIR)$(COLOC_BINDIR)/coloc'
+	$(Q)$(INSTALL) -m 0755 '$(BUILD)/bin/colocd' '$(DESTDIR)$(COLOC_SBINDIR)/colocd'
+	$(Q)$(INSTALL) -m 0644 '$(BUILD)/lib/libcoloc.so' '$(DESTDIR)$(COLOC_PKGLIBDIR)/libcoloc.so'
+	$(Q)sed -e 's|@SBINDIR@|$(COLOC_SBINDIR)|g' deploy/systemd/colocd.service.in > '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service.tmp'
+	$(Q)$(INSTALL) -m 0644 '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service.tmp' '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service'
+	$(Q)rm -f '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service.tmp'
+	$(Q)$(INSTALL) -m 0644 deploy/systemd/colocd.socket '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.socket'
+	$(Q)if [ -e '$(COLOC_INSTALLED_CONFIG)' ]; then \
+	  echo "  kept     $(COLOC_INSTALLED_CONFIG) (already there; the example is deploy/colocd.toml)"; \
+	else \
+	  $(INSTALL) -m 0644 deploy/colocd.toml '$(COLOC_INSTALLED_CONFIG)'; \
+	fi
+	$(Q)if [ -z '$(DESTDIR)' ]; then \
+	  echo "  then:    systemctl daemon-reload && systemctl enable --now colocd.socket colocd.service"; \
+	fi
+
+uninstall:
+	@printf '  %-8s %s\n' UNINSTALL '$(DESTDIR)$(PREFIX)'
+	$(Q)rm -f '$(DESTDIR)$(COLOC_BINDIR)/coloc' '$(DESTDIR)$(COLOC_SBINDIR)/colocd' \
+	  '$(DESTDIR)$(COLOC_PKGLIBDIR)/libcoloc.so' \
+	  '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service' '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.socket'
+	$(Q)rmdir '$(DESTDIR)$(COLOC_PKGLIBDIR)' 2>/dev/null || true
+# The config goes only while it is the example as installed: an edited one is the admin's.
+	$(Q)if [ -e '$(COLOC_INSTALLED_CONFIG)' ]; then \
+	  if cmp -s deploy/colocd.toml '$(COLOC_INSTALLED_CONFIG)'; then \
+	    rm -f '$(COLOC_INSTALLED_CONFIG)'; \
+	  else \
+	    echo "  kept     $(COLOC_INSTALLED_CONFIG) (edited; remove it yourself if it is no longer wanted)"; \
+	  fi; \
+	fi
+	$(Q)rmdir '$(DESTDIR)$(COLOC_CONFDIR)' 2>/dev/null || true
+	$(Q)if [ -z '$(DESTDIR)' ]; then \
+	  echo "  note:    the state directory (/var/lib/coloc: reports, history) is kept; then: systemctl daemon-reload"; \
+	fi
