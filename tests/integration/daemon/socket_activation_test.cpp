@@ -3,7 +3,8 @@
 // (LISTEN_FDS=1, LISTEN_PID set in the child after fork) and a NOTIFY_SOCKET it reads itself. A job
 // keeps its books across a SIGKILL of colocd and a start of the next one on the same socket, whose
 // path never goes away; READY=1, STATUS= and STOPPING=1 arrive; a socket of the wrong kind is
-// refused with exit status 2 (no restart loop); LISTEN_FDS meant for another process is ignored.
+// refused with exit status 2 (no restart loop); a deleted path is reported, not bound again;
+// LISTEN_FDS meant for another process is ignored.
 // (systemd-socket-activate cannot show the restart: its socket dies with the program.)
 #include <fcntl.h>
 #include <poll.h>
@@ -327,6 +328,21 @@ TEST_CASE("systemd socket activation: a socket of another kind is refused with a
     CHECK(file_exists(n.socket()));  // not colocd's to remove
   }
   // (A pipe, a socket that is not listening: check_listen_socket's unit tests, tests/unit/daemon/systemd_test.cpp.)
+}
+
+TEST_CASE("systemd socket activation: a deleted socket path is the socket unit's to make again: colocd says so, binds nothing") {
+  if (simulated_only()) return;
+  ServiceNode n;
+  UniqueFd sock = unix_socket(SOCK_SEQPACKET, n.socket(), true);
+  auto d = n.start(sock.get());
+  REQUIRE_MESSAGE(n.await("READY=1"), n.messages(), "\n", n.log());
+  REQUIRE(::unlink(n.socket().c_str()) == 0);
+  const bool said = wait_until([&] { return n.log().find("(the service manager's) was deleted") != std::string::npos; }, 20s);
+  CHECK_MESSAGE(said, n.log());
+  CHECK_FALSE(file_exists(n.socket()));  // not bound again behind the socket unit's back
+  CHECK(d->running());
+  d->kill(SIGTERM);
+  CHECK(d->wait(20s) == 0);
 }
 
 TEST_CASE("systemd: LISTEN_FDS meant for another process is ignored; colocd's own socket is removed at exit, as before") {
