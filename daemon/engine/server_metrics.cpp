@@ -39,6 +39,7 @@ void Server::publish_metrics() {
     }
   }
   s->counters = metrics_.values();
+  s->build_seconds = double(now() - t) / 1e9;
   exporter_->publish(std::move(s));
 }
 

@@ -192,7 +192,12 @@ void Exporter::serve() {
     bool fresh = false;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      fresh = snapshot_ && Clock::now() - published_ <= limits_.fresh;
+      // Fresh enough: younger than `fresh`, or than 20 times what it cost the loop to build (so
+      // the loop spends at most 5% of its time on snapshots, however many jobs it has).
+      fresh = snapshot_ && Clock::now() - published_ <= std::max<Clock::duration>(
+                                                           limits_.fresh, std::chrono::duration_cast<Clock::duration>(
+                                                                              std::chrono::duration<double>(
+                                                                                  20 * snapshot_->build_seconds)));
       if (!fresh) {
         c.waits_for = generation_;
         // (asked before and never answered within publish_wait: the loop may have missed it; ask again)

@@ -1,10 +1,12 @@
 // daemon/metrics/exporter.h — serves GET /metrics (Prometheus text format 0.0.4) on its own
 // thread, from the latest snapshot the event loop published. The loop never waits for a scraper.
 //
-// The hand-off: a scrape whose snapshot is older than Limits::fresh asks the loop for a new one
-// (wanted_fd() becomes readable; the loop builds one and publish()es it) and waits for it at most
-// Limits::publish_wait, then gets the latest there is. So colocd builds at most one snapshot per
-// `fresh` however many scrapers come, and none while nobody scrapes.
+// The hand-off: a scrape whose snapshot is older than Limits::fresh (or than 20 times what the
+// snapshot cost the loop to build, Snapshot::build_seconds, when that is longer) asks the loop for
+// a new one (wanted_fd() becomes readable; the loop builds one and publish()es it) and waits for
+// it at most Limits::publish_wait, then gets the latest there is. So colocd builds at most one
+// snapshot per `fresh` however many scrapers come, spends at most 5% of its loop on them, and
+// builds none while nobody scrapes.
 //
 // Every scraper is a stranger (the port may be reachable from the network): at most
 // Limits::max_connections at once (the rest wait in the kernel's backlog), a request head of at
@@ -33,7 +35,7 @@ struct Limits {
   size_t max_request = 8192;  ///< bytes of request line and headers
   std::chrono::milliseconds request_timeout{5000};
   std::chrono::milliseconds response_timeout{10000};
-  std::chrono::milliseconds fresh{250};         ///< a snapshot this young is served as it is
+  std::chrono::milliseconds fresh{250};         ///< a snapshot this young is served as it is (at least)
   std::chrono::milliseconds publish_wait{1000};  ///< the longest a scrape waits for a new one
 };
 

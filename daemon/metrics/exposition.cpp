@@ -22,6 +22,7 @@ constexpr Family kFamilies[] = {
     {"coloc_jobs", "gauge", "Jobs colocd keeps books for."},
     {"coloc_waiting_requests", "gauge", "Requests parked for memory or admission, on all devices."},
     {"coloc_holding_for_restart", "gauge", "1 while colocd holds new growth after a restart until known processes re-register."},
+    {"coloc_metrics_snapshot_seconds", "gauge", "How long colocd's event loop took to build the snapshot this scrape shows."},
     {"coloc_admissions_total", "counter", "Jobs admitted on a device."},
     {"coloc_memory_waits_total", "counter", "Requests parked until memory frees, by kind (growth, admission)."},
     {"coloc_memory_wait_seconds_total", "counter", "Time the parked requests that were answered since waited, by kind."},
@@ -192,6 +193,7 @@ std::string render(const Snapshot& s) {
   if (jobs.is_array()) w.sample("coloc_jobs", {}, uint64_t(jobs.size()));
   w.sample("coloc_waiting_requests", {}, daemon, "waiting_requests");
   w.sample("coloc_holding_for_restart", {}, daemon, "holding_for_restart");
+  w.sample("coloc_metrics_snapshot_seconds", {}, s.build_seconds);
   const Values& c = s.counters;
   w.sample("coloc_admissions_total", {}, c.admissions);
   for (uint32_t k = 0; k < 2; ++k) {

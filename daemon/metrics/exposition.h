@@ -39,6 +39,8 @@ struct Snapshot {
   /// By job ("UID:ID", as JobKey::str()), then by device UUID ("GPU-…").
   std::map<std::string, std::map<std::string, JobDeviceTotals>> jobs;
   Values counters;
+  /// How long the loop took to build this snapshot (seconds): the time it was away from requests.
+  double build_seconds = 0;
 };
 
 /// The exposition of `s`: every family with its HELP and TYPE lines, even one without samples

@@ -7,6 +7,9 @@
 //   daemon RSS         VmRSS and VmHWM of colocd with all clients registered, after the load
 //   under a flood      the grant round trip again, while another user (nobody) holds as many idle
 //                      connections as colocd lets it (its max_connections_per_user) and tries more
+//   under scrapes      the grant round trip without and then with 100 parallel Prometheus scrapers
+//                      (GET /metrics in a loop, colocd's --metrics-listen), side by side; the scrapes'
+//                      latency and size
 //   death to release   a job holding memory is SIGKILLed while another waits for that memory:
 //                      the time from kill(2) to the waiter's grant, (a) with the socket closing,
 //                      (b) with a forked child holding the socket (only pidfd/BPF can tell)
@@ -17,6 +20,9 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -24,6 +30,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -304,6 +312,51 @@ double death_to_release(const std::string& client_bin, const std::string& socket
   return double(t1 - t0) / 1e6;
 }
 
+/// "127.0.0.1:PORT" with a port free now (the kernel's pick, released for colocd to bind).
+std::string free_address() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
+    die("no free TCP port");
+  ::close(fd);
+  return "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+}
+
+/// One scrape of http://`addr`/metrics: the bytes of the answer, 0 when it failed (the answer in
+/// *text when given).
+size_t scrape(const std::string& addr, std::string* text = nullptr) {
+  const size_t colon = addr.rfind(':');
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(uint16_t(std::stoi(addr.substr(colon + 1))));
+  ::inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr);
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd);
+    return 0;
+  }
+  const char req[] = "GET /metrics HTTP/1.1\r\nHost: bench\r\n\r\n";
+  (void)!::send(fd, req, sizeof req - 1, MSG_NOSIGNAL);
+  std::vector<char> buf(1 << 16);
+  size_t total = 0;
+  bool ok = false;
+  pollfd p{fd, POLLIN, 0};
+  while (::poll(&p, 1, 20000) > 0) {
+    ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    if (n <= 0) break;
+    if (total == 0) ok = n >= 12 && std::memcmp(buf.data(), "HTTP/1.1 200", 12) == 0;
+    total += size_t(n);
+    if (text) text->append(buf.data(), size_t(n));
+  }
+  ::close(fd);
+  return ok ? total : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -327,7 +380,8 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/coloc-bench.XXXXXX";
   std::string dir = ::mkdtemp(tmpl);
   std::string socket = dir + "/colocd.sock";
-  pid_t daemon = spawn({colocd, "--socket", socket, "--state-dir", dir + "/state", "--log-level", "warn"});
+  const std::string metrics = free_address();
+  pid_t daemon = spawn({colocd, "--socket", socket, "--state-dir", dir + "/state", "--log-level", "warn", "--metrics-listen", metrics});
   g_daemon = daemon;
 
   std::printf("daemon_bench: colocd pid %d, %d clients on %d devices\n", daemon, n_clients, n_devices);
@@ -374,7 +428,62 @@ int main(int argc, char** argv) {
   ::close(flood_hold);
   ::waitpid(flood, nullptr, 0);
 
-  // 4. Death to release.
+  // 4. /metrics: the round trip without, then with, 100 parallel scrapers (side by side, same
+  // clients), 5 s each: long enough to take in several snapshot builds (one per 250 ms, or per 20
+  // times its cost, while scraped).
+  auto round_trips_for = [&](double seconds) {
+    std::vector<double> all;
+    uint64_t t0 = wire::now_ns();
+    while (double(wire::now_ns() - t0) / 1e9 < seconds) {
+      std::vector<double> some = round_trips(clients, n_clients);
+      all.insert(all.end(), some.begin(), some.end());
+    }
+    return all;
+  };
+  std::vector<double> quiet_rtt_us = round_trips_for(5);
+  constexpr int kScrapers = 100;
+  std::atomic<bool> stop_scraping{false};
+  std::atomic<uint64_t> scrapes{0}, scrape_failures{0}, scrape_bytes{0};
+  std::vector<double> scrape_ms;
+  std::mutex scrape_mu;
+  std::vector<std::thread> scrapers;
+  for (int i = 0; i < kScrapers; ++i)
+    scrapers.emplace_back([&] {
+      std::vector<double> mine;
+      while (!stop_scraping) {
+        uint64_t t0 = wire::now_ns();
+        size_t n = scrape(metrics);
+        if (n == 0) {
+          ++scrape_failures;
+          continue;
+        }
+        mine.push_back(double(wire::now_ns() - t0) / 1e6);
+        ++scrapes;
+        scrape_bytes = n;
+      }
+      std::lock_guard<std::mutex> lk(scrape_mu);
+      scrape_ms.insert(scrape_ms.end(), mine.begin(), mine.end());
+    });
+  for (int i = 0; i < 30000 && scrapes < uint64_t(kScrapers); ++i) ::usleep(1000);  // the scrapers under way
+  if (scrapes == 0) die("no scrape of http://" + metrics + "/metrics succeeded");
+  uint64_t cpu_s0 = cpu_ns(daemon), t_s0 = wire::now_ns(), scrapes0 = scrapes;
+  std::vector<double> scraped_rtt_us = round_trips_for(5);
+  double scraped_s = double(wire::now_ns() - t_s0) / 1e9;
+  double scrape_rate = double(scrapes - scrapes0) / scraped_s;
+  double daemon_cpu_share = double(cpu_ns(daemon) - cpu_s0) / 1e9 / scraped_s;
+  stop_scraping = true;
+  for (auto& t : scrapers) t.join();
+  // What one snapshot of these 1,000 jobs cost the loop (colocd's own gauge).
+  double snapshot_ms = -1;
+  {
+    std::string text;
+    scrape(metrics, &text);
+    const char key[] = "\ncoloc_metrics_snapshot_seconds ";
+    size_t at = text.find(key);
+    if (at != std::string::npos) snapshot_ms = std::atof(text.c_str() + at + sizeof key - 1) * 1e3;
+  }
+
+  // 5. Death to release.
   Conn waiter = connect_client(socket, "waiter", 99, 10 * GiB, 0);
   std::vector<double> hangup_ms, watcher_ms;
   for (int i = 0; i < deaths; ++i) hangup_ms.push_back(death_to_release(client_bin, socket, waiter, 99, false));
@@ -394,6 +503,16 @@ int main(int argc, char** argv) {
          {"grant_round_trip_under_flood_us",
           {{"p50", pct(flood_rtt_us, 50)}, {"p99", pct(flood_rtt_us, 99)}, {"max", pct(flood_rtt_us, 100)},
            {"flood_connections_attempted", 1500}, {"flood_connections_connected", flood_connected}}},
+         {"grant_round_trip_metrics_us",
+          {{"without_scrapers", {{"p50", pct(quiet_rtt_us, 50)}, {"p99", pct(quiet_rtt_us, 99)}, {"p99.9", pct(quiet_rtt_us, 99.9)}, {"max", pct(quiet_rtt_us, 100)}, {"samples", quiet_rtt_us.size()}}},
+           {"with_100_scrapers", {{"p50", pct(scraped_rtt_us, 50)}, {"p99", pct(scraped_rtt_us, 99)}, {"p99.9", pct(scraped_rtt_us, 99.9)}, {"max", pct(scraped_rtt_us, 100)}, {"samples", scraped_rtt_us.size()}}},
+           {"scrapers", kScrapers},
+           {"scrapes_per_second", scrape_rate},
+           {"scrape_failures", scrape_failures.load()},
+           {"scrape_ms", {{"p50", pct(scrape_ms, 50)}, {"p99", pct(scrape_ms, 99)}, {"max", pct(scrape_ms, 100)}}},
+           {"scrape_bytes", scrape_bytes.load()},
+           {"colocd_cpu_share_while_scraped", daemon_cpu_share},
+           {"snapshot_build_ms", snapshot_ms}}},
          {"socketpair_round_trip_us", {{"p50", pct(base_us, 50)}, {"p99", pct(base_us, 99)}, {"max", pct(base_us, 100)}}},
          {"daemon_added_us_p50", pct(rtt_us, 50) - pct(base_us, 50)},
          {"messages_per_second", double(messages) / tp_s},
@@ -413,6 +532,11 @@ int main(int argc, char** argv) {
               pct(rtt_us, 99), pct(rtt_us, 100));
   std::printf("  ... while a user floods colocd        %6.1f / %6.1f / %6.1f us   (1500 idle connections tried, %d connected)\n",
               pct(flood_rtt_us, 50), pct(flood_rtt_us, 99), pct(flood_rtt_us, 100), flood_connected);
+  std::printf("  /metrics: round trip without scrapers %6.1f / %6.1f / %6.1f us\n", pct(quiet_rtt_us, 50),
+              pct(quiet_rtt_us, 99), pct(quiet_rtt_us, 100));
+  std::printf("  ... with %d parallel scrapers        %6.1f / %6.1f / %6.1f us   (%.0f scrapes/s of %.1f MiB, p50 %.0f ms; %llu failed; a snapshot costs the loop %.1f ms)\n",
+              kScrapers, pct(scraped_rtt_us, 50), pct(scraped_rtt_us, 99), pct(scraped_rtt_us, 100), scrape_rate,
+              double(scrape_bytes.load()) / double(MiB), pct(scrape_ms, 50), (unsigned long long)scrape_failures.load(), snapshot_ms);
   std::printf("  bare socketpair ping-pong, same size  %6.1f / %6.1f / %6.1f us   (the floor: kernel + scheduler)\n",
               pct(base_us, 50), pct(base_us, 99), pct(base_us, 100));
   std::printf("  messages per second (all at once) %8.0f  (%0.0f grants/s)\n", double(messages) / tp_s, double(messages / 3) / tp_s);
