@@ -81,7 +81,9 @@ TEST_CASE("install: make install under a prefix, a job on simgpu with the instal
                   "systemd-analyze is missing: mk/deps.sh installs it (Debian package systemd)");
   ProcResult verify = run({"systemd-analyze", "verify", units + "/colocd.socket", units + "/colocd.service"}, Env(), 30s);
   CHECK_MESSAGE(verify.exit_code == 0, describe(verify));
-  CHECK_MESSAGE(verify.out + verify.err == "", describe(verify));
+  // No warning about our units (a warning, such as an unknown key or value, still exits 0; lines
+  // about the host's own units, if any, are not ours to judge).
+  CHECK_MESSAGE((verify.out + verify.err).find("colocd") == std::string::npos, describe(verify));
 
   // --version of what was installed.
   const std::string release = coloc::kReleaseVersion, protocol = std::to_string(coloc::proto::kVersion);
