@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "coloc/version.h"
 #include "util/log.h"
 
 namespace coloc::engine {
@@ -148,6 +149,24 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
   return j;
 }
 
+void Admin::add_outside_processes(json& device, const broker::Uuid& uuid) const {
+  const device::OutsideList* list = info_.outside_processes ? info_.outside_processes(uuid) : nullptr;
+  if (!list) {
+    device["outside_processes"] = nullptr;  // not known: no NVML, or its process list failed
+    device["outside_processes_more"] = 0;
+    return;
+  }
+  json procs = json::array();
+  for (const device::OutsideProcess& p : list->shown)
+    procs.push_back({{"pid", p.pid},
+                     {"uid", p.info.uid ? json(*p.info.uid) : json(nullptr)},
+                     {"user", p.info.uid ? json(user_name(*p.info.uid)) : json(nullptr)},
+                     {"command", p.info.command.empty() ? json(nullptr) : json(p.info.command)},
+                     {"used_bytes", p.used == broker::kUnknown ? json(nullptr) : json(p.used)}});
+  device["outside_processes"] = std::move(procs);
+  device["outside_processes_more"] = list->more;
+}
+
 json Admin::status(broker::Nanos now) const {
   json devices = json::array();
   std::vector<json> jobs_by_device(broker_.devices().size(), json::array());
@@ -155,8 +174,15 @@ json Admin::status(broker::Nanos now) const {
   for (auto& [serial, job] : broker_.jobs()) {
     std::vector<uint32_t> dev_of;
     json jj = job_json(job, &dev_of);
+    // Time waited for memory and admission per device so far (coloc top's WAITED).
+    std::map<broker::Uuid, report::JobRecorder::Totals> totals;
+    if (auto rec = recorders_.find(serial); rec != recorders_.end()) totals = rec->second.totals(now);
     for (size_t k = 0; k < dev_of.size(); ++k) {
       json entry = jj["devices"][k];
+      if (auto t = totals.find(broker_.devices()[dev_of[k]].uuid); t != totals.end())
+        entry["waited_s"] = double(t->second.wait_memory + t->second.wait_admission) / 1e9;
+      else
+        entry["waited_s"] = 0.0;
       entry["job"] = jj["job"];
       entry["uid"] = jj["uid"];
       entry["user"] = jj["user"];
@@ -180,6 +206,12 @@ json Admin::status(broker::Nanos now) const {
     bool waited_for = false;
     for (const broker::Waiter& w : broker_.waiters())
       for (const broker::AttachNeed& n : w.devices) waited_for |= n.device == i;
+    // Requests parked for memory here: growths on it, admissions that need it (metrics too).
+    size_t waiting = 0;
+    for (const broker::Waiter& w : broker_.waiters())
+      if (w.admission ? std::any_of(w.devices.begin(), w.devices.end(), [&](const broker::AttachNeed& n) { return n.device == i; })
+                      : broker_.find_client(w.client)->slots[w.slot].device == i)
+        ++waiting;
     // An idle device no job holds anything on, that colocd can no longer see, drops out.
     if (d.attachments.empty() && !waited_for && d.committed == 0 && jobs_by_device[i].empty() && info_.unseen &&
         info_.unseen(i))
@@ -203,15 +235,11 @@ json Admin::status(broker::Nanos now) const {
                        // Commitments beyond usable: memory really in use beyond the books (e.g. a
                        // late resume, or outside use that grew); nothing more is granted there.
                        {"over_committed", d.committed > broker_.usable(i)},
+                       {"waiting_requests", waiting},
                        {"driver_ooms", d.driver_ooms},
                        {"ledger_mismatches", d.ledger_mismatches},
                        {"jobs", jobs_by_device[i]}});
-    // Requests parked for memory here: growths on it, admissions that need it (metrics too).
-    size_t waiting = 0;
-    for (const broker::Waiter& w : broker_.waiters())
-      if (w.admission ? std::any_of(w.devices.begin(), w.devices.end(), [&](const broker::AttachNeed& n) { return n.device == i; })
-                      : broker_.find_client(w.client)->slots[w.slot].device == i)
-        ++waiting;
+    add_outside_processes(devices.back(), d.uuid);
   }
   json daemon{{"protocol", proto::kVersion},
               {"min_protocol", proto::kMinVersion},
@@ -227,15 +255,21 @@ json Admin::status(broker::Nanos now) const {
               {"clients", broker_.clients().size()},
               {"waiting_requests", broker_.waiters().size()},
               {"fd_limit", info_.fd_limit},
+              {"metrics", info_.metrics.empty() ? json(nullptr) : json(info_.metrics)},
               {"admin_group", info_.admin_gid ? json(info_.admin_group) : json(nullptr)},
               {"high_priority_group", info_.high_priority_gid ? json(info_.high_priority_group) : json(nullptr)}};
   if (info_.connections) daemon["connections"] = info_.connections();
+  // What `coloc doctor` checks: the release version, and whether colocd watches exits through BPF
+  // and reads the devices itself (NVML).
+  daemon["version"] = kReleaseVersion;
+  daemon["bpf_exit_watch"] = info_.watcher.rfind("bpf", 0) == 0;
+  daemon["nvml"] = {{"available", !info_.memory_reader.empty()},
+                    {"error", info_.memory_reader_error.empty() ? json(nullptr) : json(info_.memory_reader_error)}};
   return json{{"daemon", daemon}, {"devices", devices}, {"jobs", jobs}, {"policies", policies_json()}};
 }
 
 Admin::Found Admin::find_job(const std::string& name, const Caller& caller) const {
   Found f;
-                       {"waiting_requests", waiting},
   std::string id = name;
   std::optional<uid_t> uid;
   if (auto colon = name.find(':'); colon != std::string::npos && colon > 0) {
@@ -255,7 +289,6 @@ Admin::Found Admin::find_job(const std::string& name, const Caller& caller) cons
         if (job.key.id == id) {
           ++matches;
           f.job = &job;
-              {"metrics", info_.metrics.empty() ? json(nullptr) : json(info_.metrics)},
         }
       if (matches > 1) {
         f.job = nullptr;

@@ -24,6 +24,7 @@
 #include "compute/gates.h"
 #include "compute/policy_store.h"
 #include "compute/scheduler.h"
+#include "device/outside_processes.h"
 #include "history/history_store.h"
 #include "report/job_recorder.h"
 #include "report/report_store.h"
@@ -52,9 +53,9 @@ struct DaemonInfo {
   std::optional<gid_t> high_priority_gid;
   std::string high_priority_group;  ///< its name ("" = none)
   size_t fd_limit = 0;  ///< RLIMIT_NOFILE in effect
-  /// The "connections" object of status (listener counters, open connections per uid); null
   /// Where /metrics is served ("HOST:PORT", the port bound), "" = off (status shows null).
   std::string metrics;
+  /// The "connections" object of status (listener counters, open connections per uid); null
   /// when not set.
   std::function<nlohmann::json()> connections;
   /// True when colocd reads devices itself (NVML) and cannot read broker device `i` (one it knows
@@ -66,6 +67,13 @@ struct DaemonInfo {
   /// A job's share of a device's time over the last 10 s (0..1); null: not measured (status
   /// shows null).
   std::function<double(broker::JobSerial, const broker::Uuid&)> gpu_share;
+  /// The processes outside coloc on a device (device/outside_processes.h); null, or nullptr from
+  /// it: not known (status shows "outside_processes": null).
+  std::function<const device::OutsideList*(const broker::Uuid&)> outside_processes;
+  /// How colocd reads the devices itself: MemoryReader::name() ("nvml"), "" when it does not; then
+  /// memory_reader_error says why (NVML missing, nvmlInit_v2 failed).
+  std::string memory_reader;
+  std::string memory_reader_error;
 };
 
 struct AdminAnswer {
@@ -151,6 +159,10 @@ class Admin {
   /// The priority controller's state on `dev` (null for other policies).
   nlohmann::json control_json(const broker::Uuid& dev) const;
   nlohmann::json holder_json(const broker::Uuid& dev) const;
+  /// Sets `device`'s "outside_processes" ([{pid, uid, user, command, used_bytes}], at most
+  /// OutsideProcesses::kMaxPerDevice, the largest first; null when not known) and
+  /// "outside_processes_more" (how many more there are).
+  void add_outside_processes(nlohmann::json& device, const broker::Uuid& uuid) const;
   /// The job's compute state on `dev` (`dev` null: on any device): "paused", "waiting-quantum",
   /// "running".
   const char* compute_state(const broker::Job& job, const broker::Uuid* dev) const;

@@ -1,0 +1,153 @@
+#include "device/outside_processes.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace coloc::device {
+
+namespace {
+
+/// Up to `max` bytes of a small /proc file ("" when it cannot be read).
+std::string read_small(const std::string& path, size_t max) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return "";
+  std::string out;
+  char buf[1024];
+  while (out.size() < max) {
+    ssize_t n = ::read(fd, buf, std::min(sizeof buf, max - out.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, size_t(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+/// The length of the valid UTF-8 sequence at s[i] (1..4), or 0 when it is not one (overlong,
+/// surrogate, beyond U+10FFFF, cut). *cp receives the code point.
+size_t utf8_at(std::string_view s, size_t i, uint32_t* cp) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  uint32_t v = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    v = (v << 6) | (b(i + k) & 0x3F);
+  }
+  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (v < kMin[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+  *cp = v;
+  return n;
+}
+
+}  // namespace
+
+std::string sanitize_command(std::string_view raw, size_t max_bytes) {
+  while (!raw.empty() && raw.back() == '\0') raw.remove_suffix(1);
+  std::string out;
+  out.reserve(std::min(raw.size(), max_bytes + 4));
+  std::vector<size_t> starts;  // where each character of `out` starts (for a clean cut)
+  for (size_t i = 0; i < raw.size() && out.size() <= max_bytes;) {
+    uint32_t cp = 0;
+    size_t n = utf8_at(raw, i, &cp);
+    starts.push_back(out.size());
+    if (n == 0) {
+      out += '?';
+      i += 1;
+      continue;
+    }
+    const bool control = cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F);
+    const bool bidi = (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200E ||
+                      cp == 0x200F || cp == 0x061C;
+    if (cp == 0) out += ' ';
+    else if (control || bidi) out += '?';
+    else out.append(raw.substr(i, n));
+    i += n;
+  }
+  if (out.size() > max_bytes) {
+    // Cut at a character boundary, leaving room for "...".
+    size_t keep = 0;
+    for (size_t s : starts)
+      if (s + 3 <= max_bytes) keep = s;
+    out.resize(keep);
+    out += "...";
+  }
+  return out;
+}
+
+ProcInfo read_proc_info(int32_t pid, const std::string& proc_root) {
+  ProcInfo info;
+  if (pid <= 0) return info;
+  const std::string dir = proc_root + "/" + std::to_string(pid);
+  const std::string status = read_small(dir + "/status", 4096);
+  if (auto at = status.find("\nUid:"); at != std::string::npos) {
+    const char* p = status.c_str() + at + 5;
+    char* end = nullptr;
+    unsigned long v = std::strtoul(p, &end, 10);
+    if (end != p && v <= 0xFFFFFFFFul) info.uid = uint32_t(v);
+  }
+  std::string cmdline = read_small(dir + "/cmdline", kMaxCommandBytes * 4);
+  if (!cmdline.empty()) {
+    info.command = sanitize_command(cmdline);
+  } else {
+    std::string comm = read_small(dir + "/comm", 64);
+    while (!comm.empty() && (comm.back() == '\n' || comm.back() == '\0')) comm.pop_back();
+    if (!comm.empty()) info.command = "[" + sanitize_command(comm, 32) + "]";
+  }
+  return info;
+}
+
+void OutsideProcesses::update(const broker::Uuid& uuid, const std::vector<ProcessMemory>& procs,
+                              const std::set<int32_t>& coloc_pids) {
+  std::vector<ProcessMemory> outside;
+  std::set<int32_t> pids;
+  for (const ProcessMemory& p : procs)
+    if (p.pid > 0 && !coloc_pids.count(p.pid) && pids.insert(p.pid).second) outside.push_back(p);
+  // The largest first (a figure the driver does not give last), then by pid.
+  std::sort(outside.begin(), outside.end(), [](const ProcessMemory& a, const ProcessMemory& b) {
+    const bool ka = a.used != broker::kUnknown, kb = b.used != broker::kUnknown;
+    if (ka != kb) return ka;
+    if (ka && a.used != b.used) return a.used > b.used;
+    return a.pid < b.pid;
+  });
+  OutsideList list;
+  for (const ProcessMemory& p : outside) {
+    if (list.shown.size() == kMaxPerDevice) {
+      ++list.more;
+      continue;
+    }
+    auto it = cache_.find(p.pid);
+    if (it == cache_.end()) it = cache_.emplace(p.pid, read_proc_info(p.pid, proc_root_)).first;
+    list.shown.push_back({p.pid, it->second, p.used});
+  }
+  lists_[uuid] = std::move(list);
+  pids_[uuid] = std::move(pids);
+  prune_cache();
+}
+
+void OutsideProcesses::forget(const broker::Uuid& uuid) {
+  lists_.erase(uuid);
+  pids_.erase(uuid);
+  prune_cache();
+}
+
+const OutsideList* OutsideProcesses::find(const broker::Uuid& uuid) const {
+  auto it = lists_.find(uuid);
+  return it == lists_.end() ? nullptr : &it->second;
+}
+
+void OutsideProcesses::prune_cache() {
+  // A pid no device lists any more has ended (or freed the device): its number may be reused.
+  for (auto it = cache_.begin(); it != cache_.end();) {
+    bool listed = false;
+    for (const auto& [u, pids] : pids_) listed |= pids.count(it->first) > 0;
+    it = listed ? std::next(it) : cache_.erase(it);
+  }
+}
+
+}  // namespace coloc::device

@@ -1,0 +1,96 @@
+// The processes outside coloc (daemon/device/outside_processes.h): untrusted /proc text made safe,
+// colocd's own clients left out, the list bounded, read from a fake /proc.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "../../support/proc.h"
+#include "device/outside_processes.h"
+
+using coloc::device::OutsideProcesses;
+using coloc::device::ProcessMemory;
+using coloc::device::read_proc_info;
+using coloc::device::sanitize_command;
+
+namespace {
+
+constexpr uint64_t GiB = 1ull << 30;
+
+/// A fake /proc/PID with a status (Uid line) and a cmdline.
+void fake_proc(const coloc::test::TempDir& root, int pid, int uid, const std::string& cmdline, const std::string& comm = "x") {
+  const std::string dir = root / std::to_string(pid);
+  ::mkdir(dir.c_str(), 0755);
+  coloc::test::write_file(dir + "/status", "Name:\t" + comm + "\nUmask:\t0022\nUid:\t" + std::to_string(uid) + "\t" +
+                                               std::to_string(uid) + "\t0\t0\n");
+  coloc::test::write_file(dir + "/cmdline", cmdline);
+  coloc::test::write_file(dir + "/comm", comm + "\n");
+}
+
+}  // namespace
+
+TEST_CASE("outside processes: a command line is made safe to print and to put in JSON") {
+  CHECK(sanitize_command(std::string("python\0train.py\0--lr\0" "0.1\0", 24)) == "python train.py --lr 0.1");
+  // Terminal escapes, DEL, C1 controls, bidirectional overrides, invalid UTF-8: each a '?'.
+  CHECK(sanitize_command("a\033[2Jb\x7f" "c") == "a?[2Jb?c");
+  CHECK(sanitize_command("x\xc2\x9by") == "x?y");             // U+009B (CSI)
+  CHECK(sanitize_command("evil\xe2\x80\xaegnp.exe") == "evil?gnp.exe");  // U+202E
+  CHECK(sanitize_command("bad\xff\xfe utf8 \xc3") == "bad?? utf8 ?");
+  CHECK(sanitize_command("\xe6\x97\xa5\xe6\x9c\xac") == "\xe6\x97\xa5\xe6\x9c\xac");  // valid UTF-8 stays
+  CHECK(sanitize_command("\xc0\xaf") == "??");                // overlong '/'
+  // Cut to the bound at a character boundary, "..." at the end.
+  std::string long_cmd(500, 'a');
+  std::string cut = sanitize_command(long_cmd, 20);
+  CHECK(cut == std::string(17, 'a') + "...");
+  std::string wide;
+  for (int i = 0; i < 40; ++i) wide += "\xe6\x97\xa5";
+  cut = sanitize_command(wide, 20);
+  CHECK(cut.size() <= 20);
+  CHECK(cut.substr(cut.size() - 3) == "...");
+  CHECK(nlohmann::json(cut).dump().size() > 0);  // valid UTF-8: dump does not throw
+}
+
+TEST_CASE("outside processes: uid and command from /proc; colocd's clients left out; the largest first; bounded") {
+  coloc::test::TempDir root("fake-proc");
+  fake_proc(root, 100, 1000, std::string("python\0other.py\0", 16));
+  fake_proc(root, 200, 0, "", "kworker");  // no command line: [comm]
+  fake_proc(root, 300, 1001, std::string("coloc-job\0", 10));
+  auto info = read_proc_info(100, root.path());
+  REQUIRE(info.uid);
+  CHECK(*info.uid == 1000);
+  CHECK(info.command == "python other.py");
+  CHECK(read_proc_info(200, root.path()).command == "[kworker]");
+  auto gone = read_proc_info(999, root.path());
+  CHECK(!gone.uid);
+  CHECK(gone.command.empty());
+
+  OutsideProcesses op(root.path());
+  coloc::broker::Uuid dev{};
+  dev.bytes[0] = 1;
+  CHECK(op.find(dev) == nullptr);  // never read: not known
+  op.update(dev, {{100, 2 * GiB}, {200, coloc::broker::kUnknown}, {300, 5 * GiB}, {400, 3 * GiB}}, {300});
+  const auto* list = op.find(dev);
+  REQUIRE(list);
+  REQUIRE(list->shown.size() == 3);
+  CHECK(list->more == 0);
+  CHECK(list->shown[0].pid == 400);  // 3 GiB (gone from /proc: no uid, no command)
+  CHECK(!list->shown[0].info.uid);
+  CHECK(list->shown[1].pid == 100);
+  CHECK(list->shown[1].used == 2 * GiB);
+  CHECK(list->shown[1].info.command == "python other.py");
+  CHECK(list->shown[2].pid == 200);  // no figure: last
+  // Over the bound: the largest kMaxPerDevice, and a count of the rest.
+  std::vector<ProcessMemory> many;
+  for (int pid = 1000; pid < 1100; ++pid) many.push_back({pid, uint64_t(pid) << 20});
+  op.update(dev, many, {});
+  list = op.find(dev);
+  REQUIRE(list);
+  CHECK(list->shown.size() == OutsideProcesses::kMaxPerDevice);
+  CHECK(list->more == 100 - OutsideProcesses::kMaxPerDevice);
+  CHECK(list->shown.front().pid == 1099);
+  op.forget(dev);
+  CHECK(op.find(dev) == nullptr);
+}
