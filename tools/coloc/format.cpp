@@ -141,6 +141,52 @@ size_t display_width(const std::string& text) {
   return w;
 }
 
+std::string fit_text(const std::string& text, size_t columns) {
+  if (display_width(text) <= columns) return text;
+  if (columns <= 3) return std::string(columns, '.');
+  std::string out;
+  size_t w = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if ((c & 0xC0) != 0x80) {  // a character starts here
+      if (w == columns - 3) break;
+      ++w;
+    }
+    out += text[i];
+  }
+  return out + "...";
+}
+
+std::string outside_processes_text(const json& dev, size_t columns) {
+  auto it = dev.find("outside_processes");
+  if (it == dev.end() || !it->is_array()) return "";  // not known (no NVML), or an older colocd
+  const size_t more = dev.value("outside_processes_more", size_t(0));
+  const size_t n = it->size() + more;
+  if (n == 0) return "";
+  std::ostringstream o;
+  o << "\n  " << n << (n == 1 ? " process" : " processes") << " outside coloc:\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const json& p : *it) {
+    const json used = p.value("used_bytes", json());
+    rows.push_back({str(p, "pid"), str(p, "user", p.contains("uid") && p["uid"].is_number() ? p["uid"].dump() : "?"),
+                    used.is_number() ? bytes_text(used) : "?", str(p, "command", "?")});
+  }
+  std::vector<size_t> w = {3, 4, 13};  // PID, USER, DEVICE MEMORY
+  for (auto& r : rows)
+    for (size_t i = 0; i < 3; ++i) w[i] = std::max(w[i], display_width(r[i]));
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string l = "  ";
+    for (size_t i = 0; i < 3; ++i) l += r[i] + std::string(w[i] - display_width(r[i]) + 2, ' ');
+    const size_t used = display_width(l);
+    l += fit_text(r[3], columns > used + 8 ? columns - used : 8);
+    return l + "\n";
+  };
+  o << line({"PID", "USER", "DEVICE MEMORY", "COMMAND"});
+  for (auto& r : rows) o << line(r);
+  if (more > 0) o << "  ... and " << more << " more\n";
+  return o.str();
+}
+
 std::string status_table(const json& s, bool wide) {
   std::ostringstream o;
   const json& d = s.at("daemon");
@@ -185,6 +231,7 @@ std::string status_table(const json& s, bool wide) {
            "  resume); nothing more is granted here until they fit\n";
     if (dev.at("jobs").empty()) {
       o << "  no jobs\n";
+      o << outside_processes_text(dev, 100);
       continue;
     }
     // PREDICTED (the online prediction of a job's peak) only where a job has one, or always with
@@ -219,6 +266,7 @@ std::string status_table(const json& s, bool wide) {
       j.add(r);
     }
     o << "\n" << j.render("  ");
+    o << outside_processes_text(dev, 100);
   }
   if (colocd_numbered) o << "\n* numbered by colocd: NVML does not list the device\n";
   if (!wide && !s.at("devices").empty()) o << "\n(coloc status --wide adds reservations, driver overhead, peaks and grants)\n";

@@ -30,6 +30,12 @@ std::string ran_text(const nlohmann::json& report);
 /// time); lines of at most 100 columns for job ids of up to about 20 characters. `wide`: also
 /// grants, reservations, driver overhead and peaks.
 std::string status_table(const nlohmann::json& status, bool wide = false);
+/// `text` cut to at most `columns` terminal columns, with "..." in place of what is cut.
+std::string fit_text(const std::string& text, size_t columns);
+/// The processes outside coloc of one status device ("outside_processes", "outside_processes_more"):
+/// a blank line, "  N processes outside coloc:", then PID, USER, DEVICE MEMORY and COMMAND, each
+/// line at most `columns` wide (commands cut); "" when there are none or status does not know them.
+std::string outside_processes_text(const nlohmann::json& device, size_t columns);
 /// `coloc policy`: one line per device (index, UUID, policy, quantum, whose turn, and — when a
 /// device has the priority policy — its target slowdown), from status' "policies"; "" when the
 /// status has none (a colocd older than protocol 7).

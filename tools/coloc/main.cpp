@@ -9,6 +9,7 @@
 //   coloc policy [--json]      coloc policy DEVICE share|timeslice|priority [--quantum 100ms] [--target-slowdown 5%]
 //   coloc history [--json] [--wide]     coloc history forget FINGERPRINT|--all
 //   coloc estimate --model NAME|--model-file FILE --batch N [...] [--json]   (estimate_cmd.h)
+//   coloc doctor [--sim] [--json]   (doctor_cmd.h)      coloc top [--once]   (top_cmd.h)
 //
 // Exit codes: 0 done; 1 the daemon refused or failed; 2 bad usage; 3 the daemon is unreachable;
 // 4 no such job, device or fingerprint; 5 not allowed; 127 the command of `coloc run` could not be
@@ -40,10 +41,12 @@
 #include "coloc/version.h"
 #include "coloc/wire.h"
 #include "daemon_client.h"
+#include "doctor_cmd.h"
 #include "estimate_cmd.h"
 #include "format.h"
 #include "run_plan.h"
 #include "svg_plot.h"
+#include "top_cmd.h"
 #include "util/log.h"
 
 extern char** environ;
@@ -520,10 +523,15 @@ int run_cli(int argc, char** argv) {
   // estimate (no daemon)
   coloc::cli::EstimateCommand estimate;
   CLI::App* estimate_cmd = estimate.add_to(app);
+  // doctor, top
+  coloc::cli::DoctorCommand doctor;
+  CLI::App* doctor_cmd = doctor.add_to(app);
+  coloc::cli::TopCommand top;
+  CLI::App* top_cmd = top.add_to(app);
 
   // Every subcommand's --help names the global option too (it may come before or after the subcommand).
   for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, set_cmd, pause_cmd, resume_cmd, policy_cmd, history_cmd,
-                        forget_cmd})
+                        forget_cmd, doctor_cmd, top_cmd})
     sub->footer((sub->get_footer().empty() ? std::string() : sub->get_footer() + "\n") +
                 "Global: --socket PATH  colocd's socket, before or after the subcommand (default: $COLOC_SOCKET, else "
                 "/run/coloc/colocd.sock)");
@@ -552,6 +560,8 @@ int run_cli(int argc, char** argv) {
   json j;
 
   if (estimate_cmd->parsed()) return estimate.run();
+  if (doctor_cmd->parsed()) return doctor.run(socket);
+  if (top_cmd->parsed()) return top.run(socket);
   if (run_cmd->parsed()) {
     run.socket = socket;
     return do_run(run);

@@ -1,0 +1,113 @@
+// coloc top against a live colocd on simgpu with a job waiting for memory (a process outside
+// coloc holds most of the device): `--once` for scripts, and the live view in a real terminal
+// (tmux on a private socket: the frame shows the waiting job and the bar; `q` ends it).
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+#include "../e2e/e2e.h"
+#include "format.h"
+
+using namespace coloc::test;
+using namespace coloc::test::e2e;
+
+namespace {
+
+/// Runs tmux on the private server `sock`.
+ProcResult tmux(const std::string& sock, std::vector<std::string> args) {
+  args.insert(args.begin(), {"tmux", "-S", sock});
+  return run(args, Env(), 10s);
+}
+
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
+size_t widest_line(const std::string& text) {
+  std::istringstream in(text);
+  size_t w = 0;
+  for (std::string l; std::getline(in, l);) w = std::max(w, coloc::cli::display_width(l));
+  return w;
+}
+
+}  // namespace
+
+TEST_SUITE("cli") {
+
+TEST_CASE("coloc top: --once and the live view under tmux show the waiting job, the bar and the outside process; q quits") {
+  if (simulated_only()) return;
+  Node n("16GiB");
+  auto outside = std::make_unique<Proc>(
+      std::vector<std::string>{cuprobe(), "init", "ctx", "0", "alloc", "10GiB", "o", "touch", n.file("taken"),
+                               "hold-file", n.file("release")},
+      n.base_env());
+  REQUIRE(reached(*outside, n.file("taken")));
+  auto job = n.run({"--job", "held", "--mem", "8GiB"},
+                   {cuprobe(), "init", "ctx", "0", "alloc", "1GiB", "b", "touch", n.file("admitted")});
+  REQUIRE_MESSAGE(n.wait_state("held", "admission-pending"), n.cli({"status", "--json"}).out, "\n", n.log());
+  // colocd lists the outside process on its sampling timer.
+  REQUIRE(wait_until([&] {
+    json d = n.status()["devices"][0];
+    return d["outside_processes"].is_array() && d["outside_processes"].size() == 1;
+  }, 20s, 20ms));
+
+  // --once: one frame, 80 columns, no colour (not a terminal), the job waiting, the bar.
+  ProcResult once = n.cli({"top", "--once"});
+  REQUIRE_MESSAGE(once.exit_code == 0, describe(once));
+  const std::string& f = once.out;
+  CHECK_MESSAGE(widest_line(f) <= 80, f);
+  CHECK(f.find("\033") == std::string::npos);
+  CHECK(f.find(" A held-") != std::string::npos);
+  CHECK(f.find("wait-admit") != std::string::npos);
+  CHECK(f.find("8.0G") != std::string::npos);  // its limit
+  const size_t bar = f.find("  [");
+  REQUIRE(bar != std::string::npos);
+  const std::string bar_line = f.substr(bar, f.find('\n', bar) - bar);
+  CHECK(bar_line.size() == 80);
+  CHECK(count_of(bar_line, "#") >= 49);  // 10.5 GiB of 16 outside coloc: about 50 of 76 cells
+  CHECK(f.find("1 process outside coloc") != std::string::npos);
+  CHECK(f.find(std::to_string(outside->pid())) != std::string::npos);
+
+  // The live view in a terminal of 80x30.
+  TempDir t("coloc-top");
+  const std::string sock = t / "tmux.sock";
+  const std::string cmd = "env COLOC_SOCKET=" + n.socket() + " " + build_path("bin/coloc") + " top";
+  ProcResult started = tmux(sock, {"new-session", "-d", "-x", "80", "-y", "30", "-s", "top", cmd});
+  REQUIRE_MESSAGE(started.exit_code == 0, describe(started));
+  tmux(sock, {"set-option", "-t", "top", "remain-on-exit", "on"});
+  std::string screen;
+  const bool shown = wait_until([&] {
+    screen = tmux(sock, {"capture-pane", "-p", "-t", "top"}).out;
+    return screen.find("wait-admit") != std::string::npos && screen.find("  [") != std::string::npos;
+  }, 20s, 50ms);
+  CHECK_MESSAGE(shown, screen);
+  CHECK(screen.find("q quits") != std::string::npos);
+  CHECK(screen.find(" A held-") != std::string::npos);
+  CHECK(screen.find("#####") != std::string::npos);
+  CHECK(widest_line(screen) <= 80);
+  tmux(sock, {"send-keys", "-t", "top", "q"});
+  std::string dead;
+  CHECK_MESSAGE(wait_until([&] {
+    dead = tmux(sock, {"display-message", "-p", "-t", "top", "#{pane_dead} #{pane_dead_status}"}).out;
+    return dead.rfind("1", 0) == 0;
+  }, 20s, 50ms), dead);
+  CHECK(dead == "1 0\n");  // q ended it, exit status 0
+  tmux(sock, {"kill-server"});
+
+  write_file(n.file("release"), "");
+  finish(*outside);
+  finish(*job, 30s);
+}
+
+TEST_CASE("coloc top --once: colocd unreachable is exit 3 with the reason") {
+  TempDir tmp("coloc-top");
+  Env e;
+  e.set("COLOC_SOCKET", tmp / "none.sock");
+  ProcResult r = run({build_path("bin/coloc"), "top", "--once"}, e, 20s);
+  CHECK(r.exit_code == 3);
+  CHECK(r.err.find("cannot reach colocd at " + tmp / "none.sock") != std::string::npos);
+}
+
+}  // TEST_SUITE
