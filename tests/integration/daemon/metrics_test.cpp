@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "metrics/exposition.h"
+#include "../e2e/e2e.h"
 #include "colocd_fixture.h"
 
 using namespace coloc::test;
@@ -377,6 +378,62 @@ TEST_CASE("colocd metrics: hostile scrapers (idle, garbage, huge, 100 at once) d
   CHECK(http(addr, "POST /metrics HTTP/1.1\r\n\r\n").status == 405);
   CHECK(http(addr, "garbage\r\n\r\n").status == 400);
   CHECK(http(addr, std::string(20000, 'G')).status == 431);
+}
+
+TEST_CASE("colocd metrics: on simgpu, gpu is NVML's index, and processes outside coloc are a series") {
+  using namespace coloc::test::e2e;
+  if (simulated_only()) return;
+  Node n("8GiB,16GiB", {"--metrics-listen", free_address()});
+  const std::string addr = [&] {
+    json m = n.status()["daemon"]["metrics"];
+    REQUIRE(m.is_string());
+    return m.get<std::string>();
+  }();
+  // A job under coloc on NVML's device 1 (the only one colocd's books know, so its first: gpu must
+  // still say 1), and a process outside coloc beside it.
+  auto outside = std::make_unique<Proc>(std::vector<std::string>{cuprobe(), "init", "ctx", "1", "alloc", "1GiB", "o", "touch",
+                                                                 n.file("taken"), "hold-file", n.file("release")},
+                                        n.base_env());
+  REQUIRE(reached(*outside, n.file("taken")));
+  auto job = n.run({"--job", "inside", "--mem", "4GiB"}, {cuprobe(), "init", "ctx", "1", "alloc", "1GiB", "b", "touch",
+                                                          n.file("admitted"), "hold-file", n.file("release")});
+  REQUIRE(reached(*job, n.file("admitted")));
+  json st;
+  REQUIRE_MESSAGE(wait_until([&] {
+    st = n.status();
+    for (const json& d : st["devices"])
+      if (d["outside_processes"].is_array() && !d["outside_processes"].empty()) return true;
+    return false;
+  }, 20s, 20ms), n.status().dump(1));
+  std::vector<Sample> s;
+  REQUIRE(wait_until([&] {
+    s = parse(get_metrics(addr).body);
+    return !find(s, "coloc_outside_process_memory_bytes").empty() && !find(s, "coloc_job_in_use_bytes").empty();
+  }, 10s, 50ms));
+  REQUIRE(st["devices"].size() == 1);
+  for (const json& d : st["devices"]) {
+    INFO(d.dump());
+    CHECK(d["index_from"] == "nvml");
+    const std::map<std::string, std::string> l = {{"gpu", label(d["index"])}, {"UUID", d["uuid"].get<std::string>()}};
+    CHECK(one(s, "coloc_device_info", {{"gpu", label(d["index"])}, {"UUID", d["uuid"].get<std::string>()}, {"index_from", "nvml"}}) == 1);
+    CHECK(one(s, "coloc_device_capacity_bytes", l) == d["capacity"].get<double>());
+    CHECK(d["index"] == 1);
+    CHECK(d["capacity"] == 16 * GiB);  // NVML's device 1 is simgpu's second
+    REQUIRE(d["outside_processes"].size() == 1);
+    const json& p = d["outside_processes"][0];
+    auto o = l;
+    o["pid"] = std::to_string(outside->pid());
+    o["user"] = p["user"].get<std::string>();
+    CHECK(one(s, "coloc_outside_process_memory_bytes", o) == p["used_bytes"].get<double>());
+    auto j = l;
+    j["coloc_job"] = st["jobs"][0]["job"].get<std::string>();  // (coloc run's id for --job inside)
+    CHECK(j["coloc_job"].rfind("inside", 0) == 0);
+    CHECK(one(s, "coloc_job_in_use_bytes", j) == st["jobs"][0]["devices"][0]["in_use"].get<double>());
+    CHECK(st["jobs"][0]["devices"][0]["in_use"] == GiB + kContext);  // its allocation and its context
+  }
+  write_file(n.file("release"), "");
+  CHECK(finish(*job).exit_code == 0);
+  CHECK(outside->wait(20s).exit_code == 0);
 }
 
 }  // TEST_SUITE
