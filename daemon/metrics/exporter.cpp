@@ -59,6 +59,7 @@ struct Exporter::Conn {
   std::string in;
   Clock::time_point deadline;
   uint64_t waits_for = 0;  ///< kWaiting: a snapshot of a later generation than this
+  bool head_only = false;  ///< kWaiting: a HEAD request
   std::string head;
   std::shared_ptr<const std::string> body;  ///< null: head only
   size_t sent = 0;  ///< bytes of head + body sent
@@ -211,11 +212,11 @@ void Exporter::serve() {
     }
     if (fresh) return answer(c, "200 OK", latest_text(), head_only);
     c.state = Conn::State::kWaiting;
-    c.head = head_only ? "HEAD" : "";
+    c.head_only = head_only;
     c.deadline = Clock::now() + limits_.publish_wait;
   };
   auto finish_wait = [&](Conn& c) {
-    const bool head_only = c.head == "HEAD";
+    const bool head_only = c.head_only;
     auto text = latest_text();
     if (!text) return text_answer(c, "503 Service Unavailable", "no snapshot yet: try again\n", head_only);
     answer(c, "200 OK", std::move(text), head_only);
