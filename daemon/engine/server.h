@@ -1,7 +1,8 @@
 // daemon/engine/server.h — colocd's engine: the listening socket, one epoll loop, the
 // connections, and the glue between them and the broker, the process watcher and the reports.
 //
-// Everything runs on one thread. Each event (a datagram, a hang-up, a process exit, a timer)
+// Everything runs on one thread (the report writer, the run history and /metrics have threads of
+// their own, fed from here and never waited for). Each event (a datagram, a hang-up, a process exit, a timer)
 // is handled to completion: decode, call the broker, then send the replies and record the
 // events the broker handed back, then re-arm the deadline timer.
 #pragma once
