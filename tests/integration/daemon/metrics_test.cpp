@@ -370,7 +370,7 @@ TEST_CASE("colocd metrics: hostile scrapers (idle, garbage, huge, 100 at once) d
     CHECK(a["ok"] == true);
     slowest_ms = std::max(slowest_ms, a["took_ns"].get<double>() / 1e6);
   }
-  CHECK(slowest_ms < 1000);  // a grant round trip is tens of microseconds; a stalled loop, seconds
+  CHECK(slowest_ms < 2500);  // a grant round trip is tens of microseconds; a loop stalled by a scraper, 5 s or more
   MESSAGE("300 grows under 100 hostile scrapers: slowest " << slowest_ms << " ms; " << during << " scrapes served meanwhile");
   // Served again at once; every wrong request gets its error.
   CHECK(get_metrics(addr).status == 200);
