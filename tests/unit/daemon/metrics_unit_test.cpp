@@ -14,6 +14,7 @@
 #include "metrics/counters.h"
 #include "metrics/exporter.h"
 #include "metrics/exposition.h"
+#include "report/job_recorder.h"
 
 using namespace coloc;
 using nlohmann::json;
@@ -132,6 +133,43 @@ TEST_CASE("metrics: counters of waits, refusals and admissions from broker event
   CHECK(v.wait_seconds[uint32_t(metrics::WaitKind::kGrowth)] == doctest::Approx(2.5));
   CHECK(v.refusals[uint32_t(broker::Reason::kDeviceFull)] == 1);
   CHECK(v.admissions == 1);
+}
+
+TEST_CASE("metrics: a job's totals (waits by cause, GPU time) are its report's figures") {
+  constexpr uint64_t kSec = 1'000'000'000;
+  broker::Uuid dev;
+  dev.bytes.fill(0x22);
+  report::JobRecorder r(1, {1000, "j"}, "alice", "python train.py", 0, "normal", 100 * kSec, 1700000000000);
+  report::DeviceSample s;
+  s.capacity = 8ull << 30;
+  s.live.gate_wait_ns[uint32_t(pages::GateState::kTimeslice)] = kSec / 4;
+  s.live.gate_wait_ns[uint32_t(pages::GateState::kPaused)] = kSec / 2;
+  s.live.busy_ns = 3 * kSec;
+  r.sample(dev, 101 * kSec, s);
+  broker::Event e{};
+  e.device = dev;
+  e.kind = broker::Event::Kind::kWaitBegin;
+  e.at = 102 * kSec;
+  r.on_event(e);
+  e.kind = broker::Event::Kind::kWaitEnd;
+  e.at = 104 * kSec;
+  r.on_event(e);
+  e.kind = broker::Event::Kind::kWaitBegin;  // open at `now`: counts up to it
+  e.admission = true;
+  e.at = 105 * kSec;
+  r.on_event(e);
+  const uint64_t now = 106 * kSec;
+  const auto totals = r.totals(now);
+  REQUIRE(totals.count(dev) == 1);
+  const auto& t = totals.at(dev);
+  const json d = r.to_json(now)["devices"][0];
+  CHECK(double(t.wait_memory) / 1e9 == doctest::Approx(d["wait_memory_s"].get<double>()));
+  CHECK(double(t.wait_memory) / 1e9 == doctest::Approx(2.0));
+  CHECK(double(t.wait_admission) / 1e9 == doctest::Approx(d["wait_admission_s"].get<double>()));
+  CHECK(double(t.wait_admission) / 1e9 == doctest::Approx(1.0));
+  CHECK(double(t.gate_wait_ns[uint32_t(pages::GateState::kTimeslice)]) / 1e9 == doctest::Approx(d["gate_wait_s"]["quantum"].get<double>()));
+  CHECK(double(t.gate_wait_ns[uint32_t(pages::GateState::kPaused)]) / 1e9 == doctest::Approx(d["gate_wait_s"]["pause"].get<double>()));
+  CHECK(double(t.busy_ns) / 1e9 == doctest::Approx(d["gpu_time_s"].get<double>()));
 }
 
 TEST_CASE("metrics: the exporter asks the loop for a snapshot, serves it, and says 503 before the first") {
