@@ -291,6 +291,8 @@ void Exporter::serve() {
       if (c.state == Conn::State::kReading && (re & (POLLIN | POLLHUP | POLLERR))) keep = on_readable(c);
       if (keep && c.state == Conn::State::kWriting && (re & (POLLOUT | POLLHUP | POLLERR) || c.sent == 0))
         keep = on_writable(c);
+      // Gone while it waited for a snapshot (reset): poll would report it on every round.
+      if (c.state == Conn::State::kWaiting && (re & (POLLHUP | POLLERR))) keep = false;
       if (!keep) c.fd.reset();
     }
     // Waiting scrapes: a snapshot came, or the wait is over (they get the latest there is).
