@@ -1,6 +1,7 @@
 #include "device/outside_processes.h"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,6 +91,13 @@ ProcInfo read_proc_info(int32_t pid, const std::string& proc_root) {
     char* end = nullptr;
     unsigned long v = std::strtoul(p, &end, 10);
     if (end != p && v <= 0xFFFFFFFFul) info.uid = uint32_t(v);
+  }
+  if (info.uid) {  // once per process while it is listed, not per status request
+    struct passwd pw, *found = nullptr;
+    char buf[4096];
+    info.user = ::getpwuid_r(uid_t(*info.uid), &pw, buf, sizeof buf, &found) == 0 && found
+                    ? std::string(found->pw_name)
+                    : std::to_string(*info.uid);
   }
   std::string cmdline = read_small(dir + "/cmdline", kMaxCommandBytes * 4);
   if (!cmdline.empty()) {

@@ -25,6 +25,7 @@ namespace coloc::device {
 /// What /proc says of a process.
 struct ProcInfo {
   std::optional<uint32_t> uid;  ///< its real uid (/proc/PID/status "Uid:"); nullopt: not readable
+  std::string user;             ///< the uid's user name (getpwuid_r), or the number; "" without a uid
   std::string command;          ///< sanitize_command(cmdline), or "[comm]"; "" when unreadable
 };
 
@@ -51,7 +52,8 @@ inline constexpr size_t kMaxCommandBytes = 160;
 /// with "..." in place of the cut's last three.
 std::string sanitize_command(std::string_view raw, size_t max_bytes = kMaxCommandBytes);
 
-/// Reads /proc/PID (`proc_root`/PID: tests use another root): the real uid, and the command line
+/// Reads /proc/PID (`proc_root`/PID: tests use another root): the real uid and its user name, and
+/// the command line
 /// (its arguments joined by spaces), or "[comm]" when the command line is empty (a kernel thread,
 /// a zombie). A process that is gone, or hidden from colocd, gives {nullopt, ""}.
 ProcInfo read_proc_info(int32_t pid, const std::string& proc_root = "/proc");

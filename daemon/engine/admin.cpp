@@ -160,7 +160,7 @@ void Admin::add_outside_processes(json& device, const broker::Uuid& uuid) const 
   for (const device::OutsideProcess& p : list->shown)
     procs.push_back({{"pid", p.pid},
                      {"uid", p.info.uid ? json(*p.info.uid) : json(nullptr)},
-                     {"user", p.info.uid ? json(user_name(*p.info.uid)) : json(nullptr)},
+                     {"user", p.info.uid ? json(p.info.user) : json(nullptr)},
                      {"command", p.info.command.empty() ? json(nullptr) : json(p.info.command)},
                      {"used_bytes", p.used == broker::kUnknown ? json(nullptr) : json(p.used)}});
   device["outside_processes"] = std::move(procs);

@@ -61,6 +61,9 @@ TEST_CASE("outside processes: uid and command from /proc; colocd's clients left 
   auto info = read_proc_info(100, root.path());
   REQUIRE(info.uid);
   CHECK(*info.uid == 1000);
+  CHECK(!info.user.empty());  // the name, or "1000" where no user has that uid
+  REQUIRE(read_proc_info(200, root.path()).uid);
+  CHECK(read_proc_info(200, root.path()).user == "root");
   CHECK(info.command == "python other.py");
   CHECK(read_proc_info(200, root.path()).command == "[kworker]");
   auto gone = read_proc_info(999, root.path());
