@@ -93,6 +93,12 @@ TEST_CASE("coloc top: --once and the live view under tmux show the waiting job, 
   CHECK(screen.find(" A held-") != std::string::npos);
   CHECK(screen.find("#####") != std::string::npos);
   CHECK(widest_line(screen) <= 80);
+  // A resize (SIGWINCH) redraws at the new width: the bar spans the 100 columns.
+  tmux(sock, {"resize-window", "-t", "top", "-x", "100", "-y", "30"});
+  CHECK_MESSAGE(wait_until([&] {
+    screen = tmux(sock, {"capture-pane", "-p", "-t", "top"}).out;
+    return screen.find(std::string(2, ' ') + "[") != std::string::npos && widest_line(screen) == 100;
+  }, 20s, 50ms), screen);
   tmux(sock, {"send-keys", "-t", "top", "q"});
   std::string dead;
   CHECK_MESSAGE(wait_until([&] { return read_file(t / "status") == "0\n"; }, 20s, 20ms), read_file(t / "status"));
