@@ -710,7 +710,7 @@ int DoctorCommand::run(const std::string& socket) const {
         c.level = Level::kFail;
         c.summary = "colocd's status is not what this coloc reads";
         c.fix = "install matching versions of coloc and colocd";
-      } else {
+      } else try {
         status = s;
         const json& d = s["daemon"];
         const unsigned max = d.value("protocol", 0u), min = d.value("min_protocol", max);
@@ -735,13 +735,19 @@ int DoctorCommand::run(const std::string& socket) const {
         } else {
           c.summary = who + " answers, the same version as this coloc";
         }
+      } catch (const json::exception& e) {  // fields of another type: a colocd of another version
+        status = json();
+        c.level = Level::kFail;
+        c.summary = std::string("colocd's status is not what this coloc reads: ") + e.what();
+        c.fix = "install matching versions of coloc and colocd";
       }
     }
     checks.push_back(std::move(c));
   }
 
-  // exit-watch and nvml: what colocd says of itself.
-  {
+  // exit-watch and nvml: what colocd says of itself (its status was read above and has a daemon
+  // object; a field of another type is a colocd of another version).
+  try {
     Check c{"exit-watch"};
     if (status.is_null()) {
       c.level = Level::kWarn;
@@ -763,8 +769,10 @@ int DoctorCommand::run(const std::string& socket) const {
       }
     }
     checks.push_back(std::move(c));
+  } catch (const json::exception& e) {
+    checks.push_back({"exit-watch", Level::kWarn, std::string("cannot read colocd's answer: ") + e.what(), "", json::object()});
   }
-  {
+  try {
     Check c{"nvml"};
     if (status.is_null()) {
       c.level = Level::kWarn;
@@ -786,6 +794,8 @@ int DoctorCommand::run(const std::string& socket) const {
       }
     }
     checks.push_back(std::move(c));
+  } catch (const json::exception& e) {
+    checks.push_back({"nvml", Level::kWarn, std::string("cannot read colocd's answer: ") + e.what(), "", json::object()});
   }
 
   bool failed = false;

@@ -160,13 +160,15 @@ std::string fit_text(const std::string& text, size_t columns) {
 std::string outside_processes_text(const json& dev, size_t columns) {
   auto it = dev.find("outside_processes");
   if (it == dev.end() || !it->is_array()) return "";  // not known (no NVML), or an older colocd
-  const size_t more = dev.value("outside_processes_more", size_t(0));
+  auto m = dev.find("outside_processes_more");
+  const size_t more = m != dev.end() && m->is_number_unsigned() ? m->get<size_t>() : 0;
   const size_t n = it->size() + more;
   if (n == 0) return "";
   std::ostringstream o;
   o << "\n  " << n << (n == 1 ? " process" : " processes") << " outside coloc:\n";
   std::vector<std::vector<std::string>> rows;
   for (const json& p : *it) {
+    if (!p.is_object()) continue;
     const json used = p.value("used_bytes", json());
     rows.push_back({str(p, "pid"), str(p, "user", p.contains("uid") && p["uid"].is_number() ? p["uid"].dump() : "?"),
                     used.is_number() ? bytes_text(used) : "?", str(p, "command", "?")});

@@ -302,7 +302,12 @@ int TopCommand::run(const std::string& socket) const {
     }
     TopView v;
     v.colour = colour;
-    std::cout << top_frame(s, v) << std::flush;
+    try {
+      std::cout << top_frame(s, v) << std::flush;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "coloc: colocd's status is not what this coloc reads: %s\n", e.what());
+      return 1;
+    }
     return 0;
   }
   const bool live = tty_out && ::isatty(STDIN_FILENO) == 1;
@@ -331,8 +336,13 @@ int TopCommand::run(const std::string& socket) const {
     v.interactive = live;
     json s;
     std::string error, frame;
-    if (fetch(socket, &s, &error)) frame = top_frame(s, v);
-    else frame = "coloc top · " + v.clock + "\n\n" + fit_text(error, std::max<size_t>(v.width, 60)) + "\n(trying again every second)\n";
+    if (fetch(socket, &s, &error)) {
+      try {
+        frame = top_frame(s, v);
+      } catch (const std::exception& e) {  // a status of another shape (a colocd of another version)
+        frame = "coloc top · " + v.clock + "\n\ncolocd's status is not what this coloc reads: " + e.what() + "\n";
+      }
+    } else frame = "coloc top · " + v.clock + "\n\n" + fit_text(error, std::max<size_t>(v.width, 60)) + "\n(trying again every second)\n";
     if (live) {
       // Home, each line cleared to its end, the rest of the screen cleared; cut to the rows.
       std::string out = "\033[H";
