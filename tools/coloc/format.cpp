@@ -161,7 +161,7 @@ std::string outside_processes_text(const json& dev, size_t columns) {
   auto it = dev.find("outside_processes");
   if (it == dev.end() || !it->is_array()) return "";  // not known (no NVML), or an older colocd
   auto m = dev.find("outside_processes_more");
-  const size_t more = m != dev.end() && m->is_number_unsigned() ? m->get<size_t>() : 0;
+  const size_t more = m != dev.end() && m->is_number_integer() && m->get<int64_t>() > 0 ? m->get<size_t>() : 0;
   const size_t n = it->size() + more;
   if (n == 0) return "";
   std::ostringstream o;
