@@ -19,6 +19,12 @@ ProcResult tmux(const std::string& sock, std::vector<std::string> args) {
   return run(args, Env(), 10s);
 }
 
+/// Kills the private tmux server (and what runs in its panes) when the test ends, however it ends.
+struct TmuxServer {
+  std::string sock;
+  ~TmuxServer() { tmux(sock, {"kill-server"}); }
+};
+
 size_t count_of(const std::string& text, const std::string& needle) {
   size_t n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
@@ -78,6 +84,7 @@ TEST_CASE("coloc top: --once and the live view under tmux show the waiting job, 
     return;
   }
   const std::string sock = t / "tmux.sock";
+  TmuxServer server{sock};
   // The shell records top's exit status (tmux's own #{pane_dead_status} is sometimes left empty).
   const std::string cmd = "env COLOC_SOCKET=" + n.socket() + " " + build_path("bin/coloc") + " top; echo $? > " + (t / "status");
   ProcResult started = tmux(sock, {"new-session", "-d", "-x", "80", "-y", "30", "-s", "top", cmd});
@@ -93,6 +100,8 @@ TEST_CASE("coloc top: --once and the live view under tmux show the waiting job, 
   CHECK(screen.find(" A held-") != std::string::npos);
   CHECK(screen.find("#####") != std::string::npos);
   CHECK(widest_line(screen) <= 80);
+  // In a terminal, in colour: outside coloc on red (SGR 41).
+  CHECK(tmux(sock, {"capture-pane", "-e", "-p", "-t", "top"}).out.find("\033[41m") != std::string::npos);
   // A resize (SIGWINCH) redraws at the new width: the bar spans the 100 columns.
   tmux(sock, {"resize-window", "-t", "top", "-x", "100", "-y", "30"});
   CHECK_MESSAGE(wait_until([&] {
@@ -120,7 +129,16 @@ TEST_CASE("coloc top: --once and the live view under tmux show the waiting job, 
   CHECK(wait_until([&] {
     return tmux(sock, {"display-message", "-p", "-t", "top2", "#{alternate_on}"}).out == "0\n";
   }, 20s, 20ms));
-  tmux(sock, {"kill-server"});
+  // NO_COLOR=1: no colour, even in a terminal.
+  const std::string cmd3 = "env NO_COLOR=1 COLOC_SOCKET=" + n.socket() + " " + build_path("bin/coloc") + " top --once; echo $? > " + (t / "status3") + "; exec sleep 60";  // the pane stays for capture-pane
+  REQUIRE(tmux(sock, {"new-session", "-d", "-x", "80", "-y", "30", "-s", "top3", cmd3}).exit_code == 0);
+  CHECK(wait_until([&] { return read_file(t / "status3") == "0\n"; }, 20s, 20ms));
+  std::string plain;  // (tmux may show the output a moment after the command ended)
+  CHECK_MESSAGE(wait_until([&] {
+    plain = tmux(sock, {"capture-pane", "-e", "-p", "-t", "top3"}).out;
+    return plain.find("wait-admit") != std::string::npos;
+  }, 20s, 20ms), plain);
+  CHECK(plain.find("\033[4") == std::string::npos);
 
   write_file(n.file("release"), "");
   finish(*outside);
