@@ -73,5 +73,10 @@ if $PY -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   check torch-estimate $PY tests/gpu/torch_estimate.py --coloc "$B/bin/coloc" --json "$OUT/estimate.json"
 fi
 
+step "operations: coloc doctor on the real driver, a process outside coloc in status and /metrics, NVML's index"
+if [ -x "$B/bin/colocd" ] && $PY -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  check ops tests/gpu/ops.sh "$B"
+fi
+
 echo; echo "failures: $failures"
 exit $((failures > 0))
