@@ -57,6 +57,7 @@ struct Exporter::Conn {
   UniqueFd fd;
   enum class State { kReading, kWaiting, kWriting } state = State::kReading;
   std::string in;
+  Clock::time_point accepted;
   Clock::time_point deadline;
   uint64_t waits_for = 0;  ///< kWaiting: a snapshot of a later generation than this
   bool head_only = false;  ///< kWaiting: a HEAD request
@@ -263,12 +264,20 @@ void Exporter::serve() {
 
   while (!stop_) {
     const Clock::time_point now = Clock::now();
-    const bool can_accept = conns.size() < limits_.max_connections && now >= accept_paused_until;
+    // At the cap, the oldest connection still reading its request after idle_evict gives its place
+    // to a newcomer: idle or slow connections (one peer's hundreds) cannot keep a scraper out.
+    Clock::time_point evictable_at = Clock::time_point::max();
+    if (conns.size() >= limits_.max_connections)
+      for (auto& c : conns)
+        if (c->state == Conn::State::kReading) evictable_at = std::min(evictable_at, c->accepted + limits_.idle_evict);
+    const bool room = conns.size() < limits_.max_connections || now >= evictable_at;
+    const bool can_accept = room && now >= accept_paused_until;
     pfds.clear();
     pfds.push_back({wake_.get(), POLLIN, 0});
     pfds.push_back({can_accept ? listen_.get() : -1, POLLIN, 0});
     Clock::time_point next = Clock::time_point::max();
-    if (!can_accept && conns.size() < limits_.max_connections) next = accept_paused_until;
+    if (!can_accept && room) next = accept_paused_until;
+    if (!room) next = evictable_at;
     for (auto& c : conns) {
       short ev = c->state == Conn::State::kReading ? POLLIN : c->state == Conn::State::kWriting ? POLLOUT : 0;
       pfds.push_back({c->fd.get(), ev, 0});
@@ -321,8 +330,24 @@ void Exporter::serve() {
         c->fd.reset();
       }
     conns.erase(std::remove_if(conns.begin(), conns.end(), [](const auto& c) { return !c->fd.valid(); }), conns.end());
+    // Closes the oldest connection reading its request since idle_evict or longer; false: none.
+    // (dry_run: only says whether there is one)
+    auto evict_one = [&](bool dry_run) {
+      const Clock::time_point cut = Clock::now() - limits_.idle_evict;
+      auto oldest = conns.end();
+      for (auto it = conns.begin(); it != conns.end(); ++it)
+        if ((*it)->state == Conn::State::kReading && (*it)->accepted <= cut &&
+            (oldest == conns.end() || (*it)->accepted < (*oldest)->accepted))
+          oldest = it;
+      if (oldest == conns.end()) return false;
+      if (dry_run) return true;
+      conns.erase(oldest);
+      std::lock_guard<std::mutex> lk(mu_);
+      ++stats_.evicted;
+      return true;
+    };
     if (can_accept && (pfds[1].revents & POLLIN)) {
-      while (conns.size() < limits_.max_connections) {
+      while (conns.size() < limits_.max_connections || evict_one(true)) {
         int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
           if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -336,9 +361,11 @@ void Exporter::serve() {
           }
           break;
         }
+        if (conns.size() >= limits_.max_connections) evict_one(false);  // (after the accept: one came)
         auto c = std::make_unique<Conn>();
         c->fd.reset(fd);
-        c->deadline = Clock::now() + limits_.request_timeout;
+        c->accepted = Clock::now();
+        c->deadline = c->accepted + limits_.request_timeout;
         conns.push_back(std::move(c));
         std::lock_guard<std::mutex> lk(mu_);
         ++stats_.accepted;

@@ -9,7 +9,9 @@
 // builds none while nobody scrapes.
 //
 // Every scraper is a stranger (the port may be reachable from the network): at most
-// Limits::max_connections at once (the rest wait in the kernel's backlog), a request head of at
+// Limits::max_connections at once (the rest wait in the kernel's backlog; at the cap a newcomer
+// takes the place of the oldest connection that has sent no whole request in Limits::idle_evict,
+// so idle connections cannot keep a scraper out), a request head of at
 // most Limits::max_request bytes, received within Limits::request_timeout, and the answer sent
 // within Limits::response_timeout; then the connection is closed. One request per connection
 // (Connection: close). Memory: the connections' request buffers plus one rendered text.
@@ -35,6 +37,8 @@ struct Limits {
   size_t max_request = 8192;  ///< bytes of request line and headers
   std::chrono::milliseconds request_timeout{5000};
   std::chrono::milliseconds response_timeout{10000};
+  /// At the connection cap, one still reading its request this long gives its place to a newcomer.
+  std::chrono::milliseconds idle_evict{500};
   std::chrono::milliseconds fresh{250};         ///< a snapshot this young is served as it is (at least)
   std::chrono::milliseconds publish_wait{1000};  ///< the longest a scrape waits for a new one
 };
@@ -45,6 +49,7 @@ struct ExporterStats {
   uint64_t served = 0;        ///< 200 answers
   uint64_t bad_requests = 0;  ///< 4xx answers
   uint64_t timed_out = 0;     ///< connections closed at a deadline
+  uint64_t evicted = 0;       ///< idle connections closed at the cap for a newcomer
   uint64_t snapshots_asked = 0;
 };
 

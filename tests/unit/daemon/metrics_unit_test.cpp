@@ -226,4 +226,41 @@ TEST_CASE("metrics: the exporter closes a connection that sends nothing, and one
   CHECK(e.value()->stats().bad_requests == 1);
 }
 
+TEST_CASE("metrics: idle connections at the cap give their places to a scraper") {
+  // One peer holds every connection with a byte of a request each: before, a scraper waited in
+  // the backlog until they timed out (request_timeout, 5 s; a peer reconnecting kept it out for good).
+  metrics::Limits lim;
+  lim.max_connections = 4;
+  lim.request_timeout = std::chrono::seconds(30);
+  lim.idle_evict = std::chrono::milliseconds(50);
+  lim.fresh = std::chrono::hours(1);
+  auto e = metrics::Exporter::start("127.0.0.1:0", lim);
+  REQUIRE(e);
+  auto& ex = *e.value();
+  auto s = std::make_shared<metrics::Snapshot>();
+  s->status = json{{"daemon", {{"clients", 7}}}};
+  ex.publish(s);
+  const std::string addr = ex.address();
+  const size_t colon = addr.rfind(':');
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(uint16_t(std::stoi(addr.substr(colon + 1))));
+  ::inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr);
+  std::vector<int> idle;
+  for (int i = 0; i < 12; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    (void)!::send(fd, "G", 1, MSG_NOSIGNAL);
+    idle.push_back(fd);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string ok = get(addr);
+  CHECK(ok.find("\ncoloc_clients 7\n") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK(ex.stats().evicted >= 1);
+  CHECK(ex.stats().timed_out == 0);
+  // A connection that sent its request is never evicted: it is answered.
+  for (int fd : idle) ::close(fd);
+}
+
 }  // TEST_SUITE
