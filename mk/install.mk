@@ -53,8 +53,15 @@ install: $(BUILD)/bin/coloc $(BUILD)/bin/colocd $(BUILD)/lib/libcoloc.so
 	else \
 	  $(INSTALL) -m 0644 deploy/colocd.toml '$(COLOC_INSTALLED_CONFIG)'; \
 	fi
+# The units work only where systemd looks for them: say so when SYSTEMDUNITDIR is elsewhere (a
+# PREFIX such as /opt/coloc or a scratch directory) instead of advising a systemctl that cannot
+# find them.
 	$(Q)if [ -z '$(DESTDIR)' ]; then \
-	  echo "  then:    systemctl daemon-reload && systemctl enable --now colocd.socket colocd.service"; \
+	  case '$(SYSTEMDUNITDIR)' in \
+	    /etc/systemd/system|/usr/local/lib/systemd/system|/usr/lib/systemd/system|/lib/systemd/system) \
+	      echo "  then:    systemctl daemon-reload && systemctl enable --now colocd.socket colocd.service";; \
+	    *) echo "  note:    systemd does not look for units in $(SYSTEMDUNITDIR): install them with SYSTEMDUNITDIR=/etc/systemd/system, or start $(COLOC_SBINDIR)/colocd yourself";; \
+	  esac; \
 	fi
 
 uninstall:

@@ -513,9 +513,15 @@ int DoctorCommand::run(const std::string& socket) const {
     } else if (drv.contains("load_error")) {
       c.level = Level::kFail;
       c.summary = "no CUDA driver loads: " + drv["load_error"].get<std::string>();
-      c.fix = sim_ ? "simgpu is missing next to coloc (build/sim): rebuild or reinstall coloc"
+      // simgpu sits in the build tree only (make install leaves the test tools out), so an
+      // installed coloc has none next to it: say where it is instead of "reinstall".
+      c.fix = sim_ ? "simgpu is not next to this coloc (" + exe_dir +
+                         "/../sim; make install leaves the test tools out): run the build tree's coloc "
+                         "(build/bin/coloc doctor --sim), or put simgpu's directory (build/sim) on LD_LIBRARY_PATH "
+                         "and leave out --sim"
                    : "install the NVIDIA driver (nvidia-smi must work) or put its libcuda.so.1 on the loader's path; "
-                     "without a GPU use simgpu: coloc doctor --sim, coloc run --sim";
+                     "without a GPU use simgpu from the build tree: build/bin/coloc doctor --sim, "
+                     "build/bin/coloc run --sim";
     } else if (drv.value("rc", -1) != 0) {
       c.level = Level::kFail;
       c.summary = driver_words(drv) + " loads, but cuDriverGetVersion fails (CUresult " + std::to_string(drv.value("rc", -1)) + ")";

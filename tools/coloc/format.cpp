@@ -122,6 +122,14 @@ std::string policy_text(const json& policy) {
   return "timeslice, quantum " + str(policy, "quantum_ms") + " ms";
 }
 
+std::string short_policy_text(const json& policy) {
+  if (!policy.is_object()) return "share";
+  const std::string mode = str(policy, "mode", "share");
+  if (mode == "priority" && policy.contains("target_pct")) return "priority " + str(policy, "target_pct") + "%";
+  if (mode != "timeslice") return mode;
+  return "timeslice " + str(policy, "quantum_ms") + "ms";
+}
+
 std::string device_index_text(const json& dev) {
   auto it = dev.find("index");
   if (it == dev.end() || !it->is_number()) return "-";
@@ -133,6 +141,12 @@ std::string share_text(const json& v) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%.0f%%", v.get<double>() * 100);
   return buf;
+}
+
+std::string job_share_text(const json& dev, const json& job) {
+  const json policy = dev.value("policy", json());
+  if (!policy.is_object() || str(policy, "mode", "share") != "timeslice") return "-";
+  return share_text(job.value("gpu_share", json()));
 }
 
 size_t display_width(const std::string& text) {
@@ -193,7 +207,7 @@ std::string status_table(const json& s, bool wide) {
   std::ostringstream o;
   const json& d = s.at("daemon");
   o << "colocd pid " << str(d, "pid") << " · protocol " << str(d, "protocol") << " · watcher " << str(d, "watcher")
-    << " · policy " << str(d, "policy") << " · up " << duration_text(d.value("uptime_s", 0.0)) << "\n";
+    << " · memory policy " << str(d, "policy") << " · up " << duration_text(d.value("uptime_s", 0.0)) << "\n";
   if (d.value("holding_for_restart", false)) o << "holding new requests while jobs re-register\n";
   if (s.at("devices").empty()) o << "\nNo devices yet (they appear when a job creates its first context).\n";
   bool colocd_numbered = false;
@@ -264,7 +278,7 @@ std::string status_table(const json& s, bool wide) {
       if (wide)
         r.insert(r.end(), {bytes_text(job.value("driver_overhead", json(0))), bytes_text(job["peak"]),
                            bytes_text(job["granted"])});
-      r.insert(r.end(), {str(job, "weight", "1"), share_text(job.value("gpu_share", json()))});
+      r.insert(r.end(), {str(job, "weight", "1"), job_share_text(dev, job)});
       j.add(r);
     }
     o << "\n" << j.render("  ");

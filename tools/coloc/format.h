@@ -45,6 +45,13 @@ std::string policy_set_text(const nlohmann::json& reply);
 /// "share", "timeslice, quantum 100 ms", "priority, target slowdown 5%" (from {mode, quantum_ms,
 /// target_pct}).
 std::string policy_text(const nlohmann::json& policy);
+/// The same in a few columns, for coloc top's device line: "share", "timeslice 100ms",
+/// "priority 5%".
+std::string short_policy_text(const nlohmann::json& policy);
+/// A job's GPU SHARE on a device: its `gpu_share` as a percentage where colocd measures it, i.e.
+/// on a timesliced device (`policy.mode`); "-" elsewhere, where colocd reports 0 for every job
+/// whatever it runs (docs/daemon.md: device time is tracked only while a device is timesliced).
+std::string job_share_text(const nlohmann::json& dev, const nlohmann::json& job);
 /// Columns `text` takes on a terminal (UTF-8 code points).
 size_t display_width(const std::string& text);
 /// `coloc set`: the job's new limit, priority and in-use, then one line per device whose

@@ -346,7 +346,11 @@ bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& e
   if (opt.sim) {
     std::string sim = exe_dir + "/../sim";
     if (!exists(sim + "/libcuda.so.1")) {
-      *error = "--sim: simgpu's libcuda.so.1 is not in " + sim;
+      // An installed coloc has no simgpu next to it: make install leaves the test tools out.
+      *error = "--sim: simgpu's libcuda.so.1 is not in " + sim +
+               " (simgpu is a test tool that make install leaves out): run the build tree's coloc "
+               "(build/bin/coloc run --sim), or put simgpu's directory (build/sim) on LD_LIBRARY_PATH and "
+               "leave out --sim";
       return false;
     }
     auto it = env.find("LD_LIBRARY_PATH");

@@ -152,7 +152,9 @@ std::string top_frame(const json& s, const TopView& view) {
     const uint64_t capacity = num(dev, "capacity");
     line("");
     std::string index = dev.contains("index") && dev["index"].is_number() ? dev["index"].dump() : "-";
-    std::string head = "GPU " + index + "  " + text(dev, "uuid", "?") + "  " + policy_text(dev.value("policy", json())) +
+    // At most 6+40+2+15+2+11 = 76 columns with a one-digit index: the policy in its short form,
+    // so the capacity is not cut off at 80 ("timeslice, quantum 100 ms" would push it out).
+    std::string head = "GPU " + index + "  " + text(dev, "uuid", "?") + "  " + short_policy_text(dev.value("policy", json())) +
                        "  " + compact_bytes(dev.value("capacity", json())) + " total";
     o << bold << fit_text(head, width) << reset << "\n";
     // The bar: each job's in use (its letter) then its reservation beyond that (the letter in
@@ -196,12 +198,7 @@ std::string top_frame(const json& s, const TopView& view) {
       for (size_t i = 0; i < djobs.size(); ++i) {
         const json& j = djobs[i];
         const char key = i < 26 ? char('A' + i) : '*';
-        std::string share = "-";
-        if (j.contains("gpu_share") && j["gpu_share"].is_number()) {
-          char b[16];
-          std::snprintf(b, sizeof b, "%.0f%%", j["gpu_share"].get<double>() * 100);
-          share = b;
-        }
+        const std::string share = job_share_text(dev, j);  // "-" where the device is not timesliced
         const std::string waited =
             j.contains("waited_s") && j["waited_s"].is_number() ? short_duration(j["waited_s"].get<double>()) : "-";
         std::string r = row({text(j, "job", "?"), text(j, "user", "?"), short_state(j), compact_bytes(j.value("limit", json())),

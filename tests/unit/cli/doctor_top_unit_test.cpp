@@ -65,7 +65,7 @@ json sample_status() {
                   {"gpu_share", 0.5}});
   json dev = {{"uuid", "GPU-11111111-2222-3333-4444-555555555555"},
               {"index", 0},
-              {"policy", {{"mode", "share"}}},
+              {"policy", {{"mode", "timeslice"}, {"quantum_ms", 100}}},  // GPU SHARE shows on timesliced devices only
               {"capacity", 16 * GiB},
               {"headroom", 0},
               {"outside", 10 * GiB + 512 * MiB},
