@@ -81,9 +81,30 @@ std::string sanitize_command(std::string_view raw, size_t max_bytes) {
   return out;
 }
 
+std::optional<uint64_t> read_start_time(int32_t pid, const std::string& proc_root) {
+  if (pid <= 0) return std::nullopt;
+  const std::string stat = read_small(proc_root + "/" + std::to_string(pid) + "/stat", 4096);
+  // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  const char* p = stat.c_str() + close + 1;
+  for (int field = 3; field < 22; ++field) {  // skip fields 3..21
+    while (*p == ' ') ++p;
+    if (!*p) return std::nullopt;
+    while (*p && *p != ' ') ++p;
+  }
+  while (*p == ' ') ++p;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(p, &end, 10);
+  if (end == p || errno) return std::nullopt;
+  return uint64_t(v);
+}
+
 ProcInfo read_proc_info(int32_t pid, const std::string& proc_root) {
   ProcInfo info;
   if (pid <= 0) return info;
+  const std::optional<uint64_t> start = read_start_time(pid, proc_root);
   const std::string dir = proc_root + "/" + std::to_string(pid);
   const std::string status = read_small(dir + "/status", 4096);
   if (auto at = status.find("\nUid:"); at != std::string::npos) {
@@ -107,6 +128,9 @@ ProcInfo read_proc_info(int32_t pid, const std::string& proc_root) {
     while (!comm.empty() && (comm.back() == '\n' || comm.back() == '\0')) comm.pop_back();
     if (!comm.empty()) info.command = "[" + sanitize_command(comm, 32) + "]";
   }
+  // The pid changed hands while we read (one process's uid, another's command): nothing is known.
+  if (read_start_time(pid, proc_root) != start) return ProcInfo{};
+  info.start_time = start;
   return info;
 }
 
@@ -129,9 +153,19 @@ void OutsideProcesses::update(const broker::Uuid& uuid, const std::vector<Proces
       ++list.more;
       continue;
     }
+    // The cached entry is this process's only while the pid has the same start time: a pid that
+    // exited and was reused (by another user) is read again. One that cannot be read (gone, or
+    // no start time) is not cached: the next reading tries again.
+    const std::optional<uint64_t> start = read_start_time(p.pid, proc_root_);
     auto it = cache_.find(p.pid);
-    if (it == cache_.end()) it = cache_.emplace(p.pid, read_proc_info(p.pid, proc_root_)).first;
-    list.shown.push_back({p.pid, it->second, p.used});
+    if (it != cache_.end() && start && it->second.start_time == start) {
+      list.shown.push_back({p.pid, it->second, p.used});
+      continue;
+    }
+    ProcInfo info = read_proc_info(p.pid, proc_root_);
+    if (info.start_time) cache_[p.pid] = info;
+    else cache_.erase(p.pid);
+    list.shown.push_back({p.pid, std::move(info), p.used});
   }
   lists_[uuid] = std::move(list);
   pids_[uuid] = std::move(pids);

@@ -5,8 +5,9 @@
 //
 // Everything /proc gives is untrusted text (any user names their process as they like):
 // sanitize_command makes it safe to print on a terminal and to put in JSON. Called on the
-// daemon's loop thread only; /proc is read once per process (cached by pid while the driver
-// lists it), and at most kMaxPerDevice processes per device are resolved.
+// daemon's loop thread only; /proc is read once per process (cached by pid and start time while
+// the driver lists it: a pid reused by another user's process is read again, never shown as the
+// first one's), and at most kMaxPerDevice processes per device are resolved.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,13 @@ struct ProcInfo {
   std::optional<uint32_t> uid;  ///< its real uid (/proc/PID/status "Uid:"); nullopt: not readable
   std::string user;             ///< the uid's user name (getpwuid_r), or the number; "" without a uid
   std::string command;          ///< sanitize_command(cmdline), or "[comm]"; "" when unreadable
+  /// Its start time (/proc/PID/stat, clock ticks since boot): with the pid, names the process
+  /// (a pid is reused). nullopt: not readable.
+  std::optional<uint64_t> start_time;
 };
+
+/// The start time of `proc_root`/PID (field 22 of its stat), nullopt when it is gone or unreadable.
+std::optional<uint64_t> read_start_time(int32_t pid, const std::string& proc_root = "/proc");
 
 /// One process outside coloc on a device.
 struct OutsideProcess {
@@ -55,7 +62,8 @@ std::string sanitize_command(std::string_view raw, size_t max_bytes = kMaxComman
 /// Reads /proc/PID (`proc_root`/PID: tests use another root): the real uid and its user name, and
 /// the command line
 /// (its arguments joined by spaces), or "[comm]" when the command line is empty (a kernel thread,
-/// a zombie). A process that is gone, or hidden from colocd, gives {nullopt, ""}.
+/// a zombie). A process that is gone, or hidden from colocd, gives {nullopt, ""}; so does one
+/// whose pid changed hands while it was read (its start time before and after differ).
 ProcInfo read_proc_info(int32_t pid, const std::string& proc_root = "/proc");
 
 class OutsideProcesses {
@@ -79,7 +87,7 @@ class OutsideProcesses {
   std::string proc_root_;
   std::map<broker::Uuid, OutsideList> lists_;
   std::map<broker::Uuid, std::set<int32_t>> pids_;  ///< every outside pid of each device (shown or not)
-  std::map<int32_t, ProcInfo> cache_;               ///< /proc read once per pid while listed
+  std::map<int32_t, ProcInfo> cache_;               ///< /proc read once per process (pid, start time) while listed
 };
 
 }  // namespace coloc::device

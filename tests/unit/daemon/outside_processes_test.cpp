@@ -97,3 +97,33 @@ TEST_CASE("outside processes: uid and command from /proc; colocd's clients left 
   op.forget(dev);
   CHECK(op.find(dev) == nullptr);
 }
+
+TEST_CASE("outside processes: a reused pid is read again, never shown as the process it was") {
+  // The driver lists pid 500 at two readings; between them alice's process ended and bob's took
+  // its number. Before, the cache (by pid alone) went on showing bob's memory as alice's.
+  coloc::test::TempDir root("fake-proc");
+  auto stat = [&](int pid, const std::string& comm, uint64_t start) {
+    std::string s = std::to_string(pid) + " (" + comm + ") S";
+    for (int field = 4; field < 22; ++field) s += " " + std::to_string(field);
+    coloc::test::write_file(root / (std::to_string(pid) + "/stat"), s + " " + std::to_string(start) + " 0 0\n");
+  };
+  fake_proc(root, 500, 1000, std::string("alice-train\0", 12));
+  stat(500, "a) 1 2 (b", 111);  // a name with parentheses and spaces
+  CHECK(coloc::device::read_start_time(500, root.path()) == std::optional<uint64_t>(111));
+  OutsideProcesses op(root.path());
+  coloc::broker::Uuid dev{};
+  dev.bytes[0] = 1;
+  op.update(dev, {{500, 2 * GiB}}, {});
+  REQUIRE(op.find(dev));
+  REQUIRE(op.find(dev)->shown.size() == 1);
+  CHECK(op.find(dev)->shown[0].info.command == "alice-train");
+  CHECK(*op.find(dev)->shown[0].info.uid == 1000);
+  op.update(dev, {{500, 2 * GiB}}, {});  // the same process: from the cache
+  CHECK(op.find(dev)->shown[0].info.command == "alice-train");
+  fake_proc(root, 500, 1001, std::string("bob-mine\0", 9));
+  stat(500, "bob-mine", 222);
+  op.update(dev, {{500, 3 * GiB}}, {});
+  CHECK(op.find(dev)->shown[0].info.command == "bob-mine");
+  CHECK(*op.find(dev)->shown[0].info.uid == 1001);
+  CHECK(op.find(dev)->shown[0].info.start_time == std::optional<uint64_t>(222));
+}
