@@ -117,7 +117,7 @@ ProcInfo read_proc_info(int32_t pid, const std::string& proc_root) {
     struct passwd pw, *found = nullptr;
     char buf[4096];
     info.user = ::getpwuid_r(uid_t(*info.uid), &pw, buf, sizeof buf, &found) == 0 && found
-                    ? std::string(found->pw_name)
+                    ? sanitize_command(found->pw_name, 64)  // (a directory's name: still text, valid UTF-8 for JSON)
                     : std::to_string(*info.uid);
   }
   std::string cmdline = read_small(dir + "/cmdline", kMaxCommandBytes * 4);
