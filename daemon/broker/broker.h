@@ -74,6 +74,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <optional>
 #include <span>
 #include <string>
@@ -404,6 +405,8 @@ class Broker {
   const std::vector<Waiter>& waiters() const { return waiters_; }
   const Job* find_job(const JobKey& key) const;
   const Client* find_client(ClientId id) const;
+  /// The pids of the processes attached to `device` (an index into devices(); none beyond it).
+  std::set<int32_t> attached_pids(uint32_t device) const;
   std::optional<uint32_t> find_device(const Uuid& uuid) const;
 
   /// The job's limit on `device` (bytes, kNoLimit = none): min(Job::limit, JobDevice::cap).

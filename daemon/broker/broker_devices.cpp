@@ -172,4 +172,12 @@ void Broker::note_short(uint32_t device) {
 
 std::vector<uint32_t> Broker::take_short_devices() { return std::exchange(short_devices_, {}); }
 
+std::set<int32_t> Broker::attached_pids(uint32_t device) const {
+  std::set<int32_t> out;
+  if (device >= devices_.size()) return out;
+  for (const auto& [id, slot] : devices_[device].attachments)
+    if (const Client* c = find_client(id); c && c->pid > 0) out.insert(c->pid);
+  return out;
+}
+
 }  // namespace coloc::broker

@@ -24,10 +24,9 @@ void Server::read_processes(uint32_t device, Nanos t) {
     outside_.forget(d.uuid);
     return;
   }
-  std::set<int32_t> coloc_pids;
-  for (const auto& [id, c] : broker_.clients())
-    if (c.pid > 0) coloc_pids.insert(c.pid);
-  outside_.update(d.uuid, *processes_[device], coloc_pids);
+  // Only the processes attached to the device are in its books: one registered without attaching
+  // it (an anchor, a job process on another device) that uses it is outside coloc there.
+  outside_.update(d.uuid, *processes_[device], broker_.attached_pids(device));
 }
 
 }  // namespace coloc::engine

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../support/proc.h"
+#include "broker_fixture.h"
 #include "device/outside_processes.h"
 
 using coloc::device::OutsideProcesses;
@@ -126,4 +127,20 @@ TEST_CASE("outside processes: a reused pid is read again, never shown as the pro
   CHECK(op.find(dev)->shown[0].info.command == "bob-mine");
   CHECK(*op.find(dev)->shown[0].info.uid == 1001);
   CHECK(op.find(dev)->shown[0].info.start_time == std::optional<uint64_t>(222));
+}
+
+TEST_CASE("outside processes: only a device's attached processes leave its list, not any registered one") {
+  // A process that registers with colocd (as an anchor, or a job process on another device) and
+  // uses a device outside coloc was hidden from that device's list of processes outside coloc.
+  coloc::broker::test::Bench b;
+  const auto anchor = b.add("hidden", coloc::broker::kNoLimit, coloc::proto::Priority::kNormal,
+                            coloc::proto::OnFull::kWait, 1000, 0, true);  // pid 4242, no device
+  const auto job = b.add("job");                                            // pid 4242 too
+  b.attach(job, {{1, 10 * GiB, GiB}});
+  REQUIRE(b.broker.devices().size() == 1);
+  CHECK(b.broker.attached_pids(0) == std::set<int32_t>{4242});
+  b.remove(job);
+  CHECK(b.broker.attached_pids(0).empty());  // the anchor (pid 4242) attached nothing
+  CHECK(b.broker.attached_pids(7).empty());
+  (void)anchor;
 }
