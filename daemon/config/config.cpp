@@ -367,7 +367,30 @@ std::string default_config_path() {
   return kDefaultConfigPath;
 }
 
+namespace {
+Result<Config> load_unescaped(const std::string& path, bool required, const FlagValues& flags);
+}  // namespace
+
 Result<Config> load(const std::string& path, bool required, const FlagValues& flags) {
+  auto r = load_unescaped(path, required, flags);
+  if (r) return r;
+  // Errors quote the file (keys, values, a path): its control characters, an escape sequence for
+  // the terminal or a line break in the log, are shown as \u00XX.
+  std::string text;
+  for (unsigned char c : r.error().what) {
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      text += buf;
+    } else {
+      text += char(c);
+    }
+  }
+  return Error{r.error().err, std::move(text)};
+}
+
+namespace {
+Result<Config> load_unescaped(const std::string& path, bool required, const FlagValues& flags) {
   Config cfg;
   for (const Setting& s : settings()) cfg.sources[s.key] = Source::kDefault;
   if (const char* env = std::getenv("COLOC_LOG_LEVEL"); env && *env)
@@ -417,6 +440,7 @@ Result<Config> load(const std::string& path, bool required, const FlagValues& fl
   cfg.flags = flags;
   return cfg;
 }
+}  // namespace
 
 // ---- showing it ---------------------------------------------------------------------------------
 

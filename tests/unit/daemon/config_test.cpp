@@ -396,4 +396,20 @@ TEST_CASE("config: deploy/colocd.toml, every key uncommented, parses") {
   CHECK(c.devices.size() == devices);
 }
 
+TEST_CASE("config: an error quoting the file shows its control characters escaped") {
+  // A key or value with an escape sequence went raw to the terminal (--check-config) and the log
+  // (SIGHUP).
+  coloc::test::TempDir tmp("coloc-config");
+  coloc::test::write_file(tmp / "c.toml", "\"\\u001b[31mred\" = 1\n");
+  auto key = coloc::config::load(tmp / "c.toml", true, {});
+  REQUIRE_FALSE(key.ok());
+  CHECK(key.error().what.find('\x1b') == std::string::npos);
+  CHECK(key.error().what.find("\\u001b[31mred: unknown setting") != std::string::npos);
+  coloc::test::write_file(tmp / "c.toml", "policy = \"a\\nb\\u0007\"\n");
+  auto value = coloc::config::load(tmp / "c.toml", true, {});
+  REQUIRE_FALSE(value.ok());
+  CHECK(value.error().what.find('\n') == std::string::npos);
+  CHECK(value.error().what.find("'a\\u000ab\\u0007' is not share") != std::string::npos);
+}
+
 }  // TEST_SUITE
