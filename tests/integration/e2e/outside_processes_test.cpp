@@ -53,7 +53,8 @@ TEST_CASE("e2e: coloc status lists the processes outside coloc (pid, user, comma
   CHECK(p["command"].get<std::string>().find("cuprobe init ctx 0 alloc 2GiB") != std::string::npos);
   CHECK(p["used_bytes"] == 2 * GiB + kContext);
   CHECK(dev["outside_processes_more"] == 0);
-  for (const json& pid : n.job("inside")["pids"]) CHECK(pid != p["pid"]);
+  const json inside = n.job("inside");  // held: a range-for over a temporary's member dangles
+  for (const json& pid : inside["pids"]) CHECK(pid != p["pid"]);
 
   ProcResult text = n.cli({"status"});
   REQUIRE(text.exit_code == 0);
