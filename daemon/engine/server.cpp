@@ -279,8 +279,10 @@ Result<void> Server::start() {
       for (const broker::Uuid& d : *devs) policies_.apply_new_device(d, scheduler_);
   warn_unknown_devices();
   if (auto r = open_signals_and_timers(); !r) return r;
-  if (auto r = open_listener(); !r) return r;
+  // The metrics port before the socket: a port in use stops colocd before it has bound (and
+  // would otherwise leave) a socket that nobody serves.
   if (auto r = open_metrics(); !r) return r;
+  if (auto r = open_listener(); !r) return r;
 
   if (size_t n = resume_.expected(); n > 0) {
     broker_.hold_until(now() + cfg_.resume_grace);

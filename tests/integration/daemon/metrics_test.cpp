@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <doctest/doctest.h>
@@ -205,6 +206,33 @@ TEST_CASE("colocd metrics: off by default, nothing listens") {
   const std::set<std::string> listening = tcp_listen_inodes();
   for (const std::string& inode : socket_inodes(pid_t(st["daemon"]["pid"].get<int>())))
     CHECK_MESSAGE(!listening.count(inode), "colocd holds a listening TCP socket without --metrics-listen");
+}
+
+TEST_CASE("colocd metrics: a metrics port in use stops colocd at start, naming it, and leaves no socket behind") {
+  // Someone else listens on the port.
+  int busy = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(busy, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  REQUIRE(::listen(busy, 1) == 0);
+  socklen_t len = sizeof sa;
+  ::getsockname(busy, reinterpret_cast<sockaddr*>(&sa), &len);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+
+  TempDir dir("colocd-metrics-busy");
+  const std::string sock = dir / "colocd.sock";
+  Env env;
+  env.simgpu(dir);
+  ProcResult r = run({build_path("bin/colocd"), "--socket", sock, "--state-dir", dir / "state", "--metrics-listen", address},
+                     env, 30s);
+  ::close(busy);
+  CHECK(r.exit_code != 0);
+  CHECK_MESSAGE(r.err.find(address) != std::string::npos, r.err);
+  // A socket left behind would make every client's connect fail with "Connection refused"
+  // instead of "no colocd".
+  struct stat st;
+  CHECK_MESSAGE(::stat(sock.c_str(), &st) != 0, "colocd left its socket behind");
 }
 
 TEST_CASE("colocd metrics: a live scrape passes promtool and equals coloc status and jobs; ended jobs leave") {
