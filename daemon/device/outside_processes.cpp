@@ -1,12 +1,20 @@
 #include "device/outside_processes.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <pwd.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "util/log.h"
 
 namespace coloc::device {
 
@@ -120,22 +128,140 @@ ProcInfo read_proc_info(int32_t pid, const std::string& proc_root) {
                     ? sanitize_command(found->pw_name, 64)  // (a directory's name: still text, valid UTF-8 for JSON)
                     : std::to_string(*info.uid);
   }
-  std::string cmdline = read_small(dir + "/cmdline", kMaxCommandBytes * 4);
-  if (!cmdline.empty()) {
-    info.command = sanitize_command(cmdline);
-  } else {
-    std::string comm = read_small(dir + "/comm", 64);
-    while (!comm.empty() && (comm.back() == '\n' || comm.back() == '\0')) comm.pop_back();
-    if (!comm.empty()) info.command = "[" + sanitize_command(comm, 32) + "]";
-  }
+  // Never cmdline here (read_cmdline, on the worker): comm is served without the mmap lock.
+  std::string comm = read_small(dir + "/comm", 64);
+  while (!comm.empty() && (comm.back() == '\n' || comm.back() == '\0')) comm.pop_back();
+  if (!comm.empty()) info.command = "[" + sanitize_command(comm, 32) + "]";
   // The pid changed hands while we read (one process's uid, another's command): nothing is known.
   if (read_start_time(pid, proc_root) != start) return ProcInfo{};
   info.start_time = start;
   return info;
 }
 
+std::optional<std::string> read_cmdline(int32_t pid, uint64_t start_time, const std::string& proc_root) {
+  if (pid <= 0) return std::nullopt;
+  const std::string cmdline = read_small(proc_root + "/" + std::to_string(pid) + "/cmdline", kMaxCommandBytes * 4);
+  // Read after the command line: a pid that changed hands before or during the read shows another
+  // start time (or none, gone).
+  if (read_start_time(pid, proc_root) != start_time) return std::nullopt;
+  return sanitize_command(cmdline);
+}
+
+// The worker's state: its thread holds it too, so that it outlives an OutsideProcesses that
+// detached a worker stuck in a read. Everything but proc_root (set before the thread starts,
+// never changed) is guarded by mu.
+struct OutsideProcesses::Worker {
+  struct Result {
+    int32_t pid;
+    uint64_t start;
+    std::optional<std::string> command;  ///< read_cmdline's answer
+  };
+
+  std::string proc_root;
+  std::mutex mu;
+  std::condition_variable work;          ///< the worker: something queued, or stop
+  mutable std::condition_variable idle;  ///< wait_idle: the worker finished one
+  std::deque<std::pair<int32_t, uint64_t>> queue;  ///< (pid, start time), at most kMaxQueued
+  std::vector<Result> results;                     ///< answered, not yet taken by the loop
+  bool busy = false;                               ///< reading one it took from the queue
+  bool stop = false;                               ///< its OutsideProcesses is gone: leave
+
+  void run() {
+    std::unique_lock lk(mu);
+    for (;;) {
+      work.wait(lk, [&] { return stop || !queue.empty(); });
+      if (stop) return;
+      const auto [pid, start] = queue.front();
+      queue.pop_front();
+      busy = true;
+      lk.unlock();
+      std::optional<std::string> command = read_cmdline(pid, start, proc_root);  // may block: not under mu
+      lk.lock();
+      busy = false;
+      if (stop) return;
+      results.push_back({pid, start, std::move(command)});
+      idle.notify_all();
+    }
+  }
+};
+
+OutsideProcesses::OutsideProcesses(std::string proc_root) : proc_root_(std::move(proc_root)) {}
+
+OutsideProcesses::~OutsideProcesses() {
+  if (!worker_) return;
+  {
+    std::lock_guard lk(worker_->mu);
+    worker_->stop = true;
+    worker_->queue.clear();
+  }
+  worker_->work.notify_all();
+  worker_->idle.notify_all();
+  // The thread was detached at its start: one stuck in a read ends when the read does (it holds
+  // the state), or with the process.
+}
+
+bool OutsideProcesses::request(int32_t pid, uint64_t start) {
+  if (no_worker_) return false;
+  if (!worker_) {
+    auto w = std::make_shared<Worker>();
+    w->proc_root = proc_root_;
+    // The thread takes no signal (colocd reads its own from a signalfd on the loop's thread: a
+    // SIGTERM delivered here would kill the daemon instead of stopping it).
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    try {
+      std::thread([w] { w->run(); }).detach();
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    } catch (const std::exception& e) {
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      no_worker_ = true;
+      log::get("engine")->error("processes outside coloc: cannot start the thread that reads their command lines "
+                                "({}): they show as [comm]",
+                                e.what());
+      return false;
+    }
+    worker_ = std::move(w);
+  }
+  {
+    std::lock_guard lk(worker_->mu);
+    if (worker_->queue.size() >= kMaxQueued) return false;
+    worker_->queue.emplace_back(pid, start);
+  }
+  worker_->work.notify_one();
+  return true;
+}
+
+void OutsideProcesses::take_results() {
+  if (!worker_) return;
+  std::vector<Worker::Result> results;
+  {
+    std::lock_guard lk(worker_->mu);
+    results.swap(worker_->results);
+  }
+  for (Worker::Result& r : results) {
+    auto it = cache_.find(r.pid);
+    // Only for the process it was asked for: the pid may have changed hands since.
+    if (it == cache_.end() || it->second.info.start_time != r.start) continue;
+    it->second.command_read = true;
+    it->second.requested = false;
+    if (!r.command || r.command->empty()) continue;  // gone, changed hands, or no command line: "[comm]" stays
+    it->second.info.command = *r.command;
+    for (auto& [uuid, list] : lists_)
+      for (OutsideProcess& p : list.shown)
+        if (p.pid == r.pid && p.info.start_time == r.start) p.info.command = *r.command;
+  }
+}
+
+bool OutsideProcesses::wait_idle(std::chrono::milliseconds bound) const {
+  if (!worker_) return true;
+  std::unique_lock lk(worker_->mu);
+  return worker_->idle.wait_for(lk, bound, [&] { return worker_->queue.empty() && !worker_->busy; });
+}
+
 void OutsideProcesses::update(const broker::Uuid& uuid, const std::vector<ProcessMemory>& procs,
                               const std::set<int32_t>& coloc_pids) {
+  take_results();
   std::vector<ProcessMemory> outside;
   std::set<int32_t> pids;
   for (const ProcessMemory& p : procs)
@@ -158,14 +284,19 @@ void OutsideProcesses::update(const broker::Uuid& uuid, const std::vector<Proces
     // no start time) is not cached: the next reading tries again.
     const std::optional<uint64_t> start = read_start_time(p.pid, proc_root_);
     auto it = cache_.find(p.pid);
-    if (it != cache_.end() && start && it->second.start_time == start) {
-      list.shown.push_back({p.pid, it->second, p.used});
-      continue;
+    if (it == cache_.end() || !start || it->second.info.start_time != start) {
+      ProcInfo info = read_proc_info(p.pid, proc_root_);
+      if (!info.start_time) {
+        cache_.erase(p.pid);
+        list.shown.push_back({p.pid, std::move(info), p.used});
+        continue;
+      }
+      it = cache_.insert_or_assign(p.pid, Entry{std::move(info)}).first;
     }
-    ProcInfo info = read_proc_info(p.pid, proc_root_);
-    if (info.start_time) cache_[p.pid] = info;
-    else cache_.erase(p.pid);
-    list.shown.push_back({p.pid, std::move(info), p.used});
+    // Its command line on the worker (asked again when the queue was full).
+    Entry& e = it->second;
+    if (!e.command_read && !e.requested) e.requested = request(p.pid, *e.info.start_time);
+    list.shown.push_back({p.pid, e.info, p.used});
   }
   lists_[uuid] = std::move(list);
   pids_[uuid] = std::move(pids);
@@ -190,6 +321,17 @@ void OutsideProcesses::prune_cache() {
     for (const auto& [u, pids] : pids_) listed |= pids.count(it->first) > 0;
     it = listed ? std::next(it) : cache_.erase(it);
   }
+  // Nor does the worker read what nobody asks for any more (a process gone, a pid reused): a
+  // worker stuck on one process would otherwise keep the queue full of the dead.
+  if (!worker_) return;
+  std::lock_guard lk(worker_->mu);
+  auto& q = worker_->queue;
+  q.erase(std::remove_if(q.begin(), q.end(),
+                         [&](const std::pair<int32_t, uint64_t>& r) {
+                           auto it = cache_.find(r.first);
+                           return it == cache_.end() || it->second.info.start_time != r.second;
+                         }),
+          q.end());
 }
 
 }  // namespace coloc::device

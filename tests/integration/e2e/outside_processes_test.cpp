@@ -1,7 +1,7 @@
 // End-to-end: the processes that use a device without coloc, as colocd lists them from NVML's
 // per-process list (simgpu's NVML sees every simulated process): pid, uid, user, command and
-// device memory in `coloc status --json` and in `coloc status`; a coloc job beside them is not
-// listed.
+// device memory in `coloc status --json` and in `coloc status` (the command once colocd's worker
+// has read it, "[comm]" until then); a coloc job beside them is not listed.
 #include <pwd.h>
 #include <unistd.h>
 
@@ -43,6 +43,16 @@ TEST_CASE("e2e: coloc status lists the processes outside coloc (pid, user, comma
     dev = s["devices"][0];
     return dev["outside_processes"].is_array() && !dev["outside_processes"].empty() && !n.job("inside").is_null() &&
            !n.job("inside")["pids"].empty();
+  }, 20s, 20ms), n.cli({"status", "--json"}).out, "\n", n.log());
+  // Its command line is read off colocd's loop (it shows "[comm]" meanwhile) and taken at a
+  // later sampling: wait for it.
+  REQUIRE_MESSAGE(wait_until([&] {
+    json s = n.status();
+    if (s["devices"].empty()) return false;
+    dev = s["devices"][0];
+    const json& op = dev["outside_processes"];
+    return op.is_array() && op.size() == 1 && op[0]["command"].is_string() &&
+           op[0]["command"].get<std::string>().find("cuprobe init ctx 0 alloc 2GiB") != std::string::npos;
   }, 20s, 20ms), n.cli({"status", "--json"}).out, "\n", n.log());
   const json procs = dev["outside_processes"];
   REQUIRE(procs.size() == 1);  // the coloc job's process is not one
