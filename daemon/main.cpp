@@ -45,6 +45,12 @@ int main(int argc, char** argv) {
                  cfg.log_level.c_str());
     return 2;
   }
+  // A group that does not exist is a configuration error too (exit 2), named as the file or the flag gave it.
+  if (auto r = coloc::config::check_groups(cfg); !r) {
+    std::fprintf(stderr, "colocd: %s\n", r.error().message().c_str());
+    notifier.final_status("failed: " + r.error().message());
+    return 2;
+  }
   if (!activation_note.empty()) coloc::log::get("engine")->info("{}", activation_note);
   coloc::engine::Server server(cfg);
   if (inherited.value().valid()) server.adopt_listen_socket(std::move(inherited.value()));

@@ -158,7 +158,12 @@ Result<broker::Nanos> parse_quantum(std::string_view text, const std::string& wh
   const broker::Nanos ms = 1'000'000;
   if (d.value() % ms != 0 || d.value() < broker::Nanos(proto::kMinQuantumMs) * ms ||
       d.value() > broker::Nanos(proto::kMaxQuantumMs) * ms)
-    return invalid(what + ": '" + trim(text) + "' is not whole milliseconds from 1ms to 60s");
+  {
+    // The duration it read, when the text does not say it plainly ("'0.0005' (500us) is not ...").
+    const std::string shown = format_duration(d.value());
+    return invalid(what + ": '" + trim(text) + "'" + (trim(text) == shown ? "" : " (" + shown + ")") +
+                   " is not whole milliseconds from 1ms to 60s");
+  }
   return d;
 }
 
@@ -240,8 +245,12 @@ std::string scalar_text(const toml::node& n) {
   if (auto i = n.value_exact<int64_t>()) return std::to_string(*i);
   if (auto b = n.value_exact<bool>()) return *b ? "true" : "false";
   if (auto d = n.value_exact<double>()) {
+    // The shortest text that reads back as the same double: 0.0005, not 0.00050000000000000001.
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%.17g", *d);
+    for (int digits = 15; digits <= 17; ++digits) {
+      std::snprintf(buf, sizeof buf, "%.*g", digits, *d);
+      if (std::strtod(buf, nullptr) == *d) break;
+    }
     return buf;
   }
   return "";
@@ -357,6 +366,7 @@ Result<void> apply_toml(const std::string& text, const std::string& origin, Conf
     if (auto r = check_type(node, s->toml_types, at); !r) return r;
     if (auto r = s->set(next, scalar_text(node), at); !r) return r;
     next.sources[key] = Source::kFile;
+    next.lines[key] = int(node.source().begin.line);
   }
   cfg = std::move(next);
   return {};
@@ -371,13 +381,12 @@ namespace {
 Result<Config> load_unescaped(const std::string& path, bool required, const FlagValues& flags);
 }  // namespace
 
-Result<Config> load(const std::string& path, bool required, const FlagValues& flags) {
-  auto r = load_unescaped(path, required, flags);
-  if (r) return r;
-  // Errors quote the file (keys, values, a path): its control characters, an escape sequence for
-  // the terminal or a line break in the log, are shown as \u00XX.
+namespace {
+/// Errors quote the file (keys, values, a path): its control characters, an escape sequence for
+/// the terminal or a line break in the log, are shown as \u00XX.
+std::string escape_controls(const std::string& what) {
   std::string text;
-  for (unsigned char c : r.error().what) {
+  for (unsigned char c : what) {
     if (c < 0x20 || c == 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\u%04x", c);
@@ -386,7 +395,41 @@ Result<Config> load(const std::string& path, bool required, const FlagValues& fl
       text += char(c);
     }
   }
-  return Error{r.error().err, std::move(text)};
+  return text;
+}
+}  // namespace
+
+Result<Config> load(const std::string& path, bool required, const FlagValues& flags) {
+  auto r = load_unescaped(path, required, flags);
+  if (r) return r;
+  return Error{r.error().err, escape_controls(r.error().what)};
+}
+
+std::string origin_of(const Config& cfg, const std::string& key) {
+  auto src = cfg.sources.find(key);
+  const Source from = src == cfg.sources.end() ? Source::kDefault : src->second;
+  if (from == Source::kFlag)
+    if (const Setting* s = find_setting(key)) return s->flag;
+  if (from == Source::kFile)
+    if (auto l = cfg.lines.find(key); l != cfg.lines.end() && !cfg.config_file.empty())
+      return cfg.config_file + ":" + std::to_string(l->second) + ": " + key;
+  return key;
+}
+
+Result<std::optional<gid_t>> lookup_group(const Config& cfg, const std::string& key) {
+  const std::string& name = key == "admin_group" ? cfg.admin_group : cfg.high_priority_group;
+  if (name.empty()) return std::optional<gid_t>();
+  struct group gr, *found = nullptr;
+  char buf[4096];
+  if (::getgrnam_r(name.c_str(), &gr, buf, sizeof buf, &found) != 0 || !found)
+    return invalid(escape_controls(origin_of(cfg, key) + ": no such group '" + name + "'"));
+  return std::optional<gid_t>(found->gr_gid);
+}
+
+Result<void> check_groups(const Config& cfg) {
+  for (const char* key : {"admin_group", "high_priority_group"})
+    if (auto r = lookup_group(cfg, key); !r) return r.error();
+  return {};
 }
 
 namespace {
@@ -486,8 +529,11 @@ std::string describe(const Config& cfg) {
   for (const auto& [uuid, dp] : cfg.devices) {
     out += "\n[devices.\"" + uuid.str() + "\"]  # file, line " + std::to_string(dp.line) + "\n";
     out += "policy = \"" + std::string(compute::mode_name(dp.settings.mode)) + "\"\n";
-    out += "quantum = \"" + format_duration(dp.settings.quantum) + "\"\n";
-    out += "target_slowdown = \"" + std::to_string(dp.settings.target_pct) + "%\"\n";
+    // Only the key of its policy: timeslice has a quantum, priority a target slowdown, share neither.
+    if (dp.settings.mode == proto::PolicyMode::kTimeslice)
+      out += "quantum = \"" + format_duration(dp.settings.quantum) + "\"\n";
+    if (dp.settings.mode == proto::PolicyMode::kPriority)
+      out += "target_slowdown = \"" + std::to_string(dp.settings.target_pct) + "%\"\n";
   }
   return out;
 }
@@ -556,14 +602,9 @@ int check_config(int argc, const char* const* argv, std::FILE* out, std::FILE* e
   }
   if (cl.value().exit_now) return cl.value().exit_code;
   const Config& cfg = cl.value().config;
-  for (const auto& [name, key] : {std::pair{cfg.admin_group, "admin_group"}, std::pair{cfg.high_priority_group, "high_priority_group"}}) {
-    if (name.empty()) continue;
-    struct group gr, *found = nullptr;
-    char buf[4096];
-    if (::getgrnam_r(name.c_str(), &gr, buf, sizeof buf, &found) != 0 || !found) {
-      std::fprintf(err, "colocd: %s: no such group '%s'\n", key, name.c_str());
-      return 2;
-    }
+  if (auto r = check_groups(cfg); !r) {
+    std::fprintf(err, "colocd: %s\n", r.error().message().c_str());
+    return 2;
   }
   std::fputs(describe(cfg).c_str(), out);
   std::fflush(out);

@@ -24,6 +24,7 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <sys/types.h>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -97,6 +98,7 @@ struct Config {
   std::string config_path;       ///< the file looked for (--config, $COLOC_CONFIG or the default; "" = none)
   bool config_required = false;  ///< --config named it: a missing file is an error
   std::map<std::string, Source> sources;  ///< by key: where each setting's value came from
+  std::map<std::string, int> lines;       ///< by key: its line in the file (the keys the file set)
   FlagValues flags;                       ///< the flags given, reapplied over the file on reload
 };
 
@@ -157,6 +159,17 @@ std::string format_bytes(broker::Bytes b);
 /// Applies the settings in TOML document `text` (read from `origin`, for messages) to `cfg`,
 /// marking each key it sets as from the file. Errors: "origin:line: key: what".
 Result<void> apply_toml(const std::string& text, const std::string& origin, Config& cfg);
+
+/// Where setting `key`'s value came from, for messages: "file:line: key" (the file), its flag
+/// ("--admin-group"), or the key (the default).
+std::string origin_of(const Config& cfg, const std::string& key);
+/// The group that group setting `key` (admin_group, high_priority_group) names: nullopt for "";
+/// an error naming origin_of() when there is no such group ("colocd.toml:4: admin_group: no such
+/// group 'gpu-admins'").
+Result<std::optional<gid_t>> lookup_group(const Config& cfg, const std::string& key);
+/// Both groups exist (lookup_group): a configuration error otherwise, as at start (exit 2),
+/// on SIGHUP and in --check-config.
+Result<void> check_groups(const Config& cfg);
 
 /// Where colocd reads its file without --config: $COLOC_CONFIG when set (empty: no file), else
 /// kDefaultConfigPath.

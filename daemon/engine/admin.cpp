@@ -107,7 +107,7 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
                     {"predicted_peak", admitted && jd_it->second.predicted ? json(jd_it->second.predicted) : json(nullptr)},
                     {"state", state},
                     {"compute_state", compute_state(job, &d.uuid)},
-                    {"gpu_share", info_.gpu_share ? json(info_.gpu_share(job.serial, d.uuid)) : json(nullptr)},
+                    {"gpu_share", gpu_share_json(job.serial, d.uuid)},
                     {"limit", bytes_or_null(broker_.limit_on(job, dev))},
                     {"reserved", r},
                     {"granted", g},
@@ -540,6 +540,12 @@ std::vector<Admin::DeviceRow> Admin::device_rows() const {
 }
 
 json Admin::policy_json(const broker::Uuid& dev) const { return compute::PolicyStore::to_json(scheduler_.policy(dev)); }
+
+json Admin::gpu_share_json(broker::JobSerial job, const broker::Uuid& dev) const {
+  if (!info_.gpu_share || scheduler_.policy(dev).mode != proto::PolicyMode::kTimeslice) return nullptr;
+  const double share = info_.gpu_share(job, dev);
+  return std::isfinite(share) ? json(share) : json(nullptr);
+}
 
 json Admin::control_json(const broker::Uuid& dev) const {
   if (scheduler_.policy(dev).mode != proto::PolicyMode::kPriority) return nullptr;

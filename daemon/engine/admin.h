@@ -155,6 +155,9 @@ class Admin {
   const DeviceRow* resolve_device(const std::string& selector, const std::vector<DeviceRow>& rows, std::string* why) const;
   /// {mode, quantum_ms} of the device now.
   nlohmann::json policy_json(const broker::Uuid& dev) const;
+  /// A job's gpu_share on a device: null where colocd does not measure it (a device that is not
+  /// timesliced, too few samples yet).
+  nlohmann::json gpu_share_json(broker::JobSerial job, const broker::Uuid& dev) const;
   /// The id of the job holding `dev` under an exclusive policy, or null.
   /// The priority controller's state on `dev` (null for other policies).
   nlohmann::json control_json(const broker::Uuid& dev) const;

@@ -110,17 +110,9 @@ Result<void> Server::open_state_dir() {
     return Error{errno, "another colocd is using the state directory " + cfg_.state_dir + " (" + lock + " is locked)"};
   // The groups, by name, once at start: a name that is no group is an error now, not a silent
   // "nobody is a member" later.
-  auto group_id = [](const std::string& name, const char* flag) -> Result<std::optional<gid_t>> {
-    if (name.empty()) return std::optional<gid_t>();
-    struct group gr, *out = nullptr;
-    char buf[4096];
-    if (::getgrnam_r(name.c_str(), &gr, buf, sizeof buf, &out) != 0 || !out)
-      return Error{ENOENT, std::string(flag) + " " + name + ": no such group"};
-    return std::optional<gid_t>(out->gr_gid);
-  };
-  auto admin = group_id(cfg_.admin_group, "--admin-group");
+  auto admin = config::lookup_group(cfg_, "admin_group");
   if (!admin) return admin.error();
-  auto high = group_id(cfg_.high_priority_group, "--high-priority-group");
+  auto high = config::lookup_group(cfg_, "high_priority_group");
   if (!high) return high.error();
   const std::optional<gid_t> admin_gid = admin.value();
   info_.admin_gid = admin_gid;

@@ -111,6 +111,9 @@ void Server::compute_sample(Nanos t) {
 }
 
 double Server::gpu_share(broker::JobSerial job, const broker::Uuid& dev) const {
+  // Measured only where the device is timesliced: elsewhere the clients track no completions (share),
+  // or only some jobs' and as an upper bound (priority), so there is no share to show (null).
+  if (scheduler_.policy(dev).mode != proto::PolicyMode::kTimeslice) return std::nan("");
   auto it = busy_history_.find({job, dev});
   if (it == busy_history_.end() || it->second.size() < 2) return std::nan("");
   const auto& [t0, b0] = it->second.front();

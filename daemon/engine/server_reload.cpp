@@ -22,16 +22,6 @@ namespace coloc::engine {
 
 namespace {
 
-/// The group `name` ("" = none); an error when there is no such group.
-Result<std::optional<gid_t>> lookup_group(const std::string& name, const char* key) {
-  if (name.empty()) return std::optional<gid_t>();
-  struct group gr, *out = nullptr;
-  char buf[4096];
-  if (::getgrnam_r(name.c_str(), &gr, buf, sizeof buf, &out) != 0 || !out)
-    return Error{0, std::string(key) + ": no such group '" + name + "'"};
-  return std::optional<gid_t>(out->gr_gid);
-}
-
 std::string policy_text(const compute::PolicySettings& s) {
   std::string out = compute::mode_name(s.mode);
   if (s.mode == proto::PolicyMode::kTimeslice) out += " (quantum " + config::format_duration(s.quantum) + ")";
@@ -84,11 +74,11 @@ void Server::reload_config() {
   }
   config::Config next = std::move(loaded.value());
   const std::string file = next.config_file.empty() ? "no config file" : next.config_file;
-  auto admin = lookup_group(next.admin_group, "admin_group");
-  auto high = lookup_group(next.high_priority_group, "high_priority_group");
+  // (the error names the file, the line and the key, or the flag)
+  auto admin = config::lookup_group(next, "admin_group");
+  auto high = config::lookup_group(next, "high_priority_group");
   if (!admin || !high) {
-    lg->error("SIGHUP: keeping the running configuration: {}: {}", file,
-              (!admin ? admin.error() : high.error()).message());
+    lg->error("SIGHUP: keeping the running configuration: {}", (!admin ? admin.error() : high.error()).message());
     return;
   }
 

@@ -107,6 +107,33 @@ TEST_CASE("colocd --check-config: prints every key with its source and exits 0, 
   CHECK_FALSE(file_exists(dir / "s.sock"));
 }
 
+TEST_CASE("colocd: a group that does not exist stops colocd at start with exit 2 (no restart loop), naming file:line: key or the flag") {
+  TempDir dir("colocd-group");
+  Env env;
+  env.set("COLOC_CONFIG", dir / "absent.toml");
+  const std::string bad = "coloc-no-such-group-7f3a";
+  write_file(dir / "g.toml", "headroom = \"2%\"\nadmin_group = \"" + bad + "\"\n");
+  ProcResult file = run({build_path("bin/colocd"), "--config", dir / "g.toml", "--socket", dir / "s.sock", "--state-dir",
+                         dir / "state"},
+                        env, 20s);
+  CHECK_MESSAGE(file.exit_code == 2, describe(file));
+  CHECK_MESSAGE(file.err.find(dir / "g.toml" + ":2: admin_group: no such group '" + bad + "'") != std::string::npos,
+                describe(file));
+  CHECK_FALSE(file_exists(dir / "s.sock"));
+  // The flag (over the file's valid group): named as the flag.
+  write_file(dir / "ok.toml", "high_priority_group = \"root\"\n");
+  ProcResult flag = run({build_path("bin/colocd"), "--config", dir / "ok.toml", "--high-priority-group", bad, "--socket",
+                         dir / "s.sock", "--state-dir", dir / "state"},
+                        env, 20s);
+  CHECK_MESSAGE(flag.exit_code == 2, describe(flag));
+  CHECK_MESSAGE(flag.err.find("--high-priority-group: no such group '" + bad + "'") != std::string::npos, describe(flag));
+  CHECK_FALSE(file_exists(dir / "s.sock"));
+  // --check-config says the same, with file and line.
+  ProcResult check = run({build_path("bin/colocd"), "--check-config", "--config", dir / "g.toml"}, env, 20s);
+  CHECK(check.exit_code == 2);
+  CHECK_MESSAGE(check.err.find(dir / "g.toml" + ":2: admin_group: no such group") != std::string::npos, describe(check));
+}
+
 TEST_CASE("colocd SIGHUP: live keys change, restart keys are logged and kept, flags still win, a broken file changes nothing") {
   TempDir cfgdir("colocd-reload");
   const std::string file = cfgdir / "colocd.toml";

@@ -307,6 +307,9 @@ TEST_CASE("colocd metrics: a live scrape passes promtool and equals coloc status
         CHECK(one(s, metric, l) == dev[field].get<double>());
       }
       CHECK(find(s, "coloc_job_predicted_peak_bytes", l).size() == (dev["predicted_peak"].is_null() ? 0u : 1u));
+      // The device is not timesliced: no share measured, null in status and no sample (not 0).
+      CHECK_MESSAGE(dev["gpu_share"].is_null(), dev.dump());
+      CHECK(find(s, "coloc_job_gpu_share_ratio", l).empty());
       CHECK(find(s, "coloc_job_wait_seconds_total", l).size() == 5);
       CHECK(one(s, "coloc_job_gpu_time_seconds_total", l) == 0);
     }

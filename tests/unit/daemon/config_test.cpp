@@ -45,6 +45,13 @@ coloc::Result<CommandLine> parse(std::vector<std::string> args) {
   return parse_command_line(int(argv.size()), argv.data());
 }
 
+/// How many times `what` occurs in `text`.
+size_t count_of_text(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = 0; (p = text.find(what, p)) != std::string::npos; p += what.size()) ++n;
+  return n;
+}
+
 }  // namespace
 
 TEST_SUITE("daemon") {
@@ -410,6 +417,104 @@ TEST_CASE("config: an error quoting the file shows its control characters escape
   REQUIRE_FALSE(value.ok());
   CHECK(value.error().what.find('\n') == std::string::npos);
   CHECK(value.error().what.find("'a\\u000ab\\u0007' is not share") != std::string::npos);
+}
+
+
+TEST_CASE("config: --check-config shows a device's quantum only under timeslice, its target only under priority") {
+  const std::string dev2 = "GPU-c0c0c0c0-c0c0-c0c0-c0c0-c0c0c0c0c002", dev3 = "GPU-c0c0c0c0-c0c0-c0c0-c0c0-c0c0c0c0c003";
+  Config c;
+  auto r = apply_toml("[devices.\"" + kUuid + "\"]\npolicy = \"priority\"\ntarget_slowdown = 10\n[devices.\"" + dev2 +
+                          "\"]\npolicy = \"timeslice\"\nquantum = 0.25\n[devices.\"" + dev3 + "\"]\npolicy = \"share\"\n",
+                      "d.toml", c);
+  REQUIRE_MESSAGE(r.ok(), r.error().message());
+  const std::string shown = describe(c);
+  const std::string devices = shown.substr(shown.find("[devices."));
+  CHECK_MESSAGE(devices.find("[devices.\"" + kUuid + "\"]  # file, line 1\npolicy = \"priority\"\ntarget_slowdown = \"10%\"\n\n") !=
+                    std::string::npos,
+                devices);
+  CHECK_MESSAGE(devices.find("[devices.\"" + dev2 + "\"]  # file, line 4\npolicy = \"timeslice\"\nquantum = \"250ms\"\n\n") !=
+                    std::string::npos,
+                devices);
+  CHECK_MESSAGE(devices.find("[devices.\"" + dev3 + "\"]  # file, line 7\npolicy = \"share\"\n") != std::string::npos, devices);
+  CHECK(count_of_text(devices, "quantum") == 1);
+  CHECK(count_of_text(devices, "target_slowdown") == 1);
+  // What it prints reads back as the same tables.
+  Config again;
+  REQUIRE(apply_toml(devices, "d.toml", again).ok());
+  REQUIRE(again.devices.size() == 3);
+  for (const auto& [uuid, dp] : c.devices) CHECK(again.devices.at(uuid).settings == dp.settings);
+}
+
+TEST_CASE("config: a float duration is quoted as written, and the duration it read in a clean form") {
+  // 0.0005 s is 500us: not whole milliseconds. It was echoed as '0.00050000000000000001'.
+  for (const std::string& text : {std::string("quantum = 0.0005\n"),
+                                   "[devices.\"" + kUuid + "\"]\npolicy = \"timeslice\"\nquantum = 0.0005\n"}) {
+    CAPTURE(text);
+    Config c;
+    auto r = apply_toml(text, "q.toml", c);
+    REQUIRE_FALSE(r.ok());
+    CHECK_MESSAGE(r.error().what.find("quantum: '0.0005' (500us) is not whole milliseconds from 1ms to 60s") !=
+                      std::string::npos,
+                  r.error().what);
+    CHECK(r.error().what.find("00000") == std::string::npos);
+  }
+  // A float that is a whole number of milliseconds reads, and shows as one.
+  Config c;
+  REQUIRE(apply_toml("quantum = 0.1\nwait_timeout = 1.5\n", "q.toml", c).ok());
+  CHECK(find_setting("quantum")->show(c) == "100ms");
+  CHECK(find_setting("wait_timeout")->show(c) == "1500ms");
+  // The text as given is not repeated in parentheses when it already says it plainly.
+  auto plain = parse_quantum("1500us", "quantum");
+  REQUIRE_FALSE(plain.ok());
+  CHECK(plain.error().what == "quantum: '1500us' is not whole milliseconds from 1ms to 60s");
+}
+
+TEST_CASE("config: a group that does not exist is named by file:line: key, or by its flag; --check-config exits 2") {
+  const std::string bad = "coloc-no-such-group-7f3a";
+  coloc::test::TempDir tmp("coloc-config");
+  coloc::test::write_file(tmp / "g.toml", "headroom = \"2%\"\n\nadmin_group = \"" + bad + "\"\n");
+  auto file = load(tmp / "g.toml", true, {});
+  REQUIRE(file.ok());
+  CHECK(origin_of(file.value(), "admin_group") == tmp / "g.toml" + ":3: admin_group");
+  CHECK(origin_of(file.value(), "high_priority_group") == "high_priority_group");
+  auto e = check_groups(file.value());
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message() == tmp / "g.toml" + ":3: admin_group: no such group '" + bad + "'");
+  // The flag wins over the file, and the error names it.
+  auto flag = load(tmp / "g.toml", true, {{"admin_group", "root"}, {"high_priority_group", bad}});
+  REQUIRE(flag.ok());
+  CHECK(lookup_group(flag.value(), "admin_group").ok());
+  e = check_groups(flag.value());
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message() == "--high-priority-group: no such group '" + bad + "'");
+  // None named: fine.
+  CHECK(check_groups(Config{}).ok());
+  // A control character in the name is escaped in the message.
+  coloc::test::write_file(tmp / "c.toml", "\nhigh_priority_group = \"x\\u001by\"\n");
+  auto ctl = load(tmp / "c.toml", true, {});
+  REQUIRE(ctl.ok());
+  e = check_groups(ctl.value());
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message() == tmp / "c.toml" + ":2: high_priority_group: no such group 'x\\u001by'");
+
+  // --check-config, in process: exit 2, the message on stderr, nothing on stdout.
+  const std::string path = tmp / "g.toml";
+  const char* argv[] = {"colocd", "--check-config", "--config", path.c_str()};
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  REQUIRE(out);
+  REQUIRE(err);
+  CHECK(check_config(4, argv, out, err) == 2);
+  auto slurp = [](std::FILE* f) {
+    std::string text;
+    std::rewind(f);
+    char buf[512];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+    std::fclose(f);
+    return text;
+  };
+  CHECK(slurp(out).empty());
+  CHECK(slurp(err) == "colocd: " + path + ":3: admin_group: no such group '" + bad + "'\n");
 }
 
 }  // TEST_SUITE
