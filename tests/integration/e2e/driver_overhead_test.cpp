@@ -102,8 +102,9 @@ void overhead_case(bool nvml) {
   CHECK(d["oom_events"][0]["reason"] == "own-limit");
   // The report's table says it too.
   ProcResult text = n.cli({"report", rep["job"].get<std::string>()});
-  CHECK(text.out.find("DRIVER OVERHEAD") != std::string::npos);
-  CHECK(text.out.find("1.50 GiB") != std::string::npos);
+  REQUIRE_MESSAGE(text.exit_code == 0, describe(text));
+  CHECK_MESSAGE(text.out.find("DRIVER OVERHEAD") != std::string::npos, text.out);
+  CHECK_MESSAGE(text.out.find("1.50 GiB") != std::string::npos, text.out);
   if (first) finish(*first);
 }
 
