@@ -8,8 +8,10 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <ctime>
 
 namespace coloc::report {
 
@@ -38,8 +40,27 @@ std::string ReportStore::sanitize(const std::string& job_id) {
   return out;
 }
 
+// The kernel stamps a file's mtime from a coarse clock (one tick: 1 to 10 ms), so two reports
+// written within a tick would tie, and run_ids_of's "newest first" would be a coin toss. Each
+// report's mtime is instead set explicitly from CLOCK_REALTIME at full nanosecond resolution, and
+// strictly after the previous one this process wrote.
+static Result<void> stamp_mtime(int fd, const std::string& path) {
+  static std::atomic<int64_t> last_ns{0};
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  int64_t ns = int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
+  int64_t prev = last_ns.load();
+  do {
+    if (ns <= prev) ns = prev + 1;
+  } while (!last_ns.compare_exchange_weak(prev, ns));
+  const timespec times[2] = {{0, UTIME_OMIT}, {time_t(ns / 1000000000), long(ns % 1000000000)}};
+  if (::futimens(fd, times) != 0) return Error::from_errno("set the modification time of " + path);
+  return {};
+}
+
 static Result<void> write_synced(int fd, const std::string& text, const std::string& path) {
   if (auto r = write_all(fd, text, path); !r) return r;
+  if (auto r = stamp_mtime(fd, path); !r) return r;
   if (::fsync(fd) != 0) return Error::from_errno("fsync " + path);
   return {};
 }

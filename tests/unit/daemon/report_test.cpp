@@ -3,6 +3,8 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <random>
 
 #include "report/job_recorder.h"
@@ -153,6 +155,25 @@ TEST_CASE("report store: sanitized names, never overwritten") {
   REQUIRE(found.size() == 2);
   CHECK(found[0] == p2.value());
   CHECK(store.find("nothing").empty());
+}
+
+TEST_CASE("report store: run_ids_of lists reports written back to back newest first (no mtime ties within a clock tick)") {
+  coloc::test::TempDir tmp("coloc-reports");
+  ReportStore store(tmp / "reports");
+  REQUIRE(store.prepare().ok());
+  // Forty reports within a few milliseconds: the kernel's coarse file clock would give many of
+  // them the same mtime, and the order among those would be the directory's.
+  std::vector<std::string> written;
+  char id[32];
+  for (unsigned i = 0; i < 40; ++i) {
+    std::snprintf(id, sizeof id, "nightly-%06x", (i * 0x9e3779u) & 0xffffffu);
+    written.push_back(id);
+    REQUIRE(store.write(id, "{}").ok());
+  }
+  REQUIRE(store.write("nightly-xyz", "{}").ok());  // not coloc run's suffix: not listed
+  std::vector<std::string> ids = store.run_ids_of("nightly");
+  std::reverse(written.begin(), written.end());
+  CHECK(ids == written);
 }
 
 }  // TEST_SUITE
