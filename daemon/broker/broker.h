@@ -408,6 +408,9 @@ class Broker {
   /// The pids of the processes attached to `device` (an index into devices(); none beyond it).
   std::set<int32_t> attached_pids(uint32_t device) const;
   std::optional<uint32_t> find_device(const Uuid& uuid) const;
+  /// The headroom the config gives a device of `capacity` bytes: headroom_bytes (at most the
+  /// capacity), else headroom_fraction of it.
+  Bytes headroom_for(Bytes capacity) const;
 
   /// The job's limit on `device` (bytes, kNoLimit = none): min(Job::limit, JobDevice::cap).
   Bytes limit_on(const Job& job, uint32_t device) const;

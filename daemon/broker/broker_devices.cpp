@@ -9,11 +9,15 @@
 
 namespace coloc::broker {
 
+Bytes Broker::headroom_for(Bytes capacity) const {
+  return config_.headroom_bytes ? std::min(*config_.headroom_bytes, capacity) : Bytes(double(capacity) * config_.headroom_fraction);
+}
+
 uint32_t Broker::device_for(const Uuid& uuid, Bytes capacity, bool measured, const Client& c, Nanos now) {
   (void)now;
   auto set_capacity = [&](Device& d, Bytes cap) {
     d.capacity = cap;
-    d.headroom = config_.headroom_bytes ? std::min(*config_.headroom_bytes, cap) : Bytes(double(cap) * config_.headroom_fraction);
+    d.headroom = headroom_for(cap);
   };
   if (auto it = device_index_.find(uuid); it != device_index_.end()) {
     Device& d = devices_[it->second];
@@ -159,9 +163,7 @@ void Broker::reconfigure(const BrokerConfig& config, Nanos now) {
   const Bytes step = config_.grant_step;
   config_ = config;
   config_.grant_step = step;
-  for (Device& d : devices_)
-    d.headroom = config_.headroom_bytes ? std::min(*config_.headroom_bytes, d.capacity)
-                                        : Bytes(double(d.capacity) * config_.headroom_fraction);
+  for (Device& d : devices_) d.headroom = headroom_for(d.capacity);
   pump(now);
 }
 

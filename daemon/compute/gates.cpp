@@ -72,8 +72,11 @@ int write_gates(pages::ControlPage& page, pages::GateState state) {
 
 void Gates::add_client(ClientId id, JobSerial job, pages::ControlPage* page, uint16_t layout,
                        const pages::StatsPage* stats) {
-  ClientEntry& c = clients_[id];
+  auto [it, fresh] = clients_.try_emplace(id);
+  ClientEntry& c = it->second;
+  if (!fresh) uncount_ungated(c);
   c = ClientEntry{job, page, stats, layout};
+  if (c.layout < pages::kGatedLayout) ++ungated_[c.job];
   apply(c);
 }
 
@@ -118,7 +121,18 @@ std::map<std::pair<JobSerial, Uuid>, Usage> Gates::usages() const {
 }
 
 
-void Gates::remove_client(ClientId id) { clients_.erase(id); }
+void Gates::uncount_ungated(const ClientEntry& c) {
+  if (c.layout >= pages::kGatedLayout) return;
+  auto it = ungated_.find(c.job);
+  if (it != ungated_.end() && --it->second == 0) ungated_.erase(it);
+}
+
+void Gates::remove_client(ClientId id) {
+  auto it = clients_.find(id);
+  if (it == clients_.end()) return;
+  uncount_ungated(it->second);
+  clients_.erase(it);
+}
 
 void Gates::forget_job(JobSerial job, broker::Nanos now) {
   for (auto it = jobs_.begin(); it != jobs_.end();)  // ended pauses nobody came back for
@@ -166,9 +180,8 @@ ComputeState Gates::state(JobSerial job) const {  // (the scheduler's waits: Adm
 }
 
 size_t Gates::ungated(JobSerial job) const {
-  size_t n = 0;
-  for (const auto& [id, c] : clients_) n += c.job == job && c.layout < pages::kGatedLayout;
-  return n;
+  auto it = ungated_.find(job);
+  return it == ungated_.end() ? 0 : it->second;
 }
 
 pages::GateState Gates::wanted(JobSerial job, const ClientEntry& c, uint32_t slot) const {

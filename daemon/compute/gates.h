@@ -92,8 +92,10 @@ class Gates {
   };
   int apply(const ClientEntry& c) const;
   pages::GateState wanted(JobSerial job, const ClientEntry& c, uint32_t slot) const;
+  void uncount_ungated(const ClientEntry& c);
 
   std::map<ClientId, ClientEntry> clients_;
+  std::map<JobSerial, size_t> ungated_;  ///< clients per job on pages without gates (status asks per job)
   std::map<JobSerial, JobEntry> jobs_;
   const Scheduler* scheduler_ = nullptr;
 };

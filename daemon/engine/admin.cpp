@@ -9,7 +9,9 @@
 #include <cctype>
 #include <chrono>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 #include "coloc/version.h"
 #include "util/log.h"
@@ -33,10 +35,30 @@ std::string read_text(const std::string& path) {
 }  // namespace
 
 std::string user_name(uid_t uid) {
+  // Cached for a minute: status names every job's user, and each getpwuid_r reads the passwd
+  // database (or asks NSS: LDAP, sssd) anew. At 1,000 jobs the lookups were most of a status
+  // document's cost (docs/performance.md). A renamed user shows under the new name within a minute.
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kFresh = std::chrono::seconds(60);
+  constexpr size_t kMaxCached = 4096;
+  struct Entry {
+    std::string name;
+    Clock::time_point at;
+  };
+  static std::mutex mu;
+  static std::unordered_map<uid_t, Entry> cache;
+  const Clock::time_point t = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(uid); it != cache.end() && t - it->second.at < kFresh) return it->second.name;
+  }
   struct passwd pw, *out = nullptr;
   char buf[4096];
-  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &out) == 0 && out) return out->pw_name;
-  return std::to_string(uid);
+  std::string name = ::getpwuid_r(uid, &pw, buf, sizeof buf, &out) == 0 && out ? out->pw_name : std::to_string(uid);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= kMaxCached) cache.clear();
+  cache[uid] = {name, t};
+  return name;
 }
 
 bool Admin::is_admin(const Caller& c) const {
@@ -240,6 +262,37 @@ json Admin::status(broker::Nanos now) const {
                        {"ledger_mismatches", d.ledger_mismatches},
                        {"jobs", jobs_by_device[i]}});
     add_outside_processes(devices.back(), d.uuid);
+  }
+  // Devices NVML lists that no coloc process has used since colocd started: idle in the books,
+  // shown with what the driver says is used on them (all outside coloc) and by whom.
+  for (const DeviceRow& r : rows) {
+    if (r.broker_device) continue;
+    const device::DeviceMemory* mem = info_.unmet_device ? info_.unmet_device(r.uuid) : nullptr;
+    if (!mem) continue;
+    const broker::Bytes capacity = mem->total, headroom = broker_.headroom_for(capacity);
+    const broker::Bytes outside = capacity > mem->free ? capacity - mem->free : 0;
+    const broker::Bytes usable = capacity > headroom + outside ? capacity - headroom - outside : 0;
+    devices.push_back({{"uuid", r.uuid.str()},
+                       {"index", r.index ? json(*r.index) : json(nullptr)},
+                       {"index_from", r.index_from ? json(r.index_from) : json(nullptr)},
+                       {"policy", policy_json(r.uuid)},
+                       {"holder", holder_json(r.uuid)},
+                       {"idle", true},
+                       {"capacity", capacity},
+                       {"headroom", headroom},
+                       {"outside", outside},
+                       {"usable", usable},
+                       {"committed", 0},
+                       {"granted", 0},
+                       {"in_use", 0},
+                       {"driver_overhead", 0},
+                       {"available", usable},
+                       {"over_committed", false},
+                       {"waiting_requests", 0},
+                       {"driver_ooms", 0},
+                       {"ledger_mismatches", 0},
+                       {"jobs", json::array()}});
+    add_outside_processes(devices.back(), r.uuid);
   }
   json daemon{{"protocol", proto::kVersion},
               {"min_protocol", proto::kMinVersion},

@@ -70,6 +70,9 @@ struct DaemonInfo {
   /// The processes outside coloc on a device (device/outside_processes.h); null, or nullptr from
   /// it: not known (status shows "outside_processes": null).
   std::function<const device::OutsideList*(const broker::Uuid&)> outside_processes;
+  /// The memory of a device NVML lists that no coloc process has used since colocd started (not
+  /// a broker device); null, or nullptr from it: not read (status leaves the device out).
+  std::function<const device::DeviceMemory*(const broker::Uuid&)> unmet_device;
   /// How colocd reads the devices itself: MemoryReader::name() ("nvml"), "" when it does not; then
   /// memory_reader_error says why (NVML missing, nvmlInit_v2 failed).
   std::string memory_reader;
@@ -184,7 +187,7 @@ class Admin {
   history::HistoryStore* history_ = nullptr;
 };
 
-/// The user name of `uid`, or the number as text.
+/// The user name of `uid`, or the number as text. Cached for 60 s (thread-safe).
 std::string user_name(uid_t uid);
 
 }  // namespace coloc::engine

@@ -250,6 +250,10 @@ Result<void> Server::start() {
   };
   info_.gpu_share = [this](broker::JobSerial j, const broker::Uuid& d) { return gpu_share(j, d); };
   info_.outside_processes = [this](const broker::Uuid& d) { return outside_.find(d); };
+  info_.unmet_device = [this](const broker::Uuid& d) -> const device::DeviceMemory* {
+    auto it = unmet_.find(d);
+    return it == unmet_.end() || broker_.find_device(d) ? nullptr : &it->second;
+  };
   if (!memory_reader_set_) {
     auto nvml = device::NvmlReader::open();
     if (nvml) {
@@ -1076,6 +1080,7 @@ void Server::on_sample() {
     reconcile_overheads(dev, t);  // before the outside estimate, which the overheads are part of
     read_device_memory(dev, t);
   }
+  read_unmet_devices(t);
   broker_.publish_job_others();  // each process's view of its job (pages.h: job_others)
   estimate_sample(t);  // before the samples: they show the reservation it may raise
   for (const auto& [serial, job] : broker_.jobs()) sample_job(job, t);

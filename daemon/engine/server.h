@@ -140,6 +140,11 @@ class Server {
   /// (reconcile_overheads uses it), else at most once a second; then updates the device's
   /// processes outside coloc (outside_, for status). Sampling timer only.
   void read_processes(uint32_t device, Nanos t);
+  /// Reads, at most once a second, the devices NVML lists that no coloc process has attached
+  /// since colocd started (no broker device): their memory into unmet_, and their processes,
+  /// all outside coloc, into outside_. So `coloc status` shows a GPU used only outside coloc.
+  /// Sampling timer only (server_outside.cpp).
+  void read_unmet_devices(Nanos t);
 
   /// Sends an Error and closes the connection (after this event is handled).
   void refuse(Connection& c, proto::ErrorCode code, const std::string& text);
@@ -272,6 +277,8 @@ class Server {
   std::vector<std::optional<std::vector<device::ProcessMemory>>> processes_;
   std::vector<Nanos> processes_read_;
   device::OutsideProcesses outside_;  ///< the processes outside coloc on each device (status)
+  std::map<broker::Uuid, device::DeviceMemory> unmet_;  ///< read_unmet_devices: NVML's devices the broker has not met
+  Nanos unmet_read_ = 0;
   DaemonInfo info_;
   std::unique_ptr<history::HistoryStore> history_;  ///< the run history (SQLite on its own thread)
   /// A job's history fingerprint (server_estimate.cpp): known only for v9 clients' jobs.

@@ -29,4 +29,26 @@ void Server::read_processes(uint32_t device, Nanos t) {
   outside_.update(d.uuid, *processes_[device], broker_.attached_pids(device));
 }
 
+void Server::read_unmet_devices(Nanos t) {
+  if (!memory_reader_) return;
+  constexpr Nanos kInterval = 1'000'000'000;  // a person reading status; NVML is not asked more
+  if (unmet_read_ != 0 && t - unmet_read_ < kInterval) return;
+  unmet_read_ = t;
+  std::map<broker::Uuid, device::DeviceMemory> now;
+  if (auto listed = memory_reader_->devices())
+    for (const broker::Uuid& u : *listed) {
+      if (broker_.find_device(u) || now.count(u)) continue;  // met: read_processes covers it
+      auto mem = memory_reader_->memory(u);
+      if (!mem) continue;
+      now[u] = *mem;
+      if (auto procs = memory_reader_->processes(u)) outside_.update(u, *procs, {});
+      else outside_.forget(u);
+    }
+  // A device that left NVML's list has no list of its own any more; one the broker met since is
+  // read_processes's.
+  for (const auto& [u, mem] : unmet_)
+    if (!now.count(u) && !broker_.find_device(u)) outside_.forget(u);
+  unmet_ = std::move(now);
+}
+
 }  // namespace coloc::engine

@@ -1,5 +1,7 @@
 #include "format.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <sstream>
@@ -203,15 +205,25 @@ std::string outside_processes_text(const json& dev, size_t columns) {
   return o.str();
 }
 
+json devices_by_index(const json& devices) {
+  json out = devices.is_array() ? devices : json::array();
+  auto key = [](const json& d) {
+    const json i = d.is_object() ? d.value("index", json()) : json();
+    return i.is_number_unsigned() ? i.get<uint64_t>() : UINT64_MAX;
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const json& a, const json& b) { return key(a) < key(b); });
+  return out;
+}
+
 std::string status_table(const json& s, bool wide) {
   std::ostringstream o;
   const json& d = s.at("daemon");
   o << "colocd pid " << str(d, "pid") << " · protocol " << str(d, "protocol") << " · watcher " << str(d, "watcher")
     << " · memory policy " << str(d, "policy") << " · up " << duration_text(d.value("uptime_s", 0.0)) << "\n";
   if (d.value("holding_for_restart", false)) o << "holding new requests while jobs re-register\n";
-  if (s.at("devices").empty()) o << "\nNo devices yet (they appear when a job creates its first context).\n";
+  if (s.at("devices").empty()) o << "\nNo devices yet (colocd lists the devices NVML shows, and those its jobs create a context on).\n";
   bool colocd_numbered = false;
-  for (const json& dev : s.at("devices")) {
+  for (const json& dev : devices_by_index(s.at("devices"))) {
     // "0  GPU-...  timeslice, quantum 100 ms · turn: JOB" (the turn on a line of its own when long)
     const std::string index = device_index_text(dev);
     colocd_numbered |= index.back() == '*';

@@ -36,6 +36,9 @@ std::string fit_text(const std::string& text, size_t columns);
 /// a blank line, "  N processes outside coloc:", then PID, USER, DEVICE MEMORY and COMMAND, each
 /// line at most `columns` wide (commands cut); "" when there are none or status does not know them.
 std::string outside_processes_text(const nlohmann::json& device, size_t columns);
+/// Status's "devices" array in their index order (nvidia-smi's where NVML numbers them; a device
+/// without an index last), for people: the JSON lists the devices colocd's jobs met first.
+nlohmann::json devices_by_index(const nlohmann::json& devices);
 /// `coloc policy`: one line per device (index, UUID, policy, quantum, whose turn, and — when a
 /// device has the priority policy — its target slowdown), from status' "policies"; "" when the
 /// status has none (a colocd older than protocol 7).

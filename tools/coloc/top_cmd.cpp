@@ -129,7 +129,7 @@ std::string top_frame(const json& s, const TopView& view) {
   const std::string bold = view.colour ? "\033[1m" : "", reset = view.colour ? "\033[0m" : "";
   auto line = [&](const std::string& l) { o << fit_text(l, width) << "\n"; };
   const json d = s.value("daemon", json::object());
-  const json devices = s.value("devices", json::array());
+  const json devices = devices_by_index(s.value("devices", json::array()));
   const json jobs = s.value("jobs", json::array());
   size_t waiting = 0;
   for (const json& j : jobs) waiting += text(j, "state") != "running";
@@ -145,7 +145,7 @@ std::string top_frame(const json& s, const TopView& view) {
   }
   if (devices.empty()) {
     line("");
-    line("No devices yet (they appear when a job creates its first context).");
+    line("No devices yet (colocd lists the devices NVML shows, and those its jobs create a context on).");
     return o.str();
   }
   for (const json& dev : devices) {

@@ -441,8 +441,19 @@ TEST_CASE("colocd metrics: on simgpu, gpu is NVML's index, and processes outside
     s = parse(get_metrics(addr).body);
     return !find(s, "coloc_outside_process_memory_bytes").empty() && !find(s, "coloc_job_in_use_bytes").empty();
   }, 10s, 50ms));
-  REQUIRE(st["devices"].size() == 1);
-  for (const json& d : st["devices"]) {
+  // Two devices: NVML's device 0, which no coloc job used (listed from NVML, idle), after the
+  // one the job met.
+  REQUIRE(st["devices"].size() == 2);
+  {
+    const json& idle = st["devices"][1];
+    INFO(idle.dump());
+    CHECK(idle["index"] == 0);
+    CHECK(idle["index_from"] == "nvml");
+    CHECK(idle["idle"] == true);
+    CHECK(idle["capacity"] == 8 * GiB);
+    CHECK(one(s, "coloc_device_capacity_bytes", {{"gpu", "0"}, {"UUID", idle["uuid"].get<std::string>()}}) == 8 * GiB);
+  }
+  for (const json& d : {st["devices"][0]}) {
     INFO(d.dump());
     CHECK(d["index_from"] == "nvml");
     const std::map<std::string, std::string> l = {{"gpu", label(d["index"])}, {"UUID", d["uuid"].get<std::string>()}};

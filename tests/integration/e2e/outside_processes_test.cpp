@@ -84,4 +84,55 @@ TEST_CASE("e2e: coloc status lists the processes outside coloc (pid, user, comma
   finish(*job);
 }
 
+TEST_CASE("e2e: a GPU used only outside coloc, by no coloc job ever, is in coloc status with its processes, in nvidia-smi's order") {
+  if (simulated_only()) return;
+  Node n("8GiB,16GiB");
+  // Before anything runs, NVML's two devices are listed, idle, with nothing committed.
+  json s;
+  REQUIRE_MESSAGE(wait_until([&] { return (s = n.status())["devices"].size() == 2; }, 20s, 20ms), s.dump(1));
+  for (const json& d : s["devices"]) {
+    INFO(d.dump());
+    CHECK(d["index_from"] == "nvml");
+    CHECK(d["idle"] == true);
+    CHECK(d["committed"] == 0);
+    CHECK(d["jobs"].empty());
+    CHECK(d["capacity"] == (d["index"] == 0 ? 8 * GiB : 16 * GiB));
+    CHECK(d["headroom"].get<uint64_t>() > 0);
+  }
+  // A process without libcoloc.so takes 3 GiB of device 1; no coloc job runs at all.
+  auto outside = std::make_unique<Proc>(
+      std::vector<std::string>{cuprobe(), "init", "ctx", "1", "alloc", "3GiB", "o", "touch", n.file("taken"), "hold-file",
+                               n.file("release")},
+      n.base_env());
+  REQUIRE(reached(*outside, n.file("taken")));
+  json dev;
+  REQUIRE_MESSAGE(wait_until([&] {
+    const json st = n.status();  // held: a range-for over a temporary's member dangles
+    for (const json& d : st["devices"])
+      if (d["index"] == 1 && d["outside_processes"].is_array() && !d["outside_processes"].empty()) {
+        dev = d;
+        return true;
+      }
+    return false;
+  }, 20s, 20ms), n.cli({"status", "--json"}).out, "\n", n.log());
+  REQUIRE(dev["outside_processes"].size() == 1);
+  CHECK(dev["outside_processes"][0]["pid"] == outside->pid());
+  CHECK(dev["outside_processes"][0]["used_bytes"] == 3 * GiB + kContext);
+  CHECK(dev["outside"] == 3 * GiB + kContext);  // all that is used there is outside coloc
+  CHECK(dev["available"] == dev["capacity"].get<uint64_t>() - dev["headroom"].get<uint64_t>() - (3 * GiB + kContext));
+  // The table lists device 0 before device 1, and the process under device 1.
+  ProcResult text = n.cli({"status"});
+  REQUIRE(text.exit_code == 0);
+  const size_t first = text.out.find("\n0  GPU-"), second = text.out.find("\n1  GPU-"),
+               proc = text.out.find(std::to_string(outside->pid()) + "  ");
+  INFO(text.out);
+  CHECK(first != std::string::npos);
+  CHECK(second != std::string::npos);
+  CHECK(first < second);
+  CHECK(proc != std::string::npos);
+  CHECK(second < proc);
+  write_file(n.file("release"), "");
+  CHECK(outside->wait(20s).exit_code == 0);
+}
+
 }  // TEST_SUITE

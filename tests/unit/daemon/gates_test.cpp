@@ -124,6 +124,17 @@ TEST_CASE("gates: a page without gates (layout 3) is never written, and counts a
   CHECK(all_slots(*old, kRun));
   CHECK(old->gate_seq.load() == 0);
   CHECK(fresh->gate.load() == kPaused);
+  // The count follows clients that leave, and one re-added with gates.
+  auto older = page();
+  g.add_client(3, 5, older.get(), 3);
+  CHECK(g.ungated(5) == 2);
+  g.remove_client(1);
+  CHECK(g.ungated(5) == 1);
+  g.add_client(3, 5, older.get(), pages::kGatedLayout);
+  CHECK(g.ungated(5) == 0);
+  g.remove_client(3);
+  g.remove_client(3);
+  CHECK(g.ungated(5) == 0);
 }
 
 TEST_CASE("gates: names of who paused, and their inverse") {
