@@ -30,7 +30,9 @@ void Server::read_processes(uint32_t device, Nanos t) {
 }
 
 void Server::read_unmet_devices(Nanos t) {
-  if (!memory_reader_) return;
+  // While colocd holds for its clients to re-register after a restart, their devices are not met
+  // yet, and their processes would show as outside coloc.
+  if (!memory_reader_ || broker_.holding()) return;
   constexpr Nanos kInterval = 1'000'000'000;  // a person reading status; NVML is not asked more
   if (unmet_read_ != 0 && t - unmet_read_ < kInterval) return;
   unmet_read_ = t;
