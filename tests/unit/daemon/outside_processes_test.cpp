@@ -193,17 +193,24 @@ TEST_CASE("outside processes: only a device's attached processes leave its list,
   (void)anchor;
 }
 
+// Two fake processes: 600 ("stuck"), whose cmdline is a FIFO (returned) that blocks a reader
+// until a writer comes and goes, and 700 ("other"), whose cmdline reads at once.
+std::string stuck_and_other(const coloc::test::TempDir& root) {
+  fake_proc(root, 600, 1000, "", "stuck");
+  fake_proc(root, 700, 1000, std::string("other\0", 6), "other");
+  const std::string fifo = root / "600/cmdline";
+  ::unlink(fifo.c_str());
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  return fifo;
+}
+
 TEST_CASE("outside processes: a command line that blocks stalls neither update() nor the destructor") {
   // The kernel reads /proc/PID/cmdline under the process's mmap lock, which its owner can hold
   // (a FUSE-backed mapping that never answers). Here cmdline is a FIFO: opening and reading it
   // blocks until a writer comes and goes, as the lock would. Were it read on the caller's thread,
   // update() would wait for `peer` below to let go (20 s) and fail the time checks.
   coloc::test::TempDir root("fake-proc");
-  fake_proc(root, 600, 1000, "", "stuck");
-  fake_proc(root, 700, 1000, std::string("other\0", 6), "other");
-  const std::string fifo = root / "600/cmdline";
-  ::unlink(fifo.c_str());
-  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string fifo = stuck_and_other(root);
 
   // The peer holding the lock: once the worker has the FIFO open for reading (a non-blocking
   // open for writing succeeds only then), it holds it open without writing, so the read blocks,
@@ -255,11 +262,7 @@ TEST_CASE("outside processes: a command line that blocks stalls neither update()
 
 TEST_CASE("outside processes: a worker stuck on one process delays the others' commands, which come once it is free") {
   coloc::test::TempDir root("fake-proc");
-  fake_proc(root, 600, 1000, "", "stuck");
-  fake_proc(root, 700, 1000, std::string("other\0", 6), "other");
-  const std::string fifo = root / "600/cmdline";
-  ::unlink(fifo.c_str());
-  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string fifo = stuck_and_other(root);
   OutsideProcesses op(root.path());
   coloc::broker::Uuid dev{};
   dev.bytes[0] = 1;
