@@ -6,7 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
-#include <thread>
 
 #include "e2e.h"
 
@@ -99,16 +98,22 @@ TEST_CASE("report compute: GPU time and turns from before a colocd restart stay 
     return before.value("gpu_time_s", 0.0) > 0.6 && before.value("turns_count", uint64_t(0)) >= 2;
   }, 20s, 50ms);
   REQUIRE_MESSAGE(saved, before.dump());
-  std::this_thread::sleep_for(1200ms);  // one more save, with that in it
-  // The GPU time in the job's saved state (counters: 6, 2 per gate state, then busy_ns).
+  // The GPU time in the job's saved state (counters: 6, 2 per gate state, then busy_ns), once a
+  // save (once a second, later on a loaded machine) has that in it: waited for, not slept for.
+  auto saved_gpu_time = [&] {
+    double gpu = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(n.state() + "/jobs", ec)) {
+      if (e.path().extension() != ".json") continue;  // not a save's X.json.tmp: it would count twice
+      json j = json::parse(read_file(e.path()), nullptr, false);
+      if (j.is_discarded() || !j.is_object() || j.value("job", "") != id) continue;
+      for (const char* k : {"folded", "live"}) gpu += j["recorder"]["devices"][0][k][14].get<double>() / 1e9;
+    }
+    return gpu;
+  };
   double saved_gpu = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(n.state() + "/jobs", ec)) {
-    json j = json::parse(read_file(e.path()), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || j.value("job", "") != id) continue;
-    for (const char* k : {"folded", "live"}) saved_gpu += j["recorder"]["devices"][0][k][14].get<double>() / 1e9;
-  }
-  REQUIRE(saved_gpu >= before["gpu_time_s"].get<double>());
+  bool caught_up = wait_until([&] { return (saved_gpu = saved_gpu_time()) >= before["gpu_time_s"].get<double>(); }, 20s, 50ms);
+  REQUIRE_MESSAGE(caught_up, "saved ", saved_gpu, " s; before: ", before.dump());
   REQUIRE(a->running());
   n.kill_daemon();
   n.start_daemon();
