@@ -3,6 +3,7 @@
 // segment (interpose/job_share.h). Real processes on simgpu; no colocd.
 #include <signal.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <filesystem>
 #include <random>
@@ -22,6 +23,21 @@ std::string fresh_job(const char* tag) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%s-%d-%016llx", tag, int(getpid()), (unsigned long long)rng());
   return buf;
+}
+
+/// The paths of job `job`'s segments in /dev/shm (one per device), named as interpose/job_share.cpp
+/// names them: coloc-job.<uid>.<pid namespace>.<XXH64 of the job name>.<device UUID>.
+std::vector<std::string> segments_of(const std::string& job) {
+  char ns[64] = {};
+  unsigned long long ns_id = 0;
+  if (::readlink("/proc/self/ns/pid", ns, sizeof ns - 1) > 0) std::sscanf(ns, "pid:[%llu]", &ns_id);
+  char prefix[128];
+  std::snprintf(prefix, sizeof prefix, "coloc-job.%u.%llu.%016llx.", unsigned(getuid()), ns_id,
+                (unsigned long long)XXH64(job.data(), job.size(), 0));
+  std::vector<std::string> v;
+  for (auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) v.push_back(e.path().string());
+  return v;
 }
 
 bool reached(Proc& p, const std::string& path) {
@@ -89,24 +105,23 @@ TEST_CASE("without a daemon, two processes of one job allocating at the same ins
 }
 
 TEST_CASE("without a daemon, a SIGKILLed process's share goes back to its job") {
-  const auto start_time = std::filesystem::file_time_type::clock::now();
   Job job;
   job.limit("4GiB");
-  job.env.set("COLOC_JOB", fresh_job("killed"));
+  const std::string name = fresh_job("killed");
+  job.env.set("COLOC_JOB", name);
   const std::string ready = job.dir / "ready";
   Proc a({client(), "init", "ctx", "0", "alloc", "3GiB", "a", "touch", ready, "hold-file", job.dir / "never"}, job.env);
   REQUIRE_MESSAGE(reached(a, ready), a.err_so_far());
+  REQUIRE(segments_of(name).size() == 1);  // the job's segment, which holds A's share
   a.kill(SIGKILL);
   a.wait();
   auto ls = lines(job.run({client(), "init", "ctx", "0", "alloc", "3GiB", "b", "meminfo"}));
   CHECK(step(ls, "alloc")["rc_name"] == "CUDA_SUCCESS");
   CHECK(step(ls, "meminfo")["free"] == 4 * GiB - 256 * MiB - 3 * GiB);  // nothing left of the dead one's share
-  // The last process out removed the segment, the dead one's entry with it.
-  bool left = false;
-  for (auto& e : std::filesystem::directory_iterator("/dev/shm"))
-    left |= e.path().filename().string().find("coloc-job." + std::to_string(getuid()) + ".") == 0 &&
-            std::filesystem::last_write_time(e.path()) >= start_time;
-  CHECK_FALSE(left);
+  // The last process out removed the segment, the dead one's entry with it. (This job's segment
+  // by name: not every segment of this user newer than the test's start by mtime, which counted
+  // other jobs' segments made meanwhile, e.g. by a test run beside this one.)
+  CHECK(segments_of(name).empty());
 }
 
 TEST_CASE("without a daemon and without COLOC_JOB, a process names the job and its children share its limit") {
