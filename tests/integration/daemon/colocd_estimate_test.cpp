@@ -111,6 +111,7 @@ TEST_CASE("colocd estimate: a reservation from the declared estimate survives a 
   REQUIRE(wait_until([&] {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(d.state() + "/jobs", ec)) {
+      if (e.path().extension() != ".json") continue;  // a save in progress (X.json.tmp) is not saved yet
       json s = json::parse(read_file(e.path()), nullptr, false);
       if (s.is_discarded() || !s.contains("estimate") || !s["estimate"].is_object()) continue;
       for (const json& r : s["estimate"].value("reservations", json::array()))

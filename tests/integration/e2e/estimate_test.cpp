@@ -243,7 +243,9 @@ TEST_CASE("estimate: a job running across a colocd SIGKILL keeps its history res
   REQUIRE(wait_until([&] {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(node.state() + "/jobs", ec))
-      if (read_file(e.path()).find("\"reservations\"") != std::string::npos) return true;
+      if (e.path().extension() == ".json" &&  // not a save in progress (X.json.tmp), not saved yet
+          read_file(e.path()).find("\"reservations\"") != std::string::npos)
+        return true;
     return false;
   }, 20s, 20ms));
   node.kill_daemon();
