@@ -37,7 +37,10 @@ TEST_CASE("coloc: a clear error and a non-zero exit when the daemon is unreachab
 
 TEST_CASE("coloc: status, jobs, set, and report of a running and of an ended job") {
   Colocd d;
-  auto c = d.client({"--job", "cli-job", "--mem", "4GiB", "attach:1:10GiB:1GiB", "alloc:0:2GiB", "sleep:1500",
+  // The job holds at `go` (not for a fixed time: the CLI calls below take longer than that on a
+  // loaded sanitizer run) until the test has looked at it running and lowered its limit.
+  const std::string go = d.dir() / "go";
+  auto c = d.client({"--job", "cli-job", "--mem", "4GiB", "attach:1:10GiB:1GiB", "alloc:0:2GiB", "hold-file:" + go,
                      "alloc:0:1GiB", "status", "goodbye:0", "exit:0"});
   REQUIRE(wait_until([&] { return has_event(*c, "alloc"); }));
 
@@ -63,6 +66,7 @@ TEST_CASE("coloc: status, jobs, set, and report of a running and of an ended job
   REQUIRE(live.exit_code == 0);
   CHECK(json::parse(live.out)["complete"] == false);
 
+  write_file(go, "");
   ProcResult rc = c->wait(20s);
   REQUIRE_MESSAGE(rc.exit_code == 0, describe(rc));
   auto allocs = events_of(*c, "alloc");
