@@ -107,7 +107,9 @@ TEST_CASE("report compute: GPU time and turns from before a colocd restart stay 
       if (e.path().extension() != ".json") continue;  // not a save's X.json.tmp: it would count twice
       json j = json::parse(read_file(e.path()), nullptr, false);
       if (j.is_discarded() || !j.is_object() || j.value("job", "") != id) continue;
-      for (const char* k : {"folded", "live"}) gpu += j["recorder"]["devices"][0][k][14].get<double>() / 1e9;
+      const json& devs = j["recorder"]["devices"];
+      if (!devs.is_array() || devs.empty()) continue;  // (a save from before its attach: none here)
+      for (const char* k : {"folded", "live"}) gpu += devs[0][k][14].get<double>() / 1e9;
     }
     return gpu;
   };
