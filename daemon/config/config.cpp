@@ -142,7 +142,7 @@ Result<std::pair<std::string, uint16_t>> parse_host_port(std::string_view text, 
   if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
     return bad("the port is not a number");
   const unsigned long p = std::stoul(port);
-  if (p < 1 || p > 65535) return bad("the port is not from 1 to 65535");
+  if (p > 65535) return bad("the port is not from 0 to 65535");
   return std::make_pair(host, uint16_t(p));
 }
 

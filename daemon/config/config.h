@@ -141,7 +141,8 @@ Result<broker::Bytes> parse_max_per_user(std::string_view text, const std::strin
 /// "250ms", "5s", "2m", "1h", or a plain number of seconds (decimals allowed). Errors name `what`.
 Result<broker::Nanos> parse_duration(std::string_view text, const std::string& what);
 /// "HOST:PORT": a host name, an IPv4 address or a bracketed IPv6 address ("[::1]:9479"), and a
-/// port 1..65535. Returns (host without brackets, port). Errors name `what`.
+/// port 0..65535 (0: any free port, which the listener reports once bound). Returns (host without
+/// brackets, port). Errors name `what`.
 Result<std::pair<std::string, uint16_t>> parse_host_port(std::string_view text, const std::string& what);
 /// share, timeslice or priority (`coloc policy`'s modes). Errors name `what`.
 Result<proto::PolicyMode> parse_policy_mode(std::string_view text, const std::string& what);

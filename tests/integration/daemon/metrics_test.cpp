@@ -127,23 +127,17 @@ double one(const std::vector<Sample>& all, const std::string& name, const std::m
   return f[0].value;
 }
 
-/// "127.0.0.1:PORT" with a port free now (the kernel's pick, released for colocd to bind).
-std::string free_address() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
-  socklen_t len = sizeof sa;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
-}
+/// Port 0: colocd binds any free port, and status says which (no window in which another
+/// process could take a port picked beforehand).
+const char* const kAnyPort = "127.0.0.1:0";
 
 std::string metrics_address(const Colocd& d) {
   json m = d.status()["daemon"]["metrics"];
   REQUIRE(m.is_string());
-  return m.get<std::string>();
+  const std::string a = m.get<std::string>();
+  REQUIRE(a.rfind("127.0.0.1:", 0) == 0);
+  REQUIRE(a != kAnyPort);  // the port bound, not the one asked for
+  return a;
 }
 
 /// The inodes of the TCP sockets listening in this network namespace.
@@ -238,7 +232,7 @@ TEST_CASE("colocd metrics: a metrics port in use stops colocd at start, naming i
 TEST_CASE("colocd metrics: a live scrape passes promtool and equals coloc status and jobs; ended jobs leave") {
   const std::string tool = promtool();
   REQUIRE_MESSAGE(!tool.empty(), "promtool is missing: install Debian's prometheus package (mk/deps.sh)");
-  Colocd d({"--metrics-listen", free_address()}, true, false);
+  Colocd d({"--metrics-listen", kAnyPort}, true, false);
   const std::string addr = metrics_address(d);
   // A job holding memory, idle: nothing moves. A second asks past its own limit (a refusal).
   auto a = d.client({"--job", "held", "--mem", "6GiB", "attach:1:10GiB:1GiB", "alloc:0:3GiB", "hold"});
@@ -351,7 +345,7 @@ TEST_CASE("colocd metrics: a live scrape passes promtool and equals coloc status
 }
 
 TEST_CASE("colocd metrics: hostile scrapers (idle, garbage, huge, 100 at once) do not stall a job's allocations") {
-  Colocd d({"--metrics-listen", free_address()}, true, false);
+  Colocd d({"--metrics-listen", kAnyPort}, true, false);
   const std::string addr = metrics_address(d);
   // Idle connections that never send a byte hold part of the exporter's slots.
   std::vector<int> idle;
@@ -414,7 +408,7 @@ TEST_CASE("colocd metrics: hostile scrapers (idle, garbage, huge, 100 at once) d
 TEST_CASE("colocd metrics: on simgpu, gpu is NVML's index, and processes outside coloc are a series") {
   using namespace coloc::test::e2e;
   if (simulated_only()) return;
-  Node n("8GiB,16GiB", {"--metrics-listen", free_address()});
+  Node n("8GiB,16GiB", {"--metrics-listen", kAnyPort});
   const std::string addr = [&] {
     json m = n.status()["daemon"]["metrics"];
     REQUIRE(m.is_string());
