@@ -335,7 +335,10 @@ TEST_CASE("colocd restart: without a saved state, a job coming back starts at it
   auto wall_now = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::system_clock::now().time_since_epoch()).count();
   const int64_t expected = coloc::engine::start_on_daemon_clocks(*ticks, mono_now, wall_now).second;
-  CHECK(std::llabs(rep["start_unix_ms"].get<int64_t>() - expected) <= 30);
+  // Within 100 ms: the start is in clock ticks (10 ms), and colocd's and this test's reads of the
+  // two clocks may each be preempted on a loaded machine; a start taken at the re-registration
+  // would be at least 300 ms later.
+  CHECK(std::llabs(rep["start_unix_ms"].get<int64_t>() - expected) <= 100);
   CHECK(rep["duration_s"].get<double>() >= 0.3);
   write_file(go, "");
   CHECK(a->wait(20s).exit_code == 0);
