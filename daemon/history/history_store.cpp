@@ -51,8 +51,6 @@ constexpr const char* kSchema =
     " peak INTEGER NOT NULL);"
     "CREATE INDEX IF NOT EXISTS runs_by_fingerprint ON runs (fingerprint, id);";
 
-constexpr int kBusyTimeoutMs = 100;
-
 struct Run {
   int64_t ended_wall_ms = 0;
   uint64_t duration_ms = 0;
@@ -211,7 +209,7 @@ bool HistoryStore::Shared::open() {
     bad("cannot open", rc);
     return false;
   }
-  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  sqlite3_busy_timeout(db, opt.busy_timeout_ms);
   sqlite3_extended_result_codes(db, 1);
   // Without write permission SQLite opens the file read-only without a word: history could then
   // never learn. (Said as SQLite would say it on the first write.)

@@ -80,6 +80,9 @@ struct HistoryOptions {
   /// fingerprint whose last run is the oldest (commands with unique arguments, run after run,
   /// must not grow colocd's memory without bound). 1,000 fingerprints of 20 runs are about 4 MiB.
   size_t max_per_user = 1000;
+  /// How long SQLite retries a locked database before the op gives up (ms; sqlite3_busy_timeout).
+  /// The worker waits it, never the caller.
+  int busy_timeout_ms = 100;
   /// Tests only: called on the worker inside a run's write transaction, after its INSERT (and the
   /// pruning DELETE), before COMMIT.
   std::function<void()> on_write_begun;
