@@ -152,7 +152,7 @@ const Setting kSettings[] = {
    },
    [](const Config& c) { return c.watcher; }},
   {"metrics_listen", "--metrics-listen", "HOST:PORT", "",
-   "Where to serve Prometheus /metrics, e.g. 127.0.0.1:9479 (\"\": off; port 0: any free one, shown by coloc status)", false, true, kStr, "\"127.0.0.1:9479\"",
+   "Where to serve Prometheus /metrics, e.g. 127.0.0.1:9479 (\"\": off; port 0: any free one, shown by coloc status)", true, true, kStr, "\"127.0.0.1:9479\"",
    [](Config& c, std::string_view t, const std::string& w) -> Result<void> {
      if (!t.empty())
        if (auto hp = parse_host_port(t, w); !hp) return hp.error();

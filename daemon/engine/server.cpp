@@ -277,7 +277,7 @@ Result<void> Server::start() {
   if (auto r = open_signals_and_timers(); !r) return r;
   // The metrics port before the socket: a port in use stops colocd before it has bound (and
   // would otherwise leave) a socket that nobody serves.
-  if (auto r = open_metrics(); !r) return r;
+  if (auto r = open_metrics(cfg_.metrics_listen); !r) return r;
   if (auto r = open_listener(); !r) return r;
 
   if (size_t n = resume_.expected(); n > 0) {

@@ -200,8 +200,14 @@ class Server {
   /// The devices colocd knows: the broker's and NVML's.
   std::vector<broker::Uuid> known_devices() const;
   // Prometheus /metrics (server_metrics.cpp; metrics/exporter.h).
-  /// Starts the exporter on cfg_.metrics_listen (nothing when empty). Errors name the address.
-  Result<void> open_metrics();
+  /// Starts the exporter on `listen` (HOST:PORT; nothing when empty) and watches its requests
+  /// for snapshots. Errors name the address; the exporter is then unchanged (none).
+  Result<void> open_metrics(const std::string& listen);
+  /// Stops the exporter (its port closes; its thread is joined). Nothing when there is none.
+  void close_metrics();
+  /// SIGHUP with a new metrics_listen: the old listener closes, the new one opens; when it
+  /// cannot, the old address is served again and false returned (the caller keeps its value).
+  bool switch_metrics(const std::string& from, const std::string& to);
   /// Builds a snapshot (status, the jobs' report totals, the counters) and hands it to the exporter.
   void publish_metrics();
   /// A grow or attach request read at `received`: its answer, if sent in this same event (it did
@@ -304,6 +310,7 @@ class Server {
   std::unique_ptr<Admin> admin_;
   metrics::Counters metrics_;                  ///< what /metrics counts that nothing else does
   std::unique_ptr<metrics::Exporter> exporter_;  ///< /metrics (null: off)
+  EventLoop::Token exporter_token_ = 0;           ///< the loop's watch of its wanted_fd()
   struct PendingAnswer {
     broker::ClientId client = 0;
     uint32_t seq = 0;

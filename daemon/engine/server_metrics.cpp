@@ -5,21 +5,47 @@
 
 namespace coloc::engine {
 
-Result<void> Server::open_metrics() {
-  if (cfg_.metrics_listen.empty()) return {};  // off (the default): nothing listens
-  auto e = metrics::Exporter::start(cfg_.metrics_listen);
+Result<void> Server::open_metrics(const std::string& listen) {
+  if (listen.empty()) return {};  // off (the default): nothing listens
+  auto e = metrics::Exporter::start(listen);
   if (!e) return e.error();
-  exporter_ = std::move(e.value());
-  info_.metrics = exporter_->address();
+  std::unique_ptr<metrics::Exporter> fresh = std::move(e.value());
   // A scrape asked for a snapshot newer than the latest (at most one per 250 ms, however many
   // scrape): built here, on the loop's thread, from what status shows; the exporter's thread
   // renders and serves it.
-  auto r = loop_->add(exporter_->wanted_fd(), EPOLLIN, [this](uint32_t) {
-    if (exporter_->take_wanted()) publish_metrics();
+  auto r = loop_->add(fresh->wanted_fd(), EPOLLIN, [this](uint32_t) {
+    if (exporter_ && exporter_->take_wanted()) publish_metrics();
   });
   if (!r) return r.error();
+  exporter_ = std::move(fresh);
+  exporter_token_ = r.value();
+  info_.metrics = exporter_->address();
   log::get("engine")->info("serving Prometheus metrics on http://{}/metrics", exporter_->address());
   return {};
+}
+
+void Server::close_metrics() {
+  if (!exporter_) return;
+  loop_->remove(exporter_token_);
+  exporter_token_ = 0;
+  const std::string was = exporter_->address();
+  exporter_.reset();
+  info_.metrics.clear();
+  log::get("engine")->info("stopped serving Prometheus metrics on http://{}/metrics", was);
+}
+
+bool Server::switch_metrics(const std::string& from, const std::string& to) {
+  // The old listener closes first: the new address may be the same port on another host address
+  // (127.0.0.1:9479 -> 0.0.0.0:9479), which could not be bound beside it.
+  close_metrics();
+  auto r = open_metrics(to);
+  if (r) return true;
+  auto lg = log::get("engine");
+  lg->error("SIGHUP: metrics_listen: cannot serve '{}': {}; keeping '{}'", to, r.error().message(), from);
+  if (auto back = open_metrics(from); !back)
+    lg->error("SIGHUP: metrics_listen: cannot serve '{}' again either: {}; /metrics is off until the next reload",
+              from, back.error().message());
+  return false;
 }
 
 void Server::publish_metrics() {

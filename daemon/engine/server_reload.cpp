@@ -5,9 +5,10 @@
 // given at start), so a bad file changes nothing: the error is logged on one line (file:line:
 // key: what) and the running configuration stays. Otherwise what can change live changes now
 // (config::Setting::live: headroom, the per-user cap, the wait and hello timeouts, the
-// connection cap, the groups, the log level, the sample interval, the compute policies) and
-// what cannot (the socket, the state directory, the grant step, the watcher, the resume grace,
-// the metrics listener, the history) is logged as needing a restart and keeps its running value.
+// connection cap, the groups, the log level, the sample interval, the compute policies, the
+// metrics listener) and what cannot (the socket, the state directory, the grant step, the
+// watcher, the resume grace, the history) is logged as needing a restart and keeps its running
+// value.
 #include <grp.h>
 #include <sys/timerfd.h>
 
@@ -80,6 +81,12 @@ void Server::reload_config() {
   if (!admin || !high) {
     lg->error("SIGHUP: keeping the running configuration: {}", (!admin ? admin.error() : high.error()).message());
     return;
+  }
+
+  // A new metrics address: served now, or (when it cannot be bound) the old one kept.
+  if (next.metrics_listen != cfg_.metrics_listen && !switch_metrics(cfg_.metrics_listen, next.metrics_listen)) {
+    next.metrics_listen = cfg_.metrics_listen;
+    next.sources["metrics_listen"] = cfg_.sources["metrics_listen"];
   }
 
   // What cannot change live keeps its running value.

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -189,6 +190,19 @@ std::string label(const json& v) {
   return "";
 }
 
+/// A port someone else listens on (127.0.0.1): its fd and "127.0.0.1:PORT".
+std::pair<int, std::string> busy_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  REQUIRE(::listen(fd, 1) == 0);
+  socklen_t len = sizeof sa;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  return {fd, "127.0.0.1:" + std::to_string(ntohs(sa.sin_port))};
+}
+
 }  // namespace
 
 TEST_SUITE("daemon") {
@@ -204,15 +218,7 @@ TEST_CASE("colocd metrics: off by default, nothing listens") {
 
 TEST_CASE("colocd metrics: a metrics port in use stops colocd at start, naming it, and leaves no socket behind") {
   // Someone else listens on the port.
-  int busy = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(busy, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
-  REQUIRE(::listen(busy, 1) == 0);
-  socklen_t len = sizeof sa;
-  ::getsockname(busy, reinterpret_cast<sockaddr*>(&sa), &len);
-  const std::string address = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  auto [busy, address] = busy_port();
 
   TempDir dir("colocd-metrics-busy");
   const std::string sock = dir / "colocd.sock";
@@ -227,6 +233,49 @@ TEST_CASE("colocd metrics: a metrics port in use stops colocd at start, naming i
   // instead of "no colocd".
   struct stat st;
   CHECK_MESSAGE(::stat(sock.c_str(), &st) != 0, "colocd left its socket behind");
+}
+
+TEST_CASE("colocd metrics: SIGHUP opens, moves and closes the listener; a port in use keeps the old one") {
+  TempDir cfgdir("colocd-metrics-reload");
+  const std::string file = cfgdir / "colocd.toml";
+  write_file(file, "metrics_listen = \"\"\n");
+  Colocd d({"--config", file}, true, false);
+  CHECK(d.status()["daemon"]["metrics"].is_null());
+  const pid_t pid = d.status()["daemon"]["pid"].get<pid_t>();
+  auto lines = [&](const std::string& what) {
+    const std::string log = d.log();
+    size_t n = 0;
+    for (size_t p = 0; (p = log.find(what, p)) != std::string::npos; p += what.size()) ++n;
+    return n;
+  };
+  auto reload = [&](const std::string& text, const std::string& expect) {
+    write_file(file, text);
+    const size_t before = lines(expect);
+    REQUIRE(::kill(pid, SIGHUP) == 0);
+    REQUIRE_MESSAGE(wait_until([&] { return lines(expect) > before; }, 20s), "no '", expect, "' line:\n", d.log());
+  };
+
+  // Off -> on.
+  reload(std::string("metrics_listen = \"") + kAnyPort + "\"\n", "SIGHUP: reloaded");
+  const std::string first = metrics_address(d);
+  CHECK(get_metrics(first).status == 200);
+
+  // A port someone else holds: one line says why, and /metrics is served again on the old
+  // address (port 0 again: the kernel's pick, so status says where).
+  auto [busy, taken] = busy_port();
+  reload("metrics_listen = \"" + taken + "\"\n", "SIGHUP: metrics_listen: cannot serve '" + taken + "'");
+  const std::string kept = metrics_address(d);
+  CHECK(kept != taken);
+  CHECK(get_metrics(kept).status == 200);
+  CHECK(d.running());
+  ::close(busy);
+
+  // On -> off: the port closes.
+  reload("metrics_listen = \"\"\n", "SIGHUP: reloaded");
+  CHECK(d.status()["daemon"]["metrics"].is_null());
+  const int fd = connect_to(kept);
+  CHECK_MESSAGE(fd < 0, "something still listens on ", kept);
+  if (fd >= 0) ::close(fd);
 }
 
 TEST_CASE("colocd metrics: a live scrape passes promtool and equals coloc status and jobs; ended jobs leave") {
