@@ -43,13 +43,19 @@ TEST_CASE("colocd status: an idle device colocd can no longer see drops out; one
   REQUIRE(wait_until([&] { return has_event(*c, "holding"); }));
   // The client's device (uuid c0c0...c005), which NVML does not list: colocd numbers it itself.
   const std::string ghost = "GPU-c0c0c0c0-c0c0-c0c0-c0c0-c0c0c0c0c005";
-  auto uuids = [&] {
+  auto uuids_of = [](const json& st) {
     std::set<std::string> u;
-    const json st = d.status();  // held: a range-for over a temporary's member dangles
     for (const json& dev : st["devices"]) u.insert(dev["uuid"].get<std::string>());
     return u;
   };
-  REQUIRE_MESSAGE(uuids().count(ghost) == 1, d.status().dump(1));  // in use: listed
+  auto uuids = [&] { return uuids_of(d.status()); };
+  {
+    // The message is the status already read: REQUIRE_MESSAGE evaluates its message lazily, while
+    // doctest's reporter holds its lock, so one that asserts (d.status() does) deadlocks the binary
+    // when it is shown (on a failure, or every success under -s).
+    const json st = d.status();
+    REQUIRE_MESSAGE(uuids_of(st).count(ghost) == 1, st.dump(1));  // in use: listed
+  }
   c->kill(SIGTERM);
   c->wait(10s);
   // Idle, nothing held, and NVML does not know it: it leaves the status. simgpu's own device,
