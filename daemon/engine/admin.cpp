@@ -54,7 +54,9 @@ std::string user_name(uid_t uid) {
   }
   struct passwd pw, *out = nullptr;
   char buf[4096];
-  std::string name = ::getpwuid_r(uid, &pw, buf, sizeof buf, &out) == 0 && out ? out->pw_name : std::to_string(uid);
+  const int rc = ::getpwuid_r(uid, &pw, buf, sizeof buf, &out);
+  std::string name = rc == 0 && out ? out->pw_name : std::to_string(uid);
+  if (rc != 0) return name;  // a lookup that failed (NSS down, a timeout) is not remembered
   std::lock_guard<std::mutex> lock(mu);
   if (cache.size() >= kMaxCached) cache.clear();
   cache[uid] = {name, t};

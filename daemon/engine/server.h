@@ -207,6 +207,8 @@ class Server {
   void close_metrics();
   /// SIGHUP with a new metrics_listen: the old listener closes, the new one opens; when it
   /// cannot, the old address is served again and false returned (the caller keeps its value).
+  /// A host name (not an IPv4/IPv6 address) is refused without closing anything: resolving it
+  /// could stall the loop on DNS.
   bool switch_metrics(const std::string& from, const std::string& to);
   /// Builds a snapshot (status, the jobs' report totals, the counters) and hands it to the exporter.
   void publish_metrics();

@@ -1,5 +1,8 @@
 // The engine's side of /metrics (metrics/exporter.h): the listener at start, the snapshots the
 // exporter asks for, and the grant round trip.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include "engine/server.h"
 #include "util/log.h"
 
@@ -34,16 +37,43 @@ void Server::close_metrics() {
   log::get("engine")->info("stopped serving Prometheus metrics on http://{}/metrics", was);
 }
 
+namespace {
+
+/// True when `listen`'s host is an IPv4 or (bracketed) IPv6 address: binding it resolves nothing.
+bool numeric_host(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  unsigned char buf[sizeof(in6_addr)];
+  return ::inet_pton(AF_INET, host.c_str(), buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+}  // namespace
+
 bool Server::switch_metrics(const std::string& from, const std::string& to) {
+  auto lg = log::get("engine");
+  // A host name would be resolved on the loop (getaddrinfo can wait seconds on DNS): only an
+  // address changes live; a name is taken at start.
+  if (!to.empty() && !numeric_host(to)) {
+    lg->error("SIGHUP: metrics_listen '{}': a host name needs a restart (resolving it would stall colocd); keeping '{}'",
+              to, from);
+    return false;
+  }
   // The old listener closes first: the new address may be the same port on another host address
   // (127.0.0.1:9479 -> 0.0.0.0:9479), which could not be bound beside it.
   close_metrics();
   auto r = open_metrics(to);
   if (r) return true;
-  auto lg = log::get("engine");
   lg->error("SIGHUP: metrics_listen: cannot serve '{}': {}; keeping '{}'", to, r.error().message(), from);
+  if (from.empty()) return false;
+  if (!numeric_host(from)) {
+    lg->error("SIGHUP: metrics_listen: '{}' is a host name, not bound again here; /metrics is off until a reload "
+              "or restart binds it", from);
+    return false;
+  }
   if (auto back = open_metrics(from); !back)
-    lg->error("SIGHUP: metrics_listen: cannot serve '{}' again either: {}; /metrics is off until the next reload",
+    lg->error("SIGHUP: metrics_listen: cannot serve '{}' again either: {}; /metrics is off until a reload binds it",
               from, back.error().message());
   return false;
 }

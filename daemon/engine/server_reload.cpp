@@ -83,8 +83,11 @@ void Server::reload_config() {
     return;
   }
 
-  // A new metrics address: served now, or (when it cannot be bound) the old one kept.
-  if (next.metrics_listen != cfg_.metrics_listen && !switch_metrics(cfg_.metrics_listen, next.metrics_listen)) {
+  // A new metrics address: served now, or (when it cannot be bound) the old one kept. (Also when
+  // the address is the same but nothing serves it: an earlier reload could bind neither.)
+  const bool metrics_down = !exporter_ && !next.metrics_listen.empty();
+  if ((next.metrics_listen != cfg_.metrics_listen || metrics_down) &&
+      !switch_metrics(cfg_.metrics_listen, next.metrics_listen)) {
     next.metrics_listen = cfg_.metrics_listen;
     next.sources["metrics_listen"] = cfg_.sources["metrics_listen"];
   }

@@ -1,5 +1,6 @@
 #include "report/report_store.h"
 #include "util/fs.h"
+#include "util/log.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 
 namespace coloc::report {
@@ -44,7 +46,9 @@ std::string ReportStore::sanitize(const std::string& job_id) {
 // written within a tick would tie, and run_ids_of's "newest first" would be a coin toss. Each
 // report's mtime is instead set explicitly from CLOCK_REALTIME at full nanosecond resolution, and
 // strictly after the previous one this process wrote.
-static Result<void> stamp_mtime(int fd, const std::string& path) {
+// Best effort: a file system that refuses to set times (some FUSE or NFS mounts) keeps the
+// report, with the kernel's own mtime; one warning says so.
+static void stamp_mtime(int fd, const std::string& path) {
   static std::atomic<int64_t> last_ns{0};
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
@@ -54,13 +58,17 @@ static Result<void> stamp_mtime(int fd, const std::string& path) {
     if (ns <= prev) ns = prev + 1;
   } while (!last_ns.compare_exchange_weak(prev, ns));
   const timespec times[2] = {{0, UTIME_OMIT}, {time_t(ns / 1000000000), long(ns % 1000000000)}};
-  if (::futimens(fd, times) != 0) return Error::from_errno("set the modification time of " + path);
-  return {};
+  if (::futimens(fd, times) != 0) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      log::get("report")->warn("cannot set the modification time of {} ({}): reports written within one clock tick may "
+                               "list in either order", path, std::strerror(errno));
+  }
 }
 
 static Result<void> write_synced(int fd, const std::string& text, const std::string& path) {
   if (auto r = write_all(fd, text, path); !r) return r;
-  if (auto r = stamp_mtime(fd, path); !r) return r;
+  stamp_mtime(fd, path);
   if (::fsync(fd) != 0) return Error::from_errno("fsync " + path);
   return {};
 }
@@ -140,7 +148,9 @@ std::vector<std::string> ReportStore::run_ids_of(const std::string& name) const 
     found.emplace_back(int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, f.substr(0, f.size() - 5));
   }
   ::closedir(d);
-  std::sort(found.begin(), found.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  // Newest first; equal times (a file system that keeps whole seconds) by name, so the order at
+  // least does not change from one call to the next.
+  std::sort(found.begin(), found.end(), [](auto& a, auto& b) { return a.first != b.first ? a.first > b.first : a.second > b.second; });
   std::vector<std::string> ids;
   for (auto& [t, id] : found) ids.push_back(id);
   return ids;

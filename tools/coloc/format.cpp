@@ -209,7 +209,7 @@ json devices_by_index(const json& devices) {
   json out = devices.is_array() ? devices : json::array();
   auto key = [](const json& d) {
     const json i = d.is_object() ? d.value("index", json()) : json();
-    return i.is_number_unsigned() ? i.get<uint64_t>() : UINT64_MAX;
+    return i.is_number_integer() && i.get<int64_t>() >= 0 ? i.get<uint64_t>() : UINT64_MAX;
   };
   std::stable_sort(out.begin(), out.end(), [&](const json& a, const json& b) { return key(a) < key(b); });
   return out;

@@ -235,7 +235,7 @@ TEST_CASE("colocd metrics: a metrics port in use stops colocd at start, naming i
   CHECK_MESSAGE(::stat(sock.c_str(), &st) != 0, "colocd left its socket behind");
 }
 
-TEST_CASE("colocd metrics: SIGHUP opens, moves and closes the listener; a port in use keeps the old one") {
+TEST_CASE("colocd metrics: SIGHUP opens, moves and closes the listener; a host name or a port in use keeps the old one") {
   TempDir cfgdir("colocd-metrics-reload");
   const std::string file = cfgdir / "colocd.toml";
   write_file(file, "metrics_listen = \"\"\n");
@@ -259,6 +259,26 @@ TEST_CASE("colocd metrics: SIGHUP opens, moves and closes the listener; a port i
   reload(std::string("metrics_listen = \"") + kAnyPort + "\"\n", "SIGHUP: reloaded");
   const std::string first = metrics_address(d);
   CHECK(get_metrics(first).status == 200);
+
+  // A host name is refused on reload (resolving it could stall colocd): nothing changes.
+  reload("metrics_listen = \"localhost:0\"\n", "SIGHUP: metrics_listen 'localhost:0': a host name needs a restart");
+  CHECK(d.status()["daemon"]["metrics"] == first);
+  CHECK(get_metrics(first).status == 200);
+
+  // Moved to another address: the new one serves, the old port closes.
+  reload("metrics_listen = \"127.0.0.2:0\"\n", "SIGHUP: reloaded");
+  json moved_to = d.status()["daemon"]["metrics"];
+  REQUIRE(moved_to.is_string());
+  const std::string moved = moved_to.get<std::string>();
+  CHECK(moved.rfind("127.0.0.2:", 0) == 0);
+  CHECK(get_metrics(moved).status == 200);
+  {
+    const int old_fd = connect_to(first);
+    CHECK_MESSAGE(old_fd < 0, "something still listens on ", first);
+    if (old_fd >= 0) ::close(old_fd);
+  }
+  reload(std::string("metrics_listen = \"") + kAnyPort + "\"\n", "SIGHUP: reloaded");
+  CHECK(get_metrics(metrics_address(d)).status == 200);
 
   // A port someone else holds: one line says why, and /metrics is served again on the old
   // address (port 0 again: the kernel's pick, so status says where).

@@ -162,6 +162,39 @@ TEST_CASE("coloc top: one frame fits 80 columns, with the bar, the jobs and the 
   CHECK(compact_bytes(json(nullptr)) == "-");
 }
 
+TEST_CASE("coloc top and coloc status: devices in index order, whatever order status lists them in") {
+  // Status lists the devices the books met first: here device 1 (a job's), then device 0 (idle,
+  // listed from NVML), then one without an index.
+  json st = sample_status();
+  json dev1 = st["devices"][0];
+  for (const char* k : {"committed", "in_use", "granted", "available", "driver_ooms"}) dev1[k] = 0;  // (status_table's)
+  for (json& j : dev1["jobs"]) j["granted"] = 0;
+  dev1["index"] = 1;
+  dev1["uuid"] = "GPU-11111111-1111-1111-1111-111111111111";
+  json dev0 = dev1;
+  dev0["index"] = 0;
+  dev0["uuid"] = "GPU-00000000-0000-0000-0000-000000000000";
+  dev0["jobs"] = json::array();
+  json none = dev0;
+  none["index"] = nullptr;
+  none["uuid"] = "GPU-99999999-9999-9999-9999-999999999999";
+  st["devices"] = json::array({dev1, dev0, none});
+  CHECK(devices_by_index(st["devices"])[0]["index"] == 0);
+  CHECK(devices_by_index(st["devices"])[2]["index"].is_null());
+  CHECK(st["devices"][0]["index"] == 1);  // (a copy: the status is not reordered)
+  auto in_order = [](const std::string& text) {
+    const size_t a = text.find("GPU-0000"), b = text.find("GPU-1111"), c = text.find("GPU-9999");
+    INFO(text);
+    CHECK(a != std::string::npos);
+    CHECK(b != std::string::npos);
+    CHECK(c != std::string::npos);
+    CHECK(a < b);
+    CHECK(b < c);
+  };
+  in_order(top_frame(st, TopView{}));
+  in_order(status_table(st));
+}
+
 TEST_CASE("coloc status: the processes outside coloc, within 100 columns; none known: nothing printed") {
   json dev = sample_status()["devices"][0];
   std::string text = outside_processes_text(dev, 100);
