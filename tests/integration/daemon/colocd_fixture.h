@@ -73,6 +73,14 @@ class Colocd {
     proto::set_string(m.job, job.c_str());
     return cli::admin_request(socket_, m, 5000);
   }
+  /// Status as text, or why there is none, for a failure message: never asserts (doctest builds a
+  /// message under its reporter's lock; an assertion there deadlocks).
+  std::string status_text() const {
+    cli::Answer a = ask(proto::AdminOp::kStatus);
+    if (a.kind != cli::Answer::Kind::kOk) return "(status failed: " + a.text + ")";
+    nlohmann::json j = nlohmann::json::parse(a.text, nullptr, false);
+    return j.is_discarded() ? a.text : j.dump(1);
+  }
   nlohmann::json status() const {
     cli::Answer a = ask(proto::AdminOp::kStatus);
     REQUIRE_MESSAGE(a.kind == cli::Answer::Kind::kOk, a.text);

@@ -36,7 +36,7 @@ TEST_CASE("colocd: admission holds a job that does not fit, then releases it whe
   REQUIRE(wait_until([&] { return has_event(*a, "holding"); }));
   auto b = d.client({"--job", "second", "--mem", "6GiB", "attach:1:10GiB:1GiB", "alloc:0:5GiB", "goodbye:0", "exit:0"});
   bool pending = wait_until([&] { return !d.job("second").is_null() && d.job("second")["state"] == "admission-pending"; });
-  REQUIRE_MESSAGE(pending, d.status().dump(1), "\n", b->out_so_far(), b->err_so_far(), d.log());
+  REQUIRE_MESSAGE(pending, d.status_text(), "\n", b->out_so_far(), b->err_so_far(), d.log());
   CHECK_FALSE(has_event(*b, "attach"));  // held at its first context, before it allocates anything
   json dev = d.status()["devices"][0];
   CHECK(dev["committed"] == 6 * GiB);  // only the first job's reservation is held
@@ -115,7 +115,7 @@ TEST_CASE("colocd: a forked child holding the socket does not keep a dead parent
     // socket until it is killed below, so only the watcher can take the parent out of the books,
     // and the report's noticed_by says it was this one.
     bool gone = wait_until([&] { return d.status()["jobs"].empty(); }, 20s, 2ms);
-    CHECK_MESSAGE(gone, "the parent stayed in the books:\n", d.status().dump(1), "\n", d.log());
+    CHECK_MESSAGE(gone, "the parent stayed in the books:\n", d.status_text(), "\n", d.log());
     json devs = d.status()["devices"];  // (idle now: it may have dropped out, NVML not knowing it)
     CHECK((devs.empty() || devs[0]["committed"] == 0));
     ::kill(child, SIGKILL);

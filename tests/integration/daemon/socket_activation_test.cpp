@@ -188,6 +188,11 @@ class ServiceNode {
     REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
     return json::parse(r.out);
   }
+  /// Status as text, or why there is none, for a failure message (never asserts: see e2e.h).
+  std::string status_text() const {
+    ProcResult r = cli({"status", "--json"});
+    return r.exit_code == 0 ? r.out : "(coloc status failed: " + describe(r) + ")";
+  }
   /// `coloc run --sim` of `cmd` on this node.
   std::unique_ptr<Proc> run(const std::vector<std::string>& coloc_args, const std::vector<std::string>& cmd) const {
     std::vector<std::string> argv = {build_path("bin/coloc"), "run", "--sim"};
@@ -294,7 +299,7 @@ TEST_CASE("systemd socket activation: a job keeps its books across a SIGKILL of 
     json j = find_job(s["jobs"], "kept");
     return !j.is_null() && !s["daemon"]["holding_for_restart"].get<bool>();
   }, 30s, 20ms);
-  REQUIRE_MESSAGE(back, n.status().dump(1), "\n", n.log());
+  REQUIRE_MESSAGE(back, n.status_text(), "\n", n.log());
   json after = find_job(n.jobs(), "kept");
   CHECK(after["job"] == before["job"]);
   CHECK(after["in_use"] == before["in_use"]);

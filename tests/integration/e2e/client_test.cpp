@@ -316,14 +316,14 @@ TEST_CASE("e2e: after a colocd restart, a two-process job keeps its reservation 
   ::kill(p1, SIGCONT);
   bool first_back = solo_back && books(7 * GiB, 3 * GiB, 6 * GiB);  // p1 back, the other still outside
   ::kill(p2, SIGCONT);
-  REQUIRE_MESSAGE(solo_back, n.status().dump(1), "\n", n.log());
-  REQUIRE_MESSAGE(first_back, n.status().dump(1), "\n", n.log());
+  REQUIRE_MESSAGE(solo_back, n.status_text(), "\n", n.log());
+  REQUIRE_MESSAGE(first_back, n.status_text(), "\n", n.log());
   bool rebuilt = wait_until([&] {
     json s = n.status();
     return s["jobs"].size() == 2 && s["devices"].size() == 1 && s["devices"][0]["in_use"] == expected &&
            !s["daemon"]["holding_for_restart"].get<bool>();
   }, 20s, 20ms);
-  REQUIRE_MESSAGE(rebuilt, n.status().dump(1), "\n", n.log());
+  REQUIRE_MESSAGE(rebuilt, n.status_text(), "\n", n.log());
   // While the pair's second process had not re-registered, its memory looked used outside coloc
   // and inside the pair's reservation at once: that is not an over-commit, nor a reason to cut it.
   INFO(n.log());

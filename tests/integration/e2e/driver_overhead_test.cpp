@@ -47,7 +47,7 @@ void overhead_case(bool nvml) {
     json j = n.job("big");
     return !j.is_null() && j.value("driver_overhead", uint64_t(0)) == overhead;
   }, 20s, 10ms);
-  REQUIRE_MESSAGE(seen, n.status().dump(1), "\n", n.log());
+  REQUIRE_MESSAGE(seen, n.status_text(), "\n", n.log());
   json dev = n.status()["devices"][0];
   const uint64_t others = nvml ? 0 : kContext;  // the first job's context
   CHECK(dev["driver_overhead"] == overhead);
@@ -66,7 +66,7 @@ void overhead_case(bool nvml) {
     return !s["daemon"]["holding_for_restart"].get<bool>() && !j.is_null() &&
            j.value("driver_overhead", uint64_t(0)) == overhead;
   }, 20s, 20ms);
-  REQUIRE_MESSAGE(back, n.status().dump(1), "\n", n.log());
+  REQUIRE_MESSAGE(back, n.status_text(), "\n", n.log());
   CHECK(n.status()["devices"][0]["outside"] == 0);
 
   // Its next allocations see it: 4 GiB - 2 GiB (the context as the driver counts it) leaves four

@@ -143,6 +143,12 @@ class Node {
     REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
     return json::parse(r.out);
   }
+  /// `coloc status --json`'s output, or why there is none, for a failure message: never asserts
+  /// (doctest builds a message under its reporter's lock; an assertion there deadlocks).
+  std::string status_text() const {
+    ProcResult r = cli({"status", "--json"});
+    return r.exit_code == 0 ? r.out : "(coloc status failed: " + describe(r) + ")";
+  }
   /// The job whose id is `name` or `name-<suffix>` (coloc run's ids), as status shows it; null
   /// when there is none.
   json job(const std::string& name) const {

@@ -17,7 +17,7 @@ TEST_CASE("e2e: admission holds a job that does not fit, then releases it when a
   REQUIRE(reached(*first, n.file("a-ready")));
   auto second = n.run({"--mem", "8GiB", "--job", "second"},
                       {cuprobe(), "init", "ctx", "0", "alloc", "6GiB", "b", "launch-noop", "5000"});
-  REQUIRE_MESSAGE(n.wait_state("second", "admission-pending"), n.status().dump(1), n.log());
+  REQUIRE_MESSAGE(n.wait_state("second", "admission-pending"), n.status_text(), n.log());
   // Held at its first context, before it allocates anything.
   CHECK(!step(second->out_so_far(), "init").is_null());
   CHECK(step(second->out_so_far(), "ctx").is_null());
@@ -56,7 +56,7 @@ TEST_CASE("e2e: growth waits, then succeeds when memory frees; the own limit fai
   REQUIRE(reached(*hog, n.file("hog-ready")));
   // No limit, so no reservation: its growth competes for what is free, and waits.
   auto grower = n.run({"--job", "grower"}, {cuprobe(), "init", "ctx", "0", "alloc", "4GiB", "g"});
-  REQUIRE_MESSAGE(n.wait_state("grower", "waiting"), n.status().dump(1));
+  REQUIRE_MESSAGE(n.wait_state("grower", "waiting"), n.status_text());
 
   // Past its own limit a job fails at once, device full or not (high priority: its admission is not
   // queued behind the waiting growth).

@@ -63,7 +63,7 @@ TEST_CASE("e2e: a multi-step coloc run is one job: its id, a coloc set, its rese
 
   // Another job that needs more than is left waits for admission.
   auto other = n.run({"--mem", "8GiB", "--job", "other"}, {cuprobe(), "init", "ctx", "0", "alloc", "1GiB", "x"});
-  REQUIRE_MESSAGE(n.wait_state("other", "admission-pending"), n.status().dump(1), n.log());
+  REQUIRE_MESSAGE(n.wait_state("other", "admission-pending"), n.status_text(), n.log());
 
   // Step 1 ends. Once colocd has seen it go (nothing granted to the job any more; without an
   // anchor the job would be gone), the job is still there with its reservation, and the other
@@ -73,7 +73,7 @@ TEST_CASE("e2e: a multi-step coloc run is one job: its id, a coloc set, its rese
   REQUIRE_MESSAGE(wait_until([&] {
     json j = n.job(id);
     return j.is_null() || j["granted"] == 0;
-  }, 20s, 5ms), n.status().dump(1));
+  }, 20s, 5ms), n.status_text());
   json s = n.status();
   json mine = n.job(id);
   REQUIRE_MESSAGE(!mine.is_null(), s.dump(1));
@@ -136,9 +136,9 @@ TEST_CASE("e2e: coloc run registers its anchor again after a colocd restart and 
   REQUIRE_MESSAGE(wait_until([&] {
     json j = n.job(id);
     return j.is_null() || j["granted"] == 0;
-  }, 20s, 5ms), n.status().dump(1));
+  }, 20s, 5ms), n.status_text());
   json mine = n.job(id);
-  REQUIRE_MESSAGE(!mine.is_null(), n.status().dump(1), n.log());
+  REQUIRE_MESSAGE(!mine.is_null(), n.status_text(), n.log());
   CHECK(mine["reserved"] == 10 * GiB);
   CHECK(n.status()["devices"][0]["committed"] == 10 * GiB);
   write_file(n.file("s2-go"), "");

@@ -34,7 +34,7 @@ TEST_CASE("e2e: outside memory freed while no coloc job runs no longer blocks ad
   auto second = n.run({"--job", "second", "--mem", "8GiB"},
                       {cuprobe(), "init", "ctx", "0", "alloc", "7GiB", "b", "touch", n.file("admitted"), "hold-file",
                        n.file("go")});
-  REQUIRE_MESSAGE(reached(*second, n.file("admitted"), 20s), n.status().dump(1), "\n", n.log());
+  REQUIRE_MESSAGE(reached(*second, n.file("admitted"), 20s), n.status_text(), "\n", n.log());
   json dev = n.status()["devices"][0];
   CHECK(dev["outside"] == 0);
   write_file(n.file("go"), "");
@@ -54,7 +54,7 @@ TEST_CASE("e2e: a job is held at admission by memory used outside coloc, read fr
   // context to ask before admission; colocd reads the device itself and holds the job.
   auto job = n.run({"--job", "held", "--mem", "8GiB"},
                    {cuprobe(), "init", "ctx", "0", "alloc", "7GiB", "b", "touch", n.file("admitted")});
-  REQUIRE_MESSAGE(n.wait_state("held", "admission-pending"), n.status().dump(1), "\n", n.log());
+  REQUIRE_MESSAGE(n.wait_state("held", "admission-pending"), n.status_text(), "\n", n.log());
   json dev = n.status()["devices"][0];
   CHECK(dev["outside"] == 10 * GiB + kContext);
   CHECK(step(job->out_so_far(), "ctx").is_null());

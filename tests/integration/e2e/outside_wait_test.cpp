@@ -31,7 +31,7 @@ TEST_CASE("e2e: growth blocked only by memory used outside coloc waits and is se
   auto o1 = outside_holder(n, "12.5GiB", "o1");
   auto o2 = outside_holder(n, "12.5GiB", "o2");
   auto job = n.run({"--job", "grows"}, {cuprobe(), "init", "ctx", "0", "alloc", "10GiB", "a", "alloc", "7.1GiB", "b"});
-  REQUIRE_MESSAGE(n.wait_state("grows", "waiting"), n.status().dump(1), "\n", n.log());
+  REQUIRE_MESSAGE(n.wait_state("grows", "waiting"), n.status_text(), "\n", n.log());
   // Parked, not failed: nothing inside coloc holds what it needs.
   CHECK(step(job->out_so_far(), "alloc", 0)["rc_name"] == "CUDA_SUCCESS");
   CHECK(step(job->out_so_far(), "alloc", 1).is_null());

@@ -176,7 +176,7 @@ TEST_CASE("coloc pause: a SIGINT ends the wait at the gate: the launches proceed
   CHECK(step(r.out, "signals")["sigint"] == 1);  // delivered once, after the wait
   // The job ends once colocd has read its processes' hang-ups and the anchor's goodbye, which
   // coloc run sends without waiting for an answer: waited for, not read once.
-  CHECK_MESSAGE(wait_until([&] { return n.job("pint").is_null(); }), n.status().dump(1));
+  CHECK_MESSAGE(wait_until([&] { return n.job("pint").is_null(); }), n.status_text());
 }
 
 TEST_CASE("coloc pause: when colocd dies while a job waits at a closed gate, the job goes on") {

@@ -27,7 +27,7 @@ TEST_CASE("e2e: a 6 GiB job cycling stream-ordered allocations never holds more 
   CHECK(cycles["reserved_high"].get<uint64_t>() + kContext <= 6 * GiB);
   CHECK(cycles["reserved_high"].get<uint64_t>() >= 4 * GiB);  // it did keep memory between cycles
   json j = n.job("cycler");
-  REQUIRE_MESSAGE(!j.is_null(), n.status().dump(1));
+  REQUIRE_MESSAGE(!j.is_null(), n.status_text());
   // The books: the context and the pool's reserve, exactly (frees on the NULL stream are reused
   // by the next allocation on it, no synchronize needed).
   CHECK(j["in_use"] == kContext + cycles["reserved"].get<uint64_t>());

@@ -58,7 +58,7 @@ TEST_CASE("e2e: coloc set --mem, then a colocd restart before the job's next gro
     json s = n.status();
     return s["jobs"].size() == 2 && !s["daemon"]["holding_for_restart"].get<bool>();
   }, 20s, 20ms);
-  REQUIRE_MESSAGE(back, n.status().dump(1), "\n", n.log());
+  REQUIRE_MESSAGE(back, n.status_text(), "\n", n.log());
   CHECK(n.job("raised")["limit"] == 4 * GiB);
   CHECK(n.job("lowered")["limit"] == 2 * GiB);
 
