@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Operations on a real GPU (issue 14): `coloc doctor` against the real driver and NVML; a PyTorch
+# Operations on a real GPU (issue 14): `coloc doctor` against the real driver and NVML; every GPU
+# nvidia-smi shows listed by `coloc status` before any job (at nvidia-smi's index); a PyTorch
 # process outside coloc beside a job under coloc, seen by `coloc status --json` (pid, memory) and
 # by /metrics (coloc_outside_process_memory_bytes); /metrics' `gpu` label equal to nvidia-smi's
 # index for the device's UUID (the join with dcgm-exporter). Exit 77 without a GPU.
@@ -16,6 +17,23 @@ fail=0
 echo "coloc doctor (real driver):"
 "$B/bin/coloc" doctor || { echo "doctor: exit $?"; fail=1; }
 "$B/bin/coloc" doctor --json > "$dir/doctor.json"
+# Before any job: every GPU nvidia-smi shows is in status, listed from NVML (read once a second).
+sleep 2
+"$B/bin/coloc" status --json > "$dir/before.json"
+nvidia-smi --query-gpu=index,uuid --format=csv,noheader > "$dir/smi.csv"
+python3 - "$dir" <<'PY' || fail=1
+import json, sys
+d = sys.argv[1]
+listed = {dev["uuid"]: dev for dev in json.load(open(f"{d}/before.json"))["devices"]}
+ok = True
+for line in open(f"{d}/smi.csv"):
+    if not line.strip(): continue
+    index, uuid = (x.strip() for x in line.split(","))
+    dev = listed.get(uuid)
+    print(f"GPU {index} {uuid} before any job: {'listed, index ' + str(dev['index']) + ' from ' + str(dev['index_from']) if dev else 'NOT LISTED'}")
+    if not dev or dev["index"] != int(index): ok = False
+sys.exit(0 if ok else 1)
+PY
 # A job under coloc (so colocd books the device) and a process outside it holding 2 GiB.
 "$B/bin/coloc" run --job ops-in -- python3 tests/gpu/torch_train.py --seconds 20 --ballast-gib 1 > /dev/null &
 python3 -c 'import torch, time; x = torch.empty(2 << 30, dtype=torch.uint8, device="cuda"); torch.cuda.synchronize(); time.sleep(15)' &
