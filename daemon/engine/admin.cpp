@@ -216,6 +216,39 @@ json Admin::status(broker::Nanos now) const {
     }
     jobs.push_back(std::move(jj));
   }
+  // One device's entry in status (the same fields for a device of the books and one only NVML
+  // lists).
+  struct Figures {
+    bool idle;
+    broker::Bytes capacity, headroom, outside, usable, committed, granted, in_use, overhead, available;
+    size_t waiting;
+    uint64_t driver_ooms, ledger_mismatches;
+  };
+  auto push_device = [&](const broker::Uuid& uuid, const DeviceRow* row, const Figures& f, json device_jobs) {
+    devices.push_back({{"uuid", uuid.str()},
+                       {"index", row && row->index ? json(*row->index) : json(nullptr)},
+                       {"index_from", row && row->index_from ? json(row->index_from) : json(nullptr)},
+                       {"policy", policy_json(uuid)},
+                       {"holder", holder_json(uuid)},
+                       {"idle", f.idle},
+                       {"capacity", f.capacity},
+                       {"headroom", f.headroom},
+                       {"outside", f.outside},
+                       {"usable", f.usable},
+                       {"committed", f.committed},
+                       {"granted", f.granted},
+                       {"in_use", f.in_use},
+                       {"driver_overhead", f.overhead},
+                       {"available", f.available},
+                       // Commitments beyond usable: memory really in use beyond the books (e.g. a
+                       // late resume, or outside use that grew); nothing more is granted there.
+                       {"over_committed", f.committed > f.usable},
+                       {"waiting_requests", f.waiting},
+                       {"driver_ooms", f.driver_ooms},
+                       {"ledger_mismatches", f.ledger_mismatches},
+                       {"jobs", std::move(device_jobs)}});
+    add_outside_processes(devices.back(), uuid);
+  };
   std::map<uint32_t, const DeviceRow*> row_of;  // by broker device
   const std::vector<DeviceRow> rows = device_rows();
   for (const DeviceRow& r : rows)
@@ -241,60 +274,21 @@ json Admin::status(broker::Nanos now) const {
         info_.unseen(i))
       continue;
     const DeviceRow* row = row_of.count(i) ? row_of.at(i) : nullptr;
-    devices.push_back({{"uuid", d.uuid.str()},
-                       {"index", row && row->index ? json(*row->index) : json(nullptr)},
-                       {"index_from", row && row->index_from ? json(row->index_from) : json(nullptr)},
-                       {"policy", policy_json(d.uuid)},
-                       {"holder", holder_json(d.uuid)},
-                       {"idle", d.attachments.empty() && !waited_for},
-                       {"capacity", d.capacity},
-                       {"headroom", d.headroom},
-                       {"outside", d.outside},
-                       {"usable", broker_.usable(i)},
-                       {"committed", d.committed},
-                       {"granted", granted},
-                       {"in_use", broker_.in_use(i)},
-                       {"driver_overhead", broker_.overhead(i)},
-                       {"available", broker_.available(i)},
-                       // Commitments beyond usable: memory really in use beyond the books (e.g. a
-                       // late resume, or outside use that grew); nothing more is granted there.
-                       {"over_committed", d.committed > broker_.usable(i)},
-                       {"waiting_requests", waiting},
-                       {"driver_ooms", d.driver_ooms},
-                       {"ledger_mismatches", d.ledger_mismatches},
-                       {"jobs", jobs_by_device[i]}});
-    add_outside_processes(devices.back(), d.uuid);
+    push_device(d.uuid, row, {d.attachments.empty() && !waited_for, d.capacity, d.headroom, d.outside, broker_.usable(i),
+                              d.committed, granted, broker_.in_use(i), broker_.overhead(i), broker_.available(i), waiting,
+                              d.driver_ooms, d.ledger_mismatches},
+                std::move(jobs_by_device[i]));
   }
   // Devices NVML lists that no coloc process has used since colocd started: idle in the books,
   // shown with what the driver says is used on them (all outside coloc) and by whom.
   for (const DeviceRow& r : rows) {
-    if (r.broker_device) continue;
-    const device::DeviceMemory* mem = info_.unmet_device ? info_.unmet_device(r.uuid) : nullptr;
+    if (r.broker_device || !info_.unmet_device) continue;
+    const std::optional<device::DeviceMemory> mem = info_.unmet_device(r.uuid);
     if (!mem) continue;
     const broker::Bytes capacity = mem->total, headroom = broker_.headroom_for(capacity);
     const broker::Bytes outside = capacity > mem->free ? capacity - mem->free : 0;
     const broker::Bytes usable = capacity > headroom + outside ? capacity - headroom - outside : 0;
-    devices.push_back({{"uuid", r.uuid.str()},
-                       {"index", r.index ? json(*r.index) : json(nullptr)},
-                       {"index_from", r.index_from ? json(r.index_from) : json(nullptr)},
-                       {"policy", policy_json(r.uuid)},
-                       {"holder", holder_json(r.uuid)},
-                       {"idle", true},
-                       {"capacity", capacity},
-                       {"headroom", headroom},
-                       {"outside", outside},
-                       {"usable", usable},
-                       {"committed", 0},
-                       {"granted", 0},
-                       {"in_use", 0},
-                       {"driver_overhead", 0},
-                       {"available", usable},
-                       {"over_committed", false},
-                       {"waiting_requests", 0},
-                       {"driver_ooms", 0},
-                       {"ledger_mismatches", 0},
-                       {"jobs", json::array()}});
-    add_outside_processes(devices.back(), r.uuid);
+    push_device(r.uuid, &r, {true, capacity, headroom, outside, usable, 0, 0, 0, 0, usable, 0, 0, 0}, json::array());
   }
   json daemon{{"protocol", proto::kVersion},
               {"min_protocol", proto::kMinVersion},

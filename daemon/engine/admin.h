@@ -71,8 +71,8 @@ struct DaemonInfo {
   /// it: not known (status shows "outside_processes": null).
   std::function<const device::OutsideList*(const broker::Uuid&)> outside_processes;
   /// The memory of a device NVML lists that no coloc process has used since colocd started (not
-  /// a broker device); null, or nullptr from it: not read (status leaves the device out).
-  std::function<const device::DeviceMemory*(const broker::Uuid&)> unmet_device;
+  /// a broker device); null, or nullopt from it: not read (status leaves the device out).
+  std::function<std::optional<device::DeviceMemory>(const broker::Uuid&)> unmet_device;
   /// How colocd reads the devices itself: MemoryReader::name() ("nvml"), "" when it does not; then
   /// memory_reader_error says why (NVML missing, nvmlInit_v2 failed).
   std::string memory_reader;

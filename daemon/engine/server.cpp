@@ -250,9 +250,9 @@ Result<void> Server::start() {
   };
   info_.gpu_share = [this](broker::JobSerial j, const broker::Uuid& d) { return gpu_share(j, d); };
   info_.outside_processes = [this](const broker::Uuid& d) { return outside_.find(d); };
-  info_.unmet_device = [this](const broker::Uuid& d) -> const device::DeviceMemory* {
+  info_.unmet_device = [this](const broker::Uuid& d) -> std::optional<device::DeviceMemory> {
     auto it = unmet_.find(d);
-    return it == unmet_.end() || broker_.find_device(d) ? nullptr : &it->second;
+    return it == unmet_.end() ? std::nullopt : std::optional(it->second);
   };
   if (!memory_reader_set_) {
     auto nvml = device::NvmlReader::open();

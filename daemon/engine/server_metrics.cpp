@@ -41,10 +41,9 @@ namespace {
 
 /// True when `listen`'s host is an IPv4 or (bracketed) IPv6 address: binding it resolves nothing.
 bool numeric_host(const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) return false;
-  std::string host = listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  auto hp = config::parse_host_port(listen, "metrics_listen");  // (the config's own grammar)
+  if (!hp) return false;
+  const std::string& host = hp.value().first;
   unsigned char buf[sizeof(in6_addr)];
   return ::inet_pton(AF_INET, host.c_str(), buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
 }
