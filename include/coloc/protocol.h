@@ -89,6 +89,15 @@
 //         below v10 the flag is malformed, and a client speaking to an older daemon leaves the
 //         flag and the field out. Pages are unchanged (layout 6). A v9 daemon refuses a v10
 //         client with kVersion: clients then speak v9 (and their jobs get no declared estimate).
+//     v11 A process's step within its job. Register gained `step` (after cmdline: kStepSize bytes,
+//         a NUL-terminated label of [A-Za-z0-9._-], zeros after the NUL; COLOC_STEP, which the
+//         Slurm plugin sets to the task's Slurm step: "batch", "extern", "0", "1", ...; colocd
+//         shows it per process in the job's report), valid, and not empty, only with the new flag
+//         kRegStep. The v10 layout is kept as RegisterV10 and upgraded with step = "" and no
+//         kRegStep (no step); below v11 the flag is malformed, and a client speaking to an older
+//         daemon leaves the flag and the field out. Pages are unchanged (layout 6). A v10 daemon
+//         refuses a v11 client with kVersion: clients then speak v10 (and their processes'
+//         steps are not reported).
 //
 // Validation
 //   decode() checks everything a peer could get wrong: the header, the exact size for the type and
@@ -109,7 +118,7 @@
 namespace coloc::proto {
 
 /// The version this header speaks, and the oldest one a daemon built from it still accepts.
-inline constexpr uint16_t kVersion = 10;
+inline constexpr uint16_t kVersion = 11;
 inline constexpr uint16_t kMinVersion = 1;
 
 /// First four bytes of every message: "COLC" in memory order on little-endian machines.
@@ -120,6 +129,8 @@ inline constexpr uint32_t kMaxDevices = 16;
 /// Buffer sizes of fixed strings, including the terminating NUL.
 inline constexpr size_t kJobIdSize = 64;
 inline constexpr size_t kCmdlineSize = 256;
+/// (v11) Register::step: at most kStepSize-1 characters of [A-Za-z0-9._-] (see valid_step()).
+inline constexpr size_t kStepSize = 16;
 inline constexpr size_t kErrorTextSize = 200;
 /// The largest datagram either side sends or accepts (an admin reply chunk with its header).
 inline constexpr size_t kMaxMessage = 32768;
@@ -197,6 +208,9 @@ inline constexpr uint16_t kRegEnvHash = 1u << 2;
 /// (v10) Register::estimate is valid (and not 0): the job declares its footprint per device from
 /// an analytic estimate, reserved at admission when it has no limit and no history.
 inline constexpr uint16_t kRegEstimate = 1u << 3;
+/// (v11) Register::step is valid (and not empty): the process's step within its job (a Slurm
+/// step: "batch", "extern", "0", ...), shown per process in the job's report.
+inline constexpr uint16_t kRegStep = 1u << 4;
 
 /// Admin operations (the CLI). Any user may read; kSet, kPause and kResume are checked against
 /// SO_PEERCRED. kPause (v6): the job's launches wait at the gate on every device until kResume
@@ -365,7 +379,24 @@ struct RegisterV9 {
   LedgerEntry ledger[kMaxDevices];
 };
 
-/// Register (v10): the first message on a job's connection. Reply: RegisterReply + 2 fds.
+/// Register, protocol v10 (kept for those clients; v11 added step).
+struct RegisterV10 {
+  Header h;
+  uint64_t limit;
+  uint64_t cmdline_hash;
+  uint64_t env_hash;
+  uint64_t estimate;
+  uint64_t wait_timeout_ns;
+  uint8_t priority;
+  uint8_t on_full;
+  uint16_t flags;
+  uint32_t n_ledger;
+  char job[kJobIdSize];
+  char cmdline[kCmdlineSize];
+  LedgerEntry ledger[kMaxDevices];
+};
+
+/// Register (v11): the first message on a job's connection. Reply: RegisterReply + 2 fds.
 struct RegisterMsg {
   Header h;
   uint64_t limit;            ///< as RegisterV1
@@ -384,6 +415,10 @@ struct RegisterMsg {
   uint32_t n_ledger;         ///< as RegisterV1
   char job[kJobIdSize];      ///< as RegisterV1
   char cmdline[kCmdlineSize];  ///< argv joined by spaces, truncated, no control characters
+  /// (v11) The process's step within its job (COLOC_STEP; a Slurm step: "batch", "extern", "0",
+  /// ...): 1 to kStepSize-1 characters of [A-Za-z0-9._-], NUL-terminated, zeros after the NUL;
+  /// valid only with kRegStep, all zero without it (an older client's processes have none).
+  char step[kStepSize];
   LedgerEntry ledger[kMaxDevices];
 };
 
@@ -567,7 +602,8 @@ COLOC_PROTO_LAYOUT(RegisterV1, 1256);
 COLOC_PROTO_LAYOUT(RegisterV4, 1520);
 COLOC_PROTO_LAYOUT(RegisterV8, 1648);
 COLOC_PROTO_LAYOUT(RegisterV9, 1656);
-COLOC_PROTO_LAYOUT(RegisterMsg, 1664);
+COLOC_PROTO_LAYOUT(RegisterV10, 1664);
+COLOC_PROTO_LAYOUT(RegisterMsg, 1680);
 COLOC_PROTO_LAYOUT(RegisterReplyMsg, 112);
 COLOC_PROTO_LAYOUT(AttachDevice, 48);
 COLOC_PROTO_LAYOUT(AttachMsg, 792);
@@ -691,9 +727,11 @@ inline bool bytes_zero(const void* p, size_t n) noexcept {
 }
 
 /// Character classes of string fields.
-enum class Charset { kJobId, kText };
+enum class Charset { kJobId, kText, kStep };
 inline bool char_ok(unsigned char c, Charset cs) noexcept {
   if (cs == Charset::kJobId) return c > 0x20 && c < 0x7f && c != '/' && c != '\\';
+  if (cs == Charset::kStep)
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
   return c >= 0x20 && c != 0x7f;  // text: printable ASCII and any UTF-8 byte
 }
 
@@ -749,7 +787,8 @@ inline Status check_common_register(uint64_t limit, uint8_t priority, uint8_t on
   if (limit == 0) return fail(Error::kBadValue, "Register.limit");
   if (priority > uint8_t(Priority::kHigh)) return fail(Error::kBadEnum, "Register.priority");
   if (on_full > uint8_t(OnFull::kFail)) return fail(Error::kBadEnum, "Register.on_full");
-  if (flags & ~(kRegResume | kRegAnchor | kRegEnvHash | kRegEstimate)) return fail(Error::kReserved, "Register.flags");
+  if (flags & ~(kRegResume | kRegAnchor | kRegEnvHash | kRegEstimate | kRegStep))
+    return fail(Error::kReserved, "Register.flags");
   if (!string_ok(job, Charset::kJobId)) return fail(Error::kBadString, "Register.job");
   return {};
 }
@@ -787,6 +826,7 @@ inline void copy_register_fields(const From& from, To& to) noexcept {
   std::memcpy(to.job, from.job, sizeof to.job);
   if constexpr (requires { from.env_hash; to.env_hash; }) to.env_hash = from.env_hash;
   if constexpr (requires { from.estimate; to.estimate; }) to.estimate = from.estimate;
+  if constexpr (requires { from.step; to.step; }) std::memcpy(to.step, from.step, sizeof to.step);
   if constexpr (requires { from.wait_timeout_ns; to.wait_timeout_ns; }) {
     to.wait_timeout_ns = from.wait_timeout_ns;
     std::memcpy(to.cmdline, from.cmdline, sizeof to.cmdline);
@@ -812,6 +852,17 @@ inline bool valid_job_id(const char* s) noexcept {
   return true;
 }
 
+/// True when `s` (NUL-terminated, may be NULL) is a valid step label (Register::step, v11): 1 to
+/// kStepSize-1 characters of [A-Za-z0-9._-]. The empty string is not one (it means "no step").
+inline bool valid_step(const char* s) noexcept {
+  if (!s || s[0] == '\0') return false;
+  for (size_t n = 0; s[n] != '\0'; ++n) {
+    if (n + 1 >= kStepSize) return false;
+    if (!detail::char_ok(static_cast<unsigned char>(s[n]), detail::Charset::kStep)) return false;
+  }
+  return true;
+}
+
 // ---- per-message validation (the body, after the header has been checked) -------------------
 
 inline Status validate(const RegisterMsg& m) noexcept {
@@ -820,6 +871,9 @@ inline Status validate(const RegisterMsg& m) noexcept {
   if (!(m.flags & kRegEstimate) && m.estimate != 0) return detail::fail(Error::kReserved, "Register.estimate");
   if ((m.flags & kRegEstimate) && m.estimate == 0) return detail::fail(Error::kBadValue, "Register.estimate");
   if (!detail::string_ok(m.cmdline, detail::Charset::kText)) return detail::fail(Error::kBadString, "Register.cmdline");
+  if (!detail::string_ok(m.step, detail::Charset::kStep)) return detail::fail(Error::kBadString, "Register.step");
+  if (!(m.flags & kRegStep) && m.step[0] != '\0') return detail::fail(Error::kReserved, "Register.step");
+  if ((m.flags & kRegStep) && m.step[0] == '\0') return detail::fail(Error::kBadValue, "Register.step");
   return detail::check_ledger(m.ledger, m.n_ledger, m.flags);
 }
 inline Status validate(const RegisterReplyMsg& m) noexcept {
@@ -1031,17 +1085,24 @@ inline Status decode_body(const void* data, size_t len, Message* /*out*/, T* int
   return validate(*into);
 }
 
-/// Register: v1, v2-v4, v5-v8 and v9 have their own layouts, upgraded with defaults.
+/// Register: v1, v2-v4, v5-v8, v9 and v10 have their own layouts, upgraded with defaults.
 inline Status decode_body(const void* data, size_t len, Message* out, RegisterMsg* into) noexcept {
   const uint16_t v = out->h.version;
-  if (v >= 10) {
+  if (v >= 11) {
     if (len < sizeof(RegisterMsg)) return fail(Error::kShort, "Register");
     if (len > sizeof(RegisterMsg)) return fail(Error::kTooLong, "Register");
     std::memcpy(into, data, sizeof(RegisterMsg));
     return validate(*into);
   }
   std::memset(into, 0, sizeof *into);
-  if (v == 9) {  // no declared estimate
+  if (v == 10) {  // no step
+    RegisterV10 old;
+    if (len < sizeof old) return fail(Error::kShort, "Register(v10)");
+    if (len > sizeof old) return fail(Error::kTooLong, "Register(v10)");
+    std::memcpy(&old, data, sizeof old);
+    copy_register_fields(old, *into);
+    std::memcpy(into->ledger, old.ledger, sizeof into->ledger);
+  } else if (v == 9) {  // no declared estimate
     RegisterV9 old;
     if (len < sizeof old) return fail(Error::kShort, "Register(v9)");
     if (len > sizeof old) return fail(Error::kTooLong, "Register(v9)");
@@ -1073,6 +1134,7 @@ inline Status decode_body(const void* data, size_t len, Message* out, RegisterMs
   if (v < 3 && (into->flags & kRegAnchor)) return fail(Error::kReserved, "Register.flags (anchor: v3)");
   if (v < 9 && (into->flags & kRegEnvHash)) return fail(Error::kReserved, "Register.flags (environment hash: v9)");
   if (v < 10 && (into->flags & kRegEstimate)) return fail(Error::kReserved, "Register.flags (estimate: v10)");
+  if (v < 11 && (into->flags & kRegStep)) return fail(Error::kReserved, "Register.flags (step: v11)");
   return validate(*into);
 }
 
@@ -1230,7 +1292,8 @@ inline Encoded write_layout(Old old, void* buf, size_t cap) noexcept {
 /// kMinVersion..kVersion; a Register at version 1 is written in the RegisterV1 layout, dropping
 /// wait_timeout_ns and cmdline; below version 5 an Attach is written in the AttachV4 layout and a
 /// Register's ledger caps as 0, dropping the caps; below 9 a Register leaves out its environment
-/// hash (and kRegEnvHash), below 10 its estimate (and kRegEstimate); a ContextFootprint below 5 and an Admin
+/// hash (and kRegEnvHash), below 10 its estimate (and kRegEstimate), below 11 its step (and
+/// kRegStep); a ContextFootprint below 5 and an Admin
 /// kPause/kResume below 6, kPolicy or a weight, mode or quantum below 7, and an Admin target or a
 /// RegisterReply's granted priority (or its flags) below 8, are kBadVersion.
 template <class T>
@@ -1284,12 +1347,23 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
       copy.flags = uint16_t(copy.flags & ~kRegEstimate);
       copy.estimate = 0;
     }
+    if (version < 11 && (copy.flags & kRegStep)) {  // an older daemon reports no steps: left out
+      copy.flags = uint16_t(copy.flags & ~kRegStep);
+      std::memset(copy.step, 0, sizeof copy.step);
+    }
     if (version == 1) {  // no wait timeout, command line, caps or overheads
       RegisterV1 v1;
       std::memset(&v1, 0, sizeof v1);
       detail::copy_register_fields(copy, v1);
       detail::downgrade_ledger(copy.ledger, v1.ledger);
       return detail::write_layout(v1, buf, cap);
+    }
+    if (version == 10) {
+      RegisterV10 v10;
+      std::memset(&v10, 0, sizeof v10);
+      detail::copy_register_fields(copy, v10);
+      std::memcpy(v10.ledger, copy.ledger, sizeof v10.ledger);
+      return detail::write_layout(v10, buf, cap);
     }
     if (version == 9) {
       RegisterV9 v9;
