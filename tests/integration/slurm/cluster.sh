@@ -10,6 +10,8 @@
 # PLUGSTACK_FILE means an empty plugstack.conf in DIR. start waits until the node is idle (20 s at
 # most); on failure it prints the tails of the logs, stops what it started and exits non-zero.
 # Its last line is `export SLURM_CONF=DIR/slurm.conf` for a human (or `eval "$(... | tail -1)"`).
+# With CLUSTER_OWNER_PID set, a watchdog stops the cluster when that process ends (a test binary
+# that crashed or was killed leaves no daemons behind; its DIR stays).
 #
 # The node: <short hostname> at 127.0.0.1, CPUs=8 (config_overrides: whatever the machine has),
 # Gres=gpu:1,shard:8 (gpu File=DIR/dev/nvidia0: a character device with /dev/null's numbers, so
@@ -17,6 +19,8 @@
 # Runs as root (SlurmUser=SlurmdUser=root), no cgroups (proctrack/linuxproc, task/none), no
 # accounting. Needs munged, slurmctld, slurmd and the Slurm clients (22.05 tested).
 set -u
+# The daemons are in sbin, which a user's PATH may lack.
+PATH=$PATH:/usr/sbin:/sbin:/usr/local/sbin
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 usage() { die "usage: cluster.sh start DIR [PLUGSTACK_FILE] | cluster.sh stop DIR"; }
@@ -74,6 +78,12 @@ stop_all() {
   # slurmstepds of steps still running are left to end on their own (their job is killed by slurmd
   # on shutdown only when it can reach them; tests cancel their jobs first).
   stop_pids "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munged.pid"
+  # The owner's watchdog, unless this is the watchdog stopping the cluster.
+  # It leads a session of its own (setsid): its tail goes with it.
+  if [ -z "${CLUSTER_WATCHDOG:-}" ] && [ -s "$dir/watchdog.pid" ]; then
+    kill -TERM -- "-$(cat "$dir/watchdog.pid")" 2>/dev/null
+    stop_pids "$dir/watchdog.pid"
+  fi
   return 0
 }
 
@@ -215,11 +225,24 @@ EOF
     fi
     sleep 0.05
   done
+  if [ -n "${CLUSTER_OWNER_PID:-}" ]; then
+    CLUSTER_WATCHDOG=1 setsid "$0" watch "$dir" "$CLUSTER_OWNER_PID" </dev/null >/dev/null 2>&1 &
+    echo $! >"$dir/watchdog.pid"
+  fi
   echo "export SLURM_CONF=$dir/slurm.conf"
+}
+
+# The watchdog: waits for the owner to end, then stops the cluster.
+watch() {
+  echo $$ >"$1/watchdog.pid"
+  tail --pid="$2" -s 0.5 -f /dev/null
+  stop_all "$1"
+  rm -f "$1/watchdog.pid"
 }
 
 case ${1:-} in
   start) [ $# -ge 2 ] && [ $# -le 3 ] || usage; start "$2" "${3:-}" ;;
+  watch) [ $# -eq 3 ] || usage; watch "$2" "$3" ;;
   stop) [ $# -eq 2 ] || usage; [ -d "$2" ] || die "no directory $2"; stop_all "$2" ;;
   *) usage ;;
 esac
