@@ -1,14 +1,18 @@
 #include "daemon_client.h"
 
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "coloc/wire.h"
+#include "util/log.h"
 
 namespace coloc::cli {
 
@@ -195,6 +199,36 @@ void anchor_goodbye(int fd, int exit_status) {
   g.has_status = 1;
   (void)wire::send(fd, g, 2);
   ::close(fd);
+}
+
+int hold_anchor(int end_fd, int anchor, const std::string& socket, const AnchorSpec& spec) {
+  int backoff_ms = 50;
+  bool registered = anchor >= 0;  // else colocd was busy at the start: the first registration is still to come
+  for (;;) {
+    pollfd p[2] = {{end_fd, POLLIN, 0}, {anchor, POLLIN, 0}};
+    int rc = ::poll(p, anchor >= 0 ? 2 : 1, anchor >= 0 ? -1 : backoff_ms);
+    if (rc < 0 && errno != EINTR) break;
+    if (rc > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) break;  // the job's end
+    if (rc > 0 && anchor >= 0 && p[1].revents) {
+      // colocd sends the anchor nothing: readable means it closed the connection (or refuses us).
+      char b[256];
+      ssize_t n = ::recv(anchor, b, sizeof b, MSG_DONTWAIT);
+      if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) {
+        log::get("cli")->info("colocd went away; registering the job's anchor again when it is back");
+        ::close(anchor);
+        anchor = -1;
+      }
+      continue;
+    }
+    if (anchor < 0 && rc == 0) {
+      std::string why;
+      anchor = register_anchor(socket, spec, &why, 2000, registered);
+      registered |= anchor >= 0;
+      if (anchor < 0) backoff_ms = std::min(backoff_ms * 2, 2000);
+      else backoff_ms = 50;
+    }
+  }
+  return anchor;
 }
 
 }  // namespace coloc::cli

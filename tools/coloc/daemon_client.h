@@ -54,6 +54,14 @@ struct AnchorSpec {
 int register_anchor(const std::string& socket, const AnchorSpec& spec, std::string* why, int timeout_ms = 10000,
                     bool resume = false, bool* busy = nullptr, proto::RegisterReplyMsg* reply = nullptr);
 
+/// Holds a job's anchor until `end_fd` turns readable (or hangs up): a pidfd of the command
+/// (`coloc run`), or a pipe whose writer ends the job (`coloc anchor`). `anchor` is the registered
+/// descriptor, or -1 while colocd was busy at the start. When colocd goes away (a restart) it
+/// registers again (kRegResume) with back-off from 50 ms to 2 s, so the job keeps its settings and
+/// reservation. Returns the anchor's descriptor at the end (-1 when not registered then); the
+/// caller says goodbye on it.
+int hold_anchor(int end_fd, int anchor, const std::string& socket, const AnchorSpec& spec);
+
 /// Says goodbye on the anchor's connection with the command's exit status (its exit code, or
 /// 128 + the signal that killed it), then closes it: the job ends once its processes are gone,
 /// and its report carries `exit_status`.

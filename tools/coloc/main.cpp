@@ -10,6 +10,7 @@
 //   coloc history [--json] [--wide]     coloc history forget FINGERPRINT|--all
 //   coloc estimate --model NAME|--model-file FILE --batch N [...] [--json]   (estimate_cmd.h)
 //   coloc doctor [--sim] [--json]   (doctor_cmd.h)      coloc top [--once]   (top_cmd.h)
+//   coloc anchor --job ID --until-fd N [--ready-fd M] [--mem ...]   (anchor_cmd.h; for launchers: the Slurm plugin)
 //
 // Exit codes: 0 done; 1 the daemon refused or failed; 2 bad usage; 3 the daemon is unreachable;
 // 4 no such job, device or fingerprint; 5 not allowed; 127 the command of `coloc run` could not be
@@ -40,6 +41,7 @@
 #include "coloc/size.h"
 #include "coloc/version.h"
 #include "coloc/wire.h"
+#include "anchor_cmd.h"
 #include "daemon_client.h"
 #include "doctor_cmd.h"
 #include "estimate_cmd.h"
@@ -180,44 +182,15 @@ void forward_signal(int sig, siginfo_t* info, void*) {
   if (g_child > 0 && info && info->si_code <= 0) ::kill(pid_t(g_child), sig);
 }
 
-/// Waits for the command `child` to end (its wait status in *status) while keeping the job's
-/// anchor registered: when colocd goes away (a restart), registers again (kRegResume) with
-/// back-off, so the job keeps its settings and its reservation between steps after the restart.
-/// Returns the anchor's descriptor then (-1 when not registered at that moment).
+/// Waits for the command `child` to end (its wait status in *status) while holding the job's
+/// anchor (coloc::cli::hold_anchor: registered again after a colocd restart). Returns the
+/// anchor's descriptor then (-1 when not registered at that moment).
 int wait_anchored(pid_t child, int anchor, const std::string& socket, const coloc::cli::AnchorSpec& spec, int* status) {
   const int pidfd = int(::syscall(SYS_pidfd_open, child, 0));
-  if (pidfd < 0) {  // an old kernel: just wait
-    while (::waitpid(child, status, 0) < 0 && errno == EINTR) {
-    }
-    return anchor;
+  if (pidfd >= 0) {  // readable once the command ended (an old kernel has no pidfd: just wait)
+    anchor = coloc::cli::hold_anchor(pidfd, anchor, socket, spec);
+    ::close(pidfd);
   }
-  int backoff_ms = 50;
-  bool registered = anchor >= 0;  // else colocd was busy at the start: the first registration is still to come
-  for (;;) {
-    pollfd p[2] = {{pidfd, POLLIN, 0}, {anchor, POLLIN, 0}};
-    int rc = ::poll(p, anchor >= 0 ? 2 : 1, anchor >= 0 ? -1 : backoff_ms);
-    if (rc < 0 && errno != EINTR) break;
-    if (rc > 0 && (p[0].revents & POLLIN)) break;  // the command ended
-    if (rc > 0 && anchor >= 0 && p[1].revents) {
-      // colocd sends the anchor nothing: readable means it closed the connection (or refuses us).
-      char b[256];
-      ssize_t n = ::recv(anchor, b, sizeof b, MSG_DONTWAIT);
-      if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) {
-        coloc::log::get("cli")->info("colocd went away; registering the job's anchor again when it is back");
-        ::close(anchor);
-        anchor = -1;
-      }
-      continue;
-    }
-    if (anchor < 0 && rc == 0) {
-      std::string why;
-      anchor = coloc::cli::register_anchor(socket, spec, &why, 2000, registered);
-      registered |= anchor >= 0;
-      if (anchor < 0) backoff_ms = std::min(backoff_ms * 2, 2000);
-      else backoff_ms = 50;
-    }
-  }
-  ::close(pidfd);
   while (::waitpid(child, status, 0) < 0 && errno == EINTR) {
   }
   return anchor;
@@ -530,8 +503,25 @@ int run_cli(int argc, char** argv) {
   CLI::App* top_cmd = top.add_to(app);
 
   // Every subcommand's --help names the global option too (it may come before or after the subcommand).
+  // anchor: for launchers other than coloc run (the Slurm plugin); listed last, as it is not for people
+  coloc::cli::AnchorOptions anchor_opt;
+  CLI::App* anchor_cmd = app.add_subcommand(
+      "anchor", "For launchers (the Slurm plugin, a prolog): hold a job's anchor until --until-fd says it ended");
+  anchor_cmd->add_option("--job", anchor_opt.job, "The job id, used as given (e.g. slurm-1234)")->required();
+  anchor_cmd->add_option("--mem", anchor_opt.mem, "The job's memory limit per device (e.g. 20GiB)");
+  anchor_cmd->add_option("--priority", anchor_opt.priority, "high, normal (default) or best-effort");
+  anchor_cmd->add_option("--on-full", anchor_opt.on_full, "wait (default) or fail");
+  anchor_cmd->add_option("--weight", anchor_opt.weight, "Quanta per round on timesliced devices, 1-100");
+  anchor_cmd->add_option("--command", anchor_opt.command, "What the job's report names as its command");
+  anchor_cmd->add_option("--until-fd", anchor_opt.until_fd,
+                         "An inherited descriptor: readable = the job ended (one line: its exit status, optional)")
+      ->required();
+  anchor_cmd->add_option("--ready-fd", anchor_opt.ready_fd,
+                         "An inherited descriptor for the outcome: 'note ...' lines, then 'ok', 'busy ...' or 'error ...'");
+  anchor_cmd->footer("Exit codes: 0 the job ended, 2 usage, 3 no colocd (or it refused the anchor).");
+
   for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, set_cmd, pause_cmd, resume_cmd, policy_cmd, history_cmd,
-                        forget_cmd, doctor_cmd, top_cmd})
+                        forget_cmd, doctor_cmd, top_cmd, anchor_cmd})
     sub->footer((sub->get_footer().empty() ? std::string() : sub->get_footer() + "\n") +
                 "Global: --socket PATH  colocd's socket, before or after the subcommand (default: $COLOC_SOCKET, else "
                 "/run/coloc/colocd.sock)");
@@ -562,6 +552,10 @@ int run_cli(int argc, char** argv) {
   if (estimate_cmd->parsed()) return estimate.run();
   if (doctor_cmd->parsed()) return doctor.run(socket);
   if (top_cmd->parsed()) return top.run(socket);
+  if (anchor_cmd->parsed()) {
+    anchor_opt.socket = socket;
+    return coloc::cli::run_anchor(anchor_opt);
+  }
   if (run_cmd->parsed()) {
     run.socket = socket;
     return do_run(run);

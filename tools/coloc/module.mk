@@ -1,6 +1,7 @@
 # coloc, the command line (tools/coloc/). Needs daemon/util/log (one named logger, as the daemon).
 COLOC_CLI_CORE_SRCS := tools/coloc/daemon_client.cpp tools/coloc/run_plan.cpp tools/coloc/format.cpp tools/coloc/svg_plot.cpp \
-                       tools/coloc/estimate_cmd.cpp tools/coloc/doctor_cmd.cpp tools/coloc/top_cmd.cpp
+                       tools/coloc/estimate_cmd.cpp tools/coloc/doctor_cmd.cpp tools/coloc/top_cmd.cpp \
+                       tools/coloc/anchor_cmd.cpp
 COLOC_CLI_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(COLOC_CLI_CORE_SRCS))
 $(COLOC_CLI_CORE_OBJS) $(OBJ)/tools/coloc/main.o: CPPFLAGS += -Itools/coloc -Idaemon $(SPDLOG_CPPFLAGS)
 # A sanitizer build of coloc preloads the sanitizer runtime in front of libcoloc.so.
