@@ -1,0 +1,544 @@
+// Live Slurm: a single-node cluster (cluster.sh: munged, slurmctld, slurmd in a temporary
+// directory; gpu:1 and shard:8 on the node) whose jobs run coloc-train on simgpu, without coloc
+// and with the SPANK plugin (tools/slurm/, spank_coloc.so) pointed at a colocd of the test's own.
+//
+// The clusters are started once per test binary (lazily, by the first test that needs one) and
+// stopped at exit: one without a plugin, one with spank_coloc.so (required=1, mem_per_shard=2GiB)
+// and its colocd on a 16 GiB simgpu device. Each test uses fresh Slurm job ids and names. The
+// colocd-down test starts clusters of its own (another plugstack.conf).
+//
+// Skipped (with a message) where Slurm cannot run: sanitizer builds, no root, Slurm not installed
+// (a failure under CI=true); see slurm_skip(). The plugin's tests skip while tools/slurm/ is not in
+// the tree, and fail when it is but the plugin is not built.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "../e2e/e2e.h"
+#include "slurm_cluster.h"
+
+using namespace coloc::test;
+using namespace coloc::test::slurm;
+using coloc::test::e2e::GiB;
+using nlohmann::json;
+
+namespace {
+
+// ---- the model jobs -------------------------------------------------------------------------------
+// GPT-2 medium, batch 1, fp32 + Adam on simgpu: 5.3 GiB of weights, gradients and optimizer state,
+// a 10.8 GiB peak (with the CUDA context) in every iteration. Two at once overflow a 16 GiB device
+// within their first iteration; one alone fits in 12 GiB.
+const std::vector<std::string> kGpt2Medium = {"--model", "gpt2-medium", "--batch", "1"};
+// BERT base: 2.5 GiB at its peak.
+const std::vector<std::string> kBertBase = {"--model", "bert-base", "--batch", "1"};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& a : v) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+/// coloc-train ARGS as a shell command.
+std::string train(const std::vector<std::string>& model, const std::string& more) {
+  return coloc::test::e2e::coloc_train() + " " + join(model) + " " + more;
+}
+
+/// A shell prelude that makes `n` batch jobs start their work together: each marks itself in
+/// `dir`, then waits (30 s at most) until `n` have. Slurm starts batch jobs on its scheduler's
+/// 1-second tick, so two jobs submitted together may start up to a second apart.
+std::string barrier(const std::string& dir, int n) {
+  return "mkdir -p " + dir + "; touch " + dir + "/$SLURM_JOB_ID; i=0; while [ $(ls " + dir + " | wc -l) -lt " +
+         std::to_string(n) + " ] && [ $i -lt 1500 ]; do sleep 0.02; i=$((i+1)); done; ";
+}
+
+/// A shell loop that waits (60 s at most) for `path` to exist.
+std::string await_file(const std::string& path) {
+  return "i=0; while [ ! -e " + path + " ] && [ $i -lt 3000 ]; do sleep 0.02; i=$((i+1)); done; ";
+}
+
+/// The last JSON object line of `out` (coloc-train's result), or null.
+json result_of(const std::string& out) {
+  ProcResult r;
+  r.out = out;
+  return r.last_json();
+}
+
+std::string job_text(const SlurmCluster& c, const BatchJob& b) {
+  return "job " + std::to_string(b.id) + ": " + c.job(b.id).raw + "\nstdout:\n" + b.out() + "\nstderr:\n" + b.err();
+}
+
+// ---- the shared clusters --------------------------------------------------------------------------
+
+/// Where the plugin is: PREFIX/lib/coloc/spank_coloc.so once `make -f mk/install.mk install` puts it
+/// there (the layout sites get), else BUILD/lib/spank_coloc.so.
+struct Plugin {
+  std::string so;     ///< "" when there is none to use
+  std::string why;    ///< why not
+  bool skip = false;  ///< the plugin is not in this tree yet: skip, not fail
+  bool installed = false;  ///< from make install's prefix (else the build directory)
+};
+
+class Shared {
+ public:
+  ~Shared() {
+    // Clusters first (their jobs use the node's colocd), then the node.
+    coloc_.reset();
+    plain_.reset();
+    node_.reset();
+    prefix_.reset();
+  }
+
+  /// The cluster without a plugin.
+  SlurmCluster& plain() {
+    if (!plain_) {
+      REQUIRE_MESSAGE(plain_error_.empty(), plain_error_);
+      plain_error_ = "the plain cluster did not start (see the first test that failed)";
+      plain_ = std::make_unique<SlurmCluster>("", "slurm-plain");
+      plain_error_.clear();
+      MESSAGE("plain cluster up in ", plain_->start_seconds(), " s: ", plain_->dir());
+    }
+    return *plain_;
+  }
+
+  /// The plugin to load, installed once into a temporary prefix when mk/install.mk installs it.
+  const Plugin& plugin() {
+    if (plugin_checked_) return plugin_;
+    plugin_checked_ = true;
+    if (!std::filesystem::exists(source_path("tools/slurm"))) {
+      plugin_.skip = true;
+      plugin_.why = "the Slurm plugin (tools/slurm/) is not in this tree yet";
+      return plugin_;
+    }
+    const std::string built = build_path("lib/spank_coloc.so");
+    if (!file_exists(built)) {
+      plugin_.why = built + " is not built (make " + built + ")";
+      return plugin_;
+    }
+    plugin_.so = built;
+    if (read_file(source_path("mk/install.mk")).find("spank_coloc") != std::string::npos) {
+      prefix_ = std::make_unique<TempDir>("coloc-slurm-prefix");
+      std::string build = build_path("");
+      while (build.size() > 1 && build.back() == '/') build.pop_back();
+      Env e;
+      for (const char* v : {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"}) e.unset(v);
+      ProcResult in = run({"make", "--no-print-directory", "-C", source_path(""), "-f", "mk/install.mk", "install",
+                           "BUILD=" + build, "PREFIX=" + *prefix_ / "usr", "SYSCONFDIR=" + *prefix_ / "etc"},
+                          e, 60s);
+      const std::string installed = *prefix_ / "usr/lib/coloc/spank_coloc.so";
+      if (in.exit_code != 0 || !file_exists(installed)) {
+        plugin_.so.clear();
+        plugin_.why = "make -f mk/install.mk install did not install " + installed + ":\n" + describe(in);
+        return plugin_;
+      }
+      plugin_.so = installed;
+      plugin_.installed = true;
+    }
+    return plugin_;
+  }
+
+  /// True (skipped or failed, with the reason) when there is no plugin to test.
+  bool no_plugin() {
+    const Plugin& p = plugin();
+    if (!p.so.empty()) return false;
+    if (p.skip) {
+      MESSAGE("skipped: ", p.why);
+    } else {
+      FAIL_CHECK(p.why);
+    }
+    return true;
+  }
+
+  /// The plugstack.conf line for the plugin.
+  std::string plugstack_line(const std::string& socket, bool required, const std::string& mem_per_shard = "2GiB") {
+    const Plugin& p = plugin();
+    // From the build directory the plugin's default coloc (../../bin/coloc, the installed layout)
+    // is not there: name the build's.
+    const std::string coloc = p.installed ? "" : " coloc=" + build_path("bin/coloc");
+    return "optional " + p.so + " socket=" + socket + " required=" + (required ? "1" : "0") +
+           " mem_per_shard=" + mem_per_shard + coloc + "\n";
+  }
+
+  /// colocd on a 16 GiB simgpu device, for the plugin's cluster.
+  coloc::test::e2e::Node& node() {
+    if (!node_) node_ = std::make_unique<coloc::test::e2e::Node>("16GiB");
+    return *node_;
+  }
+
+  /// The cluster with the plugin (required=1, mem_per_shard=2GiB) and node()'s colocd.
+  SlurmCluster& coloc() {
+    if (!coloc_) {
+      REQUIRE_MESSAGE(coloc_error_.empty(), coloc_error_);
+      coloc_error_ = "the plugin's cluster did not start (see the first test that failed)";
+      coloc::test::e2e::Node& n = node();
+      coloc_ = std::make_unique<SlurmCluster>(plugstack_line(n.socket(), true), "slurm-coloc");
+      coloc_error_.clear();
+      MESSAGE("plugin cluster up in ", coloc_->start_seconds(), " s: ", coloc_->dir());
+    }
+    return *coloc_;
+  }
+
+  /// The environment of a job on the plugin's cluster: simgpu's device shared with colocd; no
+  /// COLOC_* variable (the plugin sets what a job needs).
+  Env job_env() {
+    Env e = node().base_env();
+    e.unset("COLOC_SOCKET");
+    e.unset("COLOC_CONFIG");
+    return e;
+  }
+
+ private:
+  std::unique_ptr<SlurmCluster> plain_, coloc_;
+  std::unique_ptr<coloc::test::e2e::Node> node_;
+  std::unique_ptr<TempDir> prefix_;
+  std::string plain_error_, coloc_error_;
+  Plugin plugin_;
+  bool plugin_checked_ = false;
+};
+
+Shared& shared() {
+  static Shared s;
+  return s;
+}
+
+/// `coloc report ID --json` once the job's report is complete (its last process left and its
+/// anchor said goodbye), waiting up to `timeout`; null (with the last answer in `last`) on timeout.
+json final_report(const coloc::test::e2e::Node& n, const std::string& id, std::string* last = nullptr,
+                  std::chrono::milliseconds timeout = 30s) {
+  json rep;
+  std::string seen;
+  wait_until([&] {
+    ProcResult r = n.cli({"report", id, "--json"});
+    seen = describe(r);
+    if (r.exit_code != 0) return false;
+    json j = json::parse(r.out, nullptr, false);
+    if (j.is_discarded() || !j.value("complete", false)) return false;
+    rep = std::move(j);
+    return true;
+  }, timeout, 50ms);
+  if (last) *last = seen;
+  return rep;
+}
+
+/// The report files colocd wrote for job `id` (id.json, id.N.json, id-xxxxxx.json).
+std::vector<std::string> report_files(const coloc::test::e2e::Node& n, const std::string& id) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(n.state() + "/reports", ec)) {
+    std::string f = e.path().filename();
+    if (f == id + ".json" || f.rfind(id + ".", 0) == 0 || f.rfind(id + "-", 0) == 0) out.push_back(f);
+  }
+  return out;
+}
+
+/// The total admission and memory wait of a report, over its devices.
+double waited_s(const json& rep) {
+  double s = 0;
+  for (const json& d : rep.value("devices", json::array()))
+    s += d.value("wait_admission_s", 0.0) + d.value("wait_memory_s", 0.0);
+  return s;
+}
+
+/// "JOBID=<n>" printed by a step's command: the Slurm job id.
+long printed_job_id(const std::string& out) {
+  size_t at = out.find("JOBID=");
+  if (at == std::string::npos) return 0;
+  try {
+    return std::stol(out.substr(at + 6));
+  } catch (...) {
+    return 0;
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("slurm") {
+
+TEST_CASE("slurm: without coloc, two sbatch jobs on shards overflow the device and one dies of out-of-memory") {
+  if (slurm_skip()) return;
+  SlurmCluster& c = shared().plain();
+  TempDir gpu("coloc-slurm-gpu");
+  Env e;
+  e.simgpu(gpu, "16GiB");
+  const std::string name = unique_name("nocoloc");
+  const std::string script =
+      barrier(c.file(name), 2) + "exec " + train(kGpt2Medium, "--duration 1.5 --job $SLURM_JOB_ID");
+  BatchJob a = c.sbatch({"--gres=shard:4", "-J", name, "--wrap", script}, e);
+  BatchJob b = c.sbatch({"--gres=shard:4", "-J", name, "--wrap", script}, e);
+  REQUIRE_MESSAGE(a.id > 0, describe(a.submit));
+  REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
+  JobInfo ja = c.wait_job_done(a.id, 60s), jb = c.wait_job_done(b.id, 60s);
+  REQUIRE_MESSAGE(ja.done(), job_text(c, a), c.logs());
+  REQUIRE_MESSAGE(jb.done(), job_text(c, b), c.logs());
+
+  int ooms = 0, oks = 0;
+  for (const auto& [job, info] : {std::pair{&a, &ja}, std::pair{&b, &jb}}) {
+    json res = result_of(job->out());
+    INFO(job_text(c, *job));
+    REQUIRE(res.is_object());
+    if (res["status"] == "oom") {
+      ++ooms;
+      CHECK(res["error"].get<std::string>().find("CUDA_ERROR_OUT_OF_MEMORY") != std::string::npos);
+      CHECK(job->err().find("CUDA_ERROR_OUT_OF_MEMORY") != std::string::npos);
+      CHECK(info->state == "FAILED");
+      CHECK(info->exit_code != 0);
+    } else if (res["status"] == "ok") {
+      ++oks;
+      CHECK(info->state == "COMPLETED");
+    }
+  }
+  CHECK_MESSAGE(ooms == 1, job_text(c, a), "\n", job_text(c, b));
+  CHECK_MESSAGE(oks == 1, job_text(c, a), "\n", job_text(c, b));
+}
+
+TEST_CASE("slurm+coloc: srun --coloc-mem runs the step under coloc (report slurm-<jobid>), its limit holds, and shards size a job without --coloc-mem") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  SlurmCluster& c = shared().coloc();
+  coloc::test::e2e::Node& n = shared().node();
+  Env e = shared().job_env();
+
+  // Fits in its limit: completes, under coloc, with the options it was given.
+  ProcResult fits = c.srun({"--gres=shard:1", "--coloc-mem=13GiB", "--coloc-priority=best-effort", "bash", "-c",
+                            "echo JOBID=$SLURM_JOB_ID; exec " + train(kGpt2Medium, "--iters 3")},
+                           e, 60s);
+  REQUIRE_MESSAGE(fits.exit_code == 0, describe(fits), c.logs());
+  const long id = printed_job_id(fits.out);
+  REQUIRE(id > 0);
+  json res = fits.last_json();
+  CHECK_MESSAGE(res["status"] == "ok", describe(fits));
+  std::string seen;
+  json rep = final_report(n, "slurm-" + std::to_string(id), &seen);
+  REQUIRE_MESSAGE(rep.is_object(), seen, "\n", n.log());
+  CHECK(rep["job"] == "slurm-" + std::to_string(id));
+  CHECK(rep["limit"] == 13 * GiB);
+  CHECK(rep["priority"] == "best-effort");
+  CHECK(rep["exit_status"] == 0);
+  REQUIRE(rep["devices"].size() == 1);
+  CHECK(rep["devices"][0]["peak"].get<uint64_t>() > 10 * GiB);
+  CHECK(rep["devices"][0]["peak"].get<uint64_t>() <= 13 * GiB);
+
+  // Beyond its limit (the device alone has room for it): coloc fails the allocation that crosses
+  // the limit, and the job dies of out-of-memory at 4 GiB.
+  ProcResult over = c.srun({"--gres=shard:1", "--coloc-mem=4GiB", "bash", "-c",
+                            "echo JOBID=$SLURM_JOB_ID; exec " + train(kGpt2Medium, "--iters 3")},
+                           e, 60s);
+  CHECK_MESSAGE(over.exit_code != 0, describe(over));
+  json ores = over.last_json();
+  CHECK_MESSAGE(ores["status"] == "oom", describe(over));
+  CHECK_MESSAGE(over.err.find("CUDA_ERROR_OUT_OF_MEMORY") != std::string::npos, describe(over));
+  const long oid = printed_job_id(over.out);
+  REQUIRE(oid > 0);
+  json orep = final_report(n, "slurm-" + std::to_string(oid), &seen);
+  REQUIRE_MESSAGE(orep.is_object(), seen, "\n", n.log());
+  CHECK(orep["limit"] == 4 * GiB);
+  REQUIRE(orep["devices"].size() == 1);
+  CHECK(orep["devices"][0]["peak"].get<uint64_t>() <= 4 * GiB);
+  CHECK(orep["exit_status"] != 0);
+
+  // No --coloc-mem: the limit is the job's shards at mem_per_shard (3 x 2 GiB).
+  ProcResult shards = c.srun({"--gres=shard:3", "bash", "-c",
+                              "echo JOBID=$SLURM_JOB_ID; exec " + train(kBertBase, "--iters 2")},
+                             e, 60s);
+  REQUIRE_MESSAGE(shards.exit_code == 0, describe(shards));
+  const long sid = printed_job_id(shards.out);
+  REQUIRE(sid > 0);
+  json srep = final_report(n, "slurm-" + std::to_string(sid), &seen);
+  REQUIRE_MESSAGE(srep.is_object(), seen, "\n", n.log());
+  CHECK(srep["limit"] == 6 * GiB);
+}
+
+TEST_CASE("slurm+coloc: two sbatch jobs on shards that overflow the device both complete; one waited for the other") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  SlurmCluster& c = shared().coloc();
+  coloc::test::e2e::Node& n = shared().node();
+  Env e = shared().job_env();
+  const std::string name = unique_name("overflow");
+  const std::string script =
+      barrier(c.file(name), 2) + "exec " + train(kGpt2Medium, "--duration 1.5 --job $SLURM_JOB_ID");
+  BatchJob a = c.sbatch({"--gres=shard:4", "--coloc-mem=12GiB", "-J", name, "--wrap", script}, e);
+  BatchJob b = c.sbatch({"--gres=shard:4", "--coloc-mem=12GiB", "-J", name, "--wrap", script}, e);
+  REQUIRE_MESSAGE(a.id > 0, describe(a.submit));
+  REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
+  JobInfo ja = c.wait_job_done(a.id, 60s), jb = c.wait_job_done(b.id, 60s);
+  CHECK_MESSAGE(ja.state == "COMPLETED", job_text(c, a));
+  CHECK_MESSAGE(jb.state == "COMPLETED", job_text(c, b));
+  CHECK_MESSAGE(result_of(a.out())["status"] == "ok", job_text(c, a));
+  CHECK_MESSAGE(result_of(b.out())["status"] == "ok", job_text(c, b));
+
+  std::string seen;
+  json ra = final_report(n, "slurm-" + std::to_string(a.id), &seen);
+  REQUIRE_MESSAGE(ra.is_object(), seen, "\n", n.log());
+  json rb = final_report(n, "slurm-" + std::to_string(b.id), &seen);
+  REQUIRE_MESSAGE(rb.is_object(), seen, "\n", n.log());
+  CHECK(ra["limit"] == 12 * GiB);
+  CHECK(rb["limit"] == 12 * GiB);
+  // Exactly one of them waited for admission (12 + 12 GiB do not fit in 16).
+  const double wa = waited_s(ra), wb = waited_s(rb);
+  CHECK_MESSAGE(((wa > 0) != (wb > 0)), "waits ", wa, " and ", wb, "\n", ra.dump(1), "\n", rb.dump(1));
+  CHECK(std::max(wa, wb) > 0.5);  // the other ran 1.5 s first
+}
+
+TEST_CASE("slurm+coloc: a batch job's two srun steps are one coloc job with one reservation, and one report lists both steps") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  SlurmCluster& c = shared().coloc();
+  coloc::test::e2e::Node& n = shared().node();
+  Env e = shared().job_env();
+  const std::string name = unique_name("steps");
+  const std::string between = c.file(name + ".between"), go = c.file(name + ".go");
+  const std::string script = "srun " + train(kBertBase, "--iters 2") + " || exit 10; touch " + between + "; " +
+                             await_file(go) + "srun " + train(kBertBase, "--iters 2") + " || exit 11";
+  BatchJob b = c.sbatch({"--gres=shard:2", "--coloc-mem=6GiB", "-J", name, "--wrap", script}, e);
+  REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
+  const std::string id = "slurm-" + std::to_string(b.id);
+
+  // Between the steps: the job is there with its reservation, and no process.
+  const bool reached_between = wait_until([&] { return file_exists(between) || c.job(b.id).done(); }, 60s, 20ms);
+  REQUIRE_MESSAGE((reached_between && file_exists(between)), job_text(c, b));
+  REQUIRE_MESSAGE(wait_until([&] {
+    json j = n.job(id);
+    return !j.is_null() && j["pids"].empty();
+  }, 20s, 10ms), n.status_text());
+  json mine = n.job(id);
+  CHECK(mine["job"] == id);
+  CHECK(mine["limit"] == 6 * GiB);
+  CHECK(mine["reserved"] == 6 * GiB);
+
+  write_file(go, "");
+  JobInfo j = c.wait_job_done(b.id, 60s);
+  CHECK_MESSAGE(j.state == "COMPLETED", job_text(c, b));
+
+  std::string seen;
+  json rep = final_report(n, id, &seen);
+  REQUIRE_MESSAGE(rep.is_object(), seen, "\n", n.log());
+  CHECK(rep["job"] == id);
+  CHECK(rep["limit"] == 6 * GiB);
+  REQUIRE_MESSAGE(rep["processes"].size() == 2, rep.dump(1));
+  std::set<std::string> steps;
+  for (const json& p : rep["processes"]) {
+    REQUIRE_MESSAGE(p.contains("step"), p.dump());
+    steps.insert(p["step"].is_string() ? p["step"].get<std::string>() : p["step"].dump());
+  }
+  const std::set<std::string> both = {"0", "1"};
+  CHECK_MESSAGE(steps == both, rep["processes"].dump());
+  const std::vector<std::string> files = report_files(n, id);
+  CHECK_MESSAGE(files.size() == 1, files.size());
+}
+
+TEST_CASE("slurm+coloc: scancel of a running job releases its memory and files its report") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  SlurmCluster& c = shared().coloc();
+  coloc::test::e2e::Node& n = shared().node();
+  Env e = shared().job_env();
+  const std::string name = unique_name("cancel");
+  BatchJob b = c.sbatch({"--gres=shard:2", "--coloc-mem=6GiB", "-J", name, "--wrap",
+                         "exec " + train(kBertBase, "--duration 120")},
+                        e);
+  REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
+  const std::string id = "slurm-" + std::to_string(b.id);
+  REQUIRE_MESSAGE(wait_until([&] {
+    json j = n.job(id);
+    return !j.is_null() && !j["pids"].empty() && j["in_use"].get<uint64_t>() > 0;
+  }, 30s, 20ms), job_text(c, b), "\n", n.status_text());
+
+  REQUIRE(c.scancel(b.id));
+  JobInfo j = c.wait_job_done(b.id, 30s);
+  CHECK_MESSAGE(j.state == "CANCELLED", job_text(c, b));
+  // colocd sees the job's process die and its anchor go: the memory is free again.
+  CHECK_MESSAGE(wait_until([&] {
+    json s = n.status();
+    for (const json& job : s["jobs"])
+      if (job["job"] == id) return false;
+    const json& d = s["devices"][0];
+    return d["committed"] == 0 && d["in_use"] == 0 && d["granted"] == 0;
+  }, 30s, 20ms), n.status_text());
+  std::string seen;
+  json rep = final_report(n, id, &seen, 30s);
+  REQUIRE_MESSAGE(rep.is_object(), seen, "\n", n.log());
+  CHECK(rep["job"] == id);
+}
+
+TEST_CASE("slurm+coloc: a bad --coloc-mem is refused at submission, by srun and by sbatch, with coloc's message and no job") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  SlurmCluster& c = shared().coloc();
+  Env e = shared().job_env();
+  const std::string name = unique_name("badmem");
+  ProcResult r = c.srun({"-J", name, "--coloc-mem=12X", "bash", "-c", "echo ran"}, e, 30s);
+  CHECK_MESSAGE(r.exit_code != 0, describe(r));
+  CHECK_MESSAGE(r.out.find("ran") == std::string::npos, describe(r));
+  CHECK_MESSAGE(r.err.find("12X") != std::string::npos, describe(r));
+  CHECK_MESSAGE(r.err.find("coloc") != std::string::npos, describe(r));
+
+  BatchJob b = c.sbatch({"-J", name, "--coloc-mem=12X", "--wrap", "echo ran"}, e);
+  CHECK_MESSAGE(b.submit.exit_code != 0, describe(b.submit));
+  CHECK(b.id == 0);
+  CHECK_MESSAGE(b.submit.err.find("12X") != std::string::npos, describe(b.submit));
+  CHECK_MESSAGE(b.submit.err.find("coloc") != std::string::npos, describe(b.submit));
+  const std::vector<long> queued = c.jobs_named(name);
+  CHECK_MESSAGE(queued.empty(), queued.size(), " job(s) named ", name);
+}
+
+TEST_CASE("slurm+coloc: an srun inside a batch job preloads libcoloc.so exactly once") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  SlurmCluster& c = shared().coloc();
+  Env e = shared().job_env();
+  const std::string name = unique_name("inner");
+  BatchJob b = c.sbatch({"--gres=shard:1", "--coloc-mem=1GiB", "-J", name, "--wrap",
+                         "echo \"OUTER=$LD_PRELOAD\"; srun bash -c 'echo \"INNER=$LD_PRELOAD\"'"},
+                        e);
+  REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
+  JobInfo j = c.wait_job_done(b.id, 60s);
+  REQUIRE_MESSAGE(j.state == "COMPLETED", job_text(c, b));
+  const std::string out = b.out();
+  auto line = [&](const std::string& key) {
+    size_t at = out.find(key + "=");
+    if (at == std::string::npos) return std::string("(no " + key + " line)");
+    size_t end = out.find('\n', at);
+    return out.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  };
+  CHECK_MESSAGE(count_of(line("OUTER"), "libcoloc.so") == 1, line("OUTER"));
+  CHECK_MESSAGE(count_of(line("INNER"), "libcoloc.so") == 1, line("INNER"));
+}
+
+TEST_CASE("slurm+coloc: --coloc=off runs the step without coloc") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  SlurmCluster& c = shared().coloc();
+  Env e = shared().job_env();
+  ProcResult r = c.srun({"--coloc=off", "bash", "-c", "echo \"PRELOAD=$LD_PRELOAD\"; echo \"JOB=$COLOC_JOB\""}, e, 30s);
+  REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
+  CHECK_MESSAGE(r.out.find("libcoloc.so") == std::string::npos, describe(r));
+  CHECK_MESSAGE(r.out.find("JOB=\n") != std::string::npos, describe(r));
+}
+
+TEST_CASE("slurm+coloc: colocd down: required=0 runs the step with a warning, required=1 refuses it and says why") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  TempDir nowhere("coloc-slurm-nodaemon");
+  const std::string socket = nowhere / "colocd.sock";  // nobody listens
+  Env e = shared().job_env();
+  {
+    SlurmCluster c(shared().plugstack_line(socket, false), "slurm-optional");
+    ProcResult r = c.srun({"--coloc-mem=1GiB", "bash", "-c", "echo ran"}, e, 30s);
+    CHECK_MESSAGE(r.exit_code == 0, describe(r), c.logs());
+    CHECK_MESSAGE(r.out.find("ran") != std::string::npos, describe(r));
+    CHECK_MESSAGE(r.err.find("colocd") != std::string::npos, describe(r));
+  }
+  {
+    SlurmCluster c(shared().plugstack_line(socket, true), "slurm-required");
+    ProcResult r = c.srun({"--coloc-mem=1GiB", "bash", "-c", "echo ran"}, e, 30s);
+    CHECK_MESSAGE(r.exit_code != 0, describe(r));
+    CHECK_MESSAGE(r.out.find("ran") == std::string::npos, describe(r));
+    CHECK_MESSAGE(r.err.find("colocd") != std::string::npos, describe(r));
+
+    BatchJob b = c.sbatch({"--coloc-mem=1GiB", "--wrap", "echo ran"}, e);
+    REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
+    JobInfo j = c.wait_job_done(b.id, 60s);
+    CHECK_MESSAGE(j.state != "COMPLETED", job_text(c, b));
+    CHECK_MESSAGE(b.out().find("ran") == std::string::npos, job_text(c, b));
+    CHECK_MESSAGE(b.err().find("colocd") != std::string::npos, job_text(c, b), c.logs());
+  }
+}
+
+}  // TEST_SUITE
