@@ -16,6 +16,13 @@ PACKAGES=(
   nlohmann-json3-dev libsqlite3-dev libtomlplusplus-dev bpftool clang llvm libclang-rt-14-dev
   binutils libxml2-utils util-linux tmux prometheus systemd libsystemd-dev
 )
+# Slurm, for the Slurm plugin (tools/slurm/, built when libslurm-dev is there) and its live tests
+# (tests/integration/slurm/, which skip without Slurm on a developer's machine). CI installs it
+# (CI=true, which .ci/run sets), and so does COLOC_WITH_SLURM=1.
+SLURM_PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev)
+if [ "${CI:-}" = true ] || [ "${COLOC_WITH_SLURM:-}" = 1 ]; then
+  PACKAGES+=("${SLURM_PACKAGES[@]}")
+fi
 
 missing_cuda=()
 [ -f "$CUDA_HOME/include/cuda.h" ]          || missing_cuda+=("$CUDA_HOME/include/cuda.h")

@@ -8,6 +8,8 @@
 #   $(PREFIX)/sbin/colocd                the daemon, started by systemd (as slurmd is in sbin)
 #   $(PREFIX)/lib/coloc/libcoloc.so      the interposer; `coloc run` finds it from its own path
 #                                        (<bin>/../lib/coloc), so bin and lib stay under one PREFIX
+#   $(PREFIX)/lib/coloc/spank_coloc.so   the Slurm plugin, where it was built (libslurm-dev present);
+#                                        it finds libcoloc.so beside it and coloc in ../../bin
 #   $(SYSTEMDUNITDIR)/colocd.service     from deploy/systemd/colocd.service.in (@SBINDIR@ filled in)
 #   $(SYSTEMDUNITDIR)/colocd.socket      deploy/systemd/colocd.socket
 #   $(SYSCONFDIR)/coloc/colocd.toml      deploy/colocd.toml, every key commented out; never
@@ -34,7 +36,11 @@ COLOC_CONFDIR   = $(SYSCONFDIR)/coloc
 COLOC_INSTALLED_CONFIG = $(DESTDIR)$(COLOC_CONFDIR)/colocd.toml
 
 .PHONY: install uninstall
-install: $(BUILD)/bin/coloc $(BUILD)/bin/colocd $(BUILD)/lib/libcoloc.so
+# The Slurm plugin is built only where Slurm's headers are (tools/slurm/module.mk sets
+# SPANK_PLUGIN); used alone, this file installs it when the build has one.
+SPANK_PLUGIN ?=
+COLOC_SPANK_BUILT = $(or $(SPANK_PLUGIN),$(wildcard $(BUILD)/lib/spank_coloc.so))
+install: $(BUILD)/bin/coloc $(BUILD)/bin/colocd $(BUILD)/lib/libcoloc.so $(SPANK_PLUGIN)
 	@printf '  %-8s %s\n' INSTALL '$(DESTDIR)$(PREFIX) (from $(BUILD))'
 	$(Q)case '$(PREFIX)' in /*) ;; *) echo "install: PREFIX must be an absolute path (got '$(PREFIX)')" >&2; exit 2;; esac
 	$(Q)$(INSTALL) -d '$(DESTDIR)$(COLOC_BINDIR)' '$(DESTDIR)$(COLOC_SBINDIR)' '$(DESTDIR)$(COLOC_PKGLIBDIR)' \
@@ -44,6 +50,7 @@ install: $(BUILD)/bin/coloc $(BUILD)/bin/colocd $(BUILD)/lib/libcoloc.so
 	$(Q)$(INSTALL) -m 0755 '$(BUILD)/bin/coloc' '$(DESTDIR)$(COLOC_BINDIR)/coloc'
 	$(Q)$(INSTALL) -m 0755 '$(BUILD)/bin/colocd' '$(DESTDIR)$(COLOC_SBINDIR)/colocd'
 	$(Q)$(INSTALL) -m 0644 '$(BUILD)/lib/libcoloc.so' '$(DESTDIR)$(COLOC_PKGLIBDIR)/libcoloc.so'
+	$(Q)$(if $(COLOC_SPANK_BUILT),$(INSTALL) -m 0644 '$(COLOC_SPANK_BUILT)' '$(DESTDIR)$(COLOC_PKGLIBDIR)/spank_coloc.so',true)
 	$(Q)sed -e 's|@SBINDIR@|$(COLOC_SBINDIR)|g' deploy/systemd/colocd.service.in > '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service.tmp'
 	$(Q)$(INSTALL) -m 0644 '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service.tmp' '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service'
 	$(Q)rm -f '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service.tmp'
@@ -67,7 +74,7 @@ install: $(BUILD)/bin/coloc $(BUILD)/bin/colocd $(BUILD)/lib/libcoloc.so
 uninstall:
 	@printf '  %-8s %s\n' UNINSTALL '$(DESTDIR)$(PREFIX)'
 	$(Q)rm -f '$(DESTDIR)$(COLOC_BINDIR)/coloc' '$(DESTDIR)$(COLOC_SBINDIR)/colocd' \
-	  '$(DESTDIR)$(COLOC_PKGLIBDIR)/libcoloc.so' \
+	  '$(DESTDIR)$(COLOC_PKGLIBDIR)/libcoloc.so' '$(DESTDIR)$(COLOC_PKGLIBDIR)/spank_coloc.so' \
 	  '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service' '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.socket'
 	$(Q)rmdir '$(DESTDIR)$(COLOC_PKGLIBDIR)' 2>/dev/null || true
 # The config goes only while it is the example as installed: an edited one is the admin's.

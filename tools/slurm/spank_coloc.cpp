@@ -264,8 +264,15 @@ std::string step_label(uint32_t stepid) {
   }
 }
 
-/// The step's command for the report: its argv, joined and made printable.
+/// The step's command for the report (and the job's fingerprint in colocd's run history): its
+/// argv, joined and made printable; for the batch step, whose argv is a copy of the script in
+/// slurmd's spool (a new path for every job), "sbatch " and the job's name.
 std::string step_command(spank_t sp) {
+  if (g_step.label == "batch") {
+    char name[256] = {0};
+    if (spank_getenv(sp, "SLURM_JOB_NAME", name, sizeof name) == ESPANK_SUCCESS && name[0])
+      return printable(std::string("sbatch ") + name);
+  }
   int argc = 0;
   char** argv = nullptr;
   if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || argc <= 0 || !argv) return "";
