@@ -196,6 +196,10 @@ void DaemonBroker::fill_register(bool resume, proto::RegisterMsg* m) {
     m->estimate = o.mem_estimate;
     m->flags = uint16_t(m->flags | proto::kRegEstimate);
   }
+  if (o.step[0]) {  // (v11) its step within the job (COLOC_STEP): the encoder leaves it out for an older colocd
+    proto::set_string(m->step, o.step);
+    m->flags = uint16_t(m->flags | proto::kRegStep);
+  }
   std::memcpy(m->cmdline, cmdline_.text, sizeof m->cmdline);
   if (!resume) return;
 

@@ -83,6 +83,14 @@ const char* apply_job(Options& o, const char* value, int) {
   return nullptr;
 }
 
+const char* apply_step(Options& o, const char* value, int) {
+  o.step[0] = '\0';
+  if (!*value) return nullptr;  // empty: no step
+  if (!proto::valid_step(value)) return "not a step label (1 to 15 of A-Z a-z 0-9 . _ -)";
+  std::memcpy(o.step, value, std::strlen(value) + 1);
+  return nullptr;
+}
+
 const char* apply_report(Options& o, const char* value, int) {
   size_t n = std::strlen(value);
   if (n >= sizeof o.report) {
@@ -195,6 +203,8 @@ const OptionSpec kOptionSpecs[] = {
      apply_estimate},
     {"COLOC_LOG_LEVEL", "off|error|warn|info|debug (default warn), on stderr", apply_level},
     {"COLOC_JOB", "job name (default <command>-<pid>)", apply_job},
+    {"COLOC_STEP", "the process's step within its job (the Slurm plugin sets it: batch, extern, 0, 1, ...), for reports",
+     apply_step},
     {"COLOC_REPORT", "path of the JSON ledger written at exit; %p is replaced by the pid", apply_report},
     {"COLOC_CONTEXT_BYTES", "device memory charged per CUDA context (size, default 512MiB)",
      apply_context_bytes},

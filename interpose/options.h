@@ -41,6 +41,11 @@ struct Options {
   uint64_t context_bytes = kDefaultContextBytes;  ///< COLOC_CONTEXT_BYTES
   bool job_set = false;                        ///< COLOC_JOB was given (else this process names the job and exports COLOC_JOB to its children)
   size_t job_given_length = 0;                 ///< COLOC_JOB's length as given (> 63: `job` is shortened)
+  /// COLOC_STEP: the process's step within its job (the Slurm plugin sets it: "batch", "extern",
+  /// "0", ...), 1 to 15 characters of [A-Za-z0-9._-] (proto::valid_step); empty = none (also
+  /// when the value was malformed: then ignored, with one error line at cuInit). Sent in
+  /// Register (v11) for the job's report.
+  char step[proto::kStepSize] = {};
 
   // The daemon (docs/daemon.md, "The client contract").
   char socket[108] = {};                       ///< COLOC_SOCKET (sockaddr_un's size); empty = not given

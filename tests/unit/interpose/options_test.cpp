@@ -61,7 +61,7 @@ TEST_CASE("options: every variable of the table") {
   CHECK(std::string(o.job) == "train");
   CHECK(std::string(o.report) == "/tmp/r.%p.json");
   CHECK(o.context_bytes == 300000000ull);
-  CHECK(kOptionSpecCount == 12);
+  CHECK(kOptionSpecCount == 13);
   CHECK(o.job_set);
 }
 
@@ -157,6 +157,29 @@ TEST_CASE("options: COLOC_MEM_ESTIMATE is a size, not a limit; a malformed one i
     CHECK(m.n_errors == 1);
     CHECK(has_error(m, "COLOC_MEM_ESTIMATE=\""));
     CHECK(has_error(m, "no estimate is declared"));
+  }
+}
+
+TEST_CASE("options: COLOC_STEP is the process's step label; a malformed one is one clear error and is ignored") {
+  CHECK(read({"PATH=/bin"}).step[0] == '\0');
+  for (const char* good : {"batch", "extern", "0", "17", "interactive", "a.b_c-D9", "123456789012345"}) {
+    CAPTURE(good);
+    Options o = read({std::string("COLOC_STEP=") + good});
+    CHECK(o.n_errors == 0);
+    CHECK(std::string(o.step) == good);
+  }
+  CHECK(read({"COLOC_STEP="}).n_errors == 0);  // empty: no step, nothing to say
+  CHECK(read({"COLOC_STEP="}).step[0] == '\0');
+  for (const std::string& bad : {std::string("a b"), std::string(40, 'x'), std::string(16, '1'), std::string("0/1"),
+                                 std::string("step\n"), std::string("caf\xc3\xa9")}) {
+    CAPTURE(bad);
+    Options m = read({"COLOC_STEP=" + bad, "COLOC_JOB=slurm-42"});
+    CHECK(m.step[0] == '\0');
+    CHECK(m.n_errors == 1);
+    CHECK(has_error(m, "COLOC_STEP=\""));
+    CHECK(has_error(m, "not a step label"));
+    CHECK(has_error(m, "; ignored"));
+    CHECK(std::string(m.job) == "slurm-42");  // the rest of the settings stand
   }
 }
 
