@@ -771,7 +771,8 @@ void Server::on_register(Connection& c, const proto::Message& m) {
     // `coloc run` its command is not the job's (the anchor's, which does not re-register).
     if (!resume) note_fingerprint(job, r, m.h.version, command);
   }
-  if (!spec.anchor) recorders_.at(job.serial).add_process(c.pid());
+  // Its step within the job (v11, COLOC_STEP; decode refuses the flag below v11, and a step without it).
+  if (!spec.anchor) recorders_.at(job.serial).add_process(c.pid(), (r.flags & proto::kRegStep) ? std::string(r.step) : "");
 
   auto reply = zeroed<proto::RegisterReplyMsg>();
   reply.epoch = info_.epoch;

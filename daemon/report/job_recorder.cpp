@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "coloc/protocol.h"
+
 namespace coloc::report {
 
 using nlohmann::json;
@@ -236,9 +238,15 @@ Bytes JobRecorder::peak(const broker::Uuid& u) const {
   return it == devices_.end() ? 0 : it->second.peak;
 }
 
-void JobRecorder::add_process(pid_t pid) {
-  for (const ProcessExit& p : processes_)
-    if (p.pid == pid && !p.exit_code && !p.signal && p.source.empty()) return;
+void JobRecorder::add_process(pid_t pid, const std::string& step) {
+  for (ProcessExit& p : processes_)
+    if (p.pid == pid && !p.exit_code && !p.signal && p.source.empty()) {
+      if (p.step.empty() && !step.empty()) {
+        p.step = step;
+        ++revision_;
+      }
+      return;
+    }
   ++revision_;
   if (processes_.size() >= kMaxListed) {
     // Bounded: drop the oldest ended process after the first (the first's status is the job's).
@@ -250,13 +258,15 @@ void JobRecorder::add_process(pid_t pid) {
     processes_.erase(ended);
     ++processes_omitted_;
   }
-  processes_.push_back({pid, std::nullopt, std::nullopt, ""});
+  processes_.push_back({pid, std::nullopt, std::nullopt, "", step});
 }
 
 void JobRecorder::process_exited(const ProcessExit& e) {
   for (ProcessExit& p : processes_) {
     if (p.pid != e.pid || !p.source.empty()) continue;
+    std::string step = std::move(p.step);
     p = e;
+    p.step = std::move(step);
     ++revision_;
     return;
   }
@@ -445,6 +455,7 @@ json JobRecorder::to_json(Nanos now) const {
     e["exit_code"] = p.exit_code ? json(*p.exit_code) : json(nullptr);
     e["signal"] = p.signal ? json(*p.signal) : json(nullptr);
     e["noticed_by"] = p.source.empty() ? json(nullptr) : json(p.source);
+    e["step"] = p.step.empty() ? json(nullptr) : json(p.step);  // (Register v11, COLOC_STEP)
     procs.push_back(std::move(e));
   }
   j["processes"] = procs;
@@ -669,7 +680,7 @@ json JobRecorder::state() const {
   json procs = json::array();
   for (const ProcessExit& p : processes_)
     procs.push_back({p.pid, p.exit_code ? json(*p.exit_code) : json(nullptr), p.signal ? json(*p.signal) : json(nullptr),
-                     p.source});
+                     p.source, p.step});
   json devs = json::array();
   for (const auto& [uuid, d] : devices_) {
     json waits = json::array();
@@ -734,15 +745,19 @@ Result<JobRecorder> JobRecorder::from_state(const json& state, broker::JobSerial
     for (size_t i = 0; i < procs.size(); ++i) {
       std::string name = "recorder.processes[" + std::to_string(i) + "]";
       const json& p = procs[i];
-      if (!p.is_array() || p.size() != 4 || !p[0].is_number_integer() || p[0].get<int64_t>() <= 0 ||
+      // (Older daemons wrote the first four: no step.)
+      if (!p.is_array() || (p.size() != 4 && p.size() != 5) || !p[0].is_number_integer() || p[0].get<int64_t>() <= 0 ||
           !(p[1].is_null() || p[1].is_number_integer()) || !(p[2].is_null() || p[2].is_number_integer()) ||
-          !p[3].is_string())
-        throw StateError{name + " is not [pid, exit code|null, signal|null, source]"};
+          !p[3].is_string() ||
+          (p.size() == 5 && (!p[4].is_string() || !(p[4].get<std::string>().empty() ||
+                                                    proto::valid_step(p[4].get<std::string>().c_str())))))
+        throw StateError{name + " is not [pid, exit code|null, signal|null, source, step]"};
       ProcessExit e;
       e.pid = pid_t(p[0].get<int64_t>());
       if (!p[1].is_null()) e.exit_code = p[1].get<int>();
       if (!p[2].is_null()) e.signal = p[2].get<int>();
       e.source = p[3].get<std::string>();
+      if (p.size() == 5) e.step = p[4].get<std::string>();
       rec.processes_.push_back(std::move(e));
     }
     rec.processes_omitted_ = r.u64("processes_omitted");

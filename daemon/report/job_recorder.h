@@ -94,6 +94,10 @@ struct ProcessExit {
   std::optional<int> exit_code;    ///< exit(n) / return from main
   std::optional<int> signal;       ///< killed by this signal
   std::string source;              ///< "goodbye", "bpf", "pidfd", "hangup", "daemon-away"
+  /// Not how it ended but where it ran: its step within the job (Register v11, COLOC_STEP; a
+  /// Slurm step: "batch", "extern", "0", ...), "" = none. Set by add_process(); process_exited()
+  /// keeps it.
+  std::string step;
 };
 
 class JobRecorder {
@@ -111,7 +115,12 @@ class JobRecorder {
   void sample(const broker::Uuid& device, Nanos now, const DeviceSample& s);
   /// Counters of a process that left, so they survive it.
   void fold(const broker::Uuid& device, const Counters& c, Bytes peak);
-  void add_process(pid_t pid);
+  /// A process of the job registered: listed in the report (in registration order), with `step`,
+  /// its step within the job (a proto::valid_step() label, "" = none: the report says null). A
+  /// process already listed and still running is not listed again; it only gains `step` if it
+  /// had none (it came back after a restart whose saved state did not say).
+  void add_process(pid_t pid, const std::string& step = "");
+  /// Process `e.pid` ended: its exit fields (not its step) are filled in.
   void process_exited(const ProcessExit& e);
   /// The exit status of the job's command, from its anchor's Goodbye (`coloc run`: the exit code,
   /// or 128 + the signal that killed it). It is the job's exit status, ahead of its first process's.
