@@ -440,6 +440,44 @@ std::string jobs_table(const json& jobs) {
   return t.render();
 }
 
+std::string steps_table(const json& r) {
+  auto procs = r.find("processes");
+  if (procs == r.end() || !procs->is_array()) return "";
+  struct Step {
+    std::string label;
+    uint64_t count = 0;
+    std::string pids;
+    std::vector<std::string> ends;
+  };
+  constexpr uint64_t kMaxPids = 8;  // listed per step; the rest are counted
+  std::vector<Step> steps;
+  bool any = false;
+  for (const json& p : *procs) {
+    if (!p.is_object()) continue;
+    const std::string label = str(p, "step", "-");
+    any |= label != "-";
+    auto s = std::find_if(steps.begin(), steps.end(), [&](const Step& x) { return x.label == label; });
+    if (s == steps.end()) s = steps.insert(steps.end(), Step{label});
+    if (s->count < kMaxPids) s->pids += (s->pids.empty() ? "" : ", ") + str(p, "pid");
+    ++s->count;
+    std::string end = !str(p, "exit_code", "").empty() ? str(p, "exit_code")
+                      : !str(p, "signal", "").empty()  ? "signal " + str(p, "signal")
+                      : str(p, "noticed_by", "").empty() ? "running"
+                                                         : "unknown";
+    if (std::find(s->ends.begin(), s->ends.end(), end) == s->ends.end()) s->ends.push_back(end);
+  }
+  if (!any) return "";
+  Table t({"STEP", "PROCESSES", "PIDS", "EXIT"});
+  for (const Step& s : steps) {
+    std::string pids = s.pids;
+    if (s.count > kMaxPids) pids += " +" + std::to_string(s.count - kMaxPids) + " more";
+    std::string ends;
+    for (const std::string& e : s.ends) ends += (ends.empty() ? "" : ", ") + e;
+    t.add({s.label, std::to_string(s.count), pids, ends});
+  }
+  return t.render("  ");
+}
+
 std::string report_table(const json& r) {
   std::ostringstream o;
   o << "Job " << str(r, "job") << " (user " << str(r, "user") << ", priority " << str(r, "priority") << ")\n";
@@ -565,6 +603,8 @@ std::string report_table(const json& r) {
       }
     o << w.render("  ");
   }
+  // Where its processes ran: their steps within the job (Slurm job steps; COLOC_STEP).
+  if (const std::string steps = steps_table(r); !steps.empty()) o << "\nProcesses by step:\n" << steps;
   return o.str();
 }
 

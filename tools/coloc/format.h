@@ -78,10 +78,18 @@ std::string jobs_table(const nlohmann::json& jobs);
 /// larger, which a consistent report never has).
 uint64_t oom_request_bytes(const nlohmann::json& event);
 
+/// The processes of a report by their step within the job (`processes[].step`, Register v11:
+/// COLOC_STEP, a Slurm step's label), one row per step in the order the steps first registered:
+/// STEP, PROCESSES (how many), PIDS (the first 8, then "+N more"), EXIT (the distinct ends: exit
+/// codes, "signal N", "running", "unknown"); processes without a step are the row "-". Empty
+/// when no process has a step (every job not run under Slurm, and reports of older colocds).
+std::string steps_table(const nlohmann::json& report);
+
 /// `coloc report JOB`: summary, per-device table, OOM events (REQUEST: the request alone, as
 /// oom_request_bytes), launches held at the gate, compute on timesliced devices (GPU time, turns,
-/// launches by gate state) and waits. A job that ended while colocd was away says so, with the bounds
-/// of its end and of its duration.
+/// launches by gate state), waits, and the processes by step (steps_table; only when any process
+/// has a step). A job that ended while colocd was away says so, with the bounds of its end and of
+/// its duration.
 std::string report_table(const nlohmann::json& report);
 
 /// `coloc history`: one line per fingerprint (FINGERPRINT, USER, MODEL, RUNS, P50, P95, ESTIMATE,
