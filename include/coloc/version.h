@@ -17,8 +17,8 @@ namespace coloc {
 inline constexpr const char* kReleaseVersion = "0.14.0";
 
 /// Writes the one line `--version` prints into `buf` (NUL-terminated, cut to `size`):
-///   "coloc 0.14.0 (protocol 10)"                       for a client (`daemon` false)
-///   "colocd 0.14.0 (protocol 10, accepts 1 to 10)"     for the daemon (`daemon` true)
+///   "coloc 0.14.0 (protocol 11)"                       for a client (`daemon` false)
+///   "colocd 0.14.0 (protocol 11, accepts 1 to 11)"     for the daemon (`daemon` true)
 /// `program` is the name in front. Returns `buf`.
 inline const char* version_line(char* buf, size_t size, const char* program, bool daemon) {
   if (daemon)
