@@ -72,12 +72,46 @@ stop_pids() {
   rm -f "$@"
 }
 
+# The pids of this cluster's leftovers: slurmstepds (slurmd's environment, so SLURM_CONF is this
+# cluster's) and job tasks (SLURM_CONF from the submitter, and SLURM_JOB_ID), never a shell that
+# merely exported SLURM_CONF.
+leftovers() {
+  local dir=$1 p env
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    [ "$p" = $$ ] && continue
+    env=$( { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null) || continue
+    printf '%s\n' "$env" | grep -qx "SLURM_CONF=$dir/slurm.conf" || continue
+    if [ "$(cat "/proc/$p/comm" 2>/dev/null)" = slurmstepd ] || printf '%s\n' "$env" | grep -q '^SLURM_JOB_ID='; then
+      echo "$p"
+    fi
+  done
+}
+
 stop_all() {
-  local dir=$1
+  local dir=$1 deadline left p
+  # Jobs first, while slurmctld and slurmd are there to end them (a slurmstepd whose slurmd is gone
+  # lingers, and so does its job): cancel them all, wait up to 5 s for the queue to empty.
+  if alive "$dir/slurmctld.pid" && alive "$dir/slurmd.pid"; then
+    export SLURM_CONF="$dir/slurm.conf"
+    if [ -n "$(squeue -h -o %i 2>/dev/null)" ]; then
+      scancel --partition=debug 2>/dev/null
+      deadline=$(( $(now_ms) + 5000 ))
+      while [ -n "$(squeue -h -o %i 2>/dev/null)" ] && [ "$(now_ms)" -lt "$deadline" ]; do sleep 0.05; done
+    fi
+  fi
   # All three together: slurmctld and slurmd need munge for nothing they do on the way out.
-  # slurmstepds of steps still running are left to end on their own (their job is killed by slurmd
-  # on shutdown only when it can reach them; tests cancel their jobs first).
   stop_pids "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munged.pid"
+  # Whatever of the jobs is still there (killed on a deadline, a stuck step).
+  left=$(leftovers "$dir")
+  if [ -n "$left" ]; then
+    # shellcheck disable=SC2086
+    kill -KILL $left 2>/dev/null
+    deadline=$(( $(now_ms) + 2000 ))
+    for p in $left; do
+      while pid_alive "$p" && [ "$(now_ms)" -lt "$deadline" ]; do sleep 0.02; done
+    done
+  fi
   # The owner's watchdog, unless this is the watchdog stopping the cluster.
   # It leads a session of its own (setsid): its tail goes with it.
   if [ -z "${CLUSTER_WATCHDOG:-}" ] && [ -s "$dir/watchdog.pid" ]; then
