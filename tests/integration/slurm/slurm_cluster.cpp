@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -43,14 +44,30 @@ std::string field(const std::string& rec, const std::string& key) {
 
 }  // namespace
 
+namespace {
+
+/// Says `why` the Slurm tests skip: a MESSAGE for the test (shown on failure and under -s), and
+/// once per binary on stderr, so that a plain run says it too.
+void skip_note(const std::string& why) {
+  static bool said = false;
+  if (!said) {
+    said = true;
+    std::fprintf(stderr, "slurm tests skipped: %s\n", why.c_str());
+  }
+  MESSAGE("skipped: ", why);
+}
+
+}  // namespace
+
 bool slurm_skip() {
   if (!sanitizer().empty()) {
-    MESSAGE("skipped: a ", sanitizer(), " build: slurmstepd is not sanitized, so it can load neither a sanitized "
-            "spank_coloc.so nor preload a sanitized libcoloc.so into its tasks (the plain build runs these tests)");
+    skip_note("a " + sanitizer() +
+              " build: slurmstepd is not sanitized, so it can load neither a sanitized spank_coloc.so nor "
+              "preload a sanitized libcoloc.so into its tasks (the plain build runs these tests)");
     return true;
   }
   if (real_driver()) {
-    MESSAGE("skipped: the Slurm tests size their GPU with simgpu (COLOC_TEST_DRIVER=real)");
+    skip_note("the Slurm tests size their GPU with simgpu (COLOC_TEST_DRIVER=real)");
     return true;
   }
   std::string missing;
@@ -59,17 +76,17 @@ bool slurm_skip() {
     if (!installed(b)) missing += std::string(missing.empty() ? "" : ", ") + b;
   if (!missing.empty()) {
     const std::string why = "Slurm is not installed (missing: " + missing +
-                            "): apt-get install slurmctld slurmd slurm-client munge (mk/deps.sh)";
+                            "); COLOC_WITH_SLURM=1 mk/deps.sh installs it (slurmctld slurmd slurm-client munge)";
     const char* ci = std::getenv("CI");
     if (ci && std::string(ci) == "true") {
-      FAIL_CHECK("CI=true and ", why);
+      FAIL_CHECK("CI=true, and ", why);
     } else {
-      MESSAGE("skipped: ", why);
+      skip_note(why);
     }
     return true;
   }
   if (::geteuid() != 0) {
-    MESSAGE("skipped: the Slurm tests start slurmd, which must run as root to run jobs");
+    skip_note("not root: the Slurm tests start slurmd, which must run as root to start jobs");
     return true;
   }
   return false;

@@ -65,6 +65,9 @@ class SlurmCluster {
   std::string file(const std::string& name) const { return dir_ / name; }
   const std::string& conf() const { return conf_; }
   const std::string& plugstack_path() const { return plugstack_path_; }
+  /// Rewrites plugstack.conf. Slurm 22.05 needs no restart and no `scontrol reconfigure` for it:
+  /// srun and sbatch read it at each run, and slurmd's slurmstepd at each step it starts.
+  void set_plugstack(const std::string& text) const { write_file(plugstack_path_, text); }
   /// Seconds cluster.sh start took (the node idle).
   double start_seconds() const { return start_s_; }
 

@@ -330,6 +330,7 @@ TEST_CASE("slurm+coloc: srun --coloc-mem runs the step under coloc (report slurm
   json ores = over.last_json();
   CHECK_MESSAGE(ores["status"] == "oom", describe(over));
   CHECK_MESSAGE(over.err.find("CUDA_ERROR_OUT_OF_MEMORY") != std::string::npos, describe(over));
+  CHECK_MESSAGE(over.err.find("out of memory (own limit)") != std::string::npos, describe(over));  // libcoloc.so's
   const long oid = printed_job_id(over.out);
   REQUIRE(oid > 0);
   json orep = final_report(n, "slurm-" + std::to_string(oid), &seen);
@@ -376,6 +377,11 @@ TEST_CASE("slurm+coloc: two sbatch jobs on shards that overflow the device both 
   REQUIRE_MESSAGE(rb.is_object(), seen, "\n", n.log());
   CHECK(ra["limit"] == 12 * GiB);
   CHECK(rb["limit"] == 12 * GiB);
+  // coloc-train ran in the batch step itself.
+  for (const json* r : {&ra, &rb}) {
+    REQUIRE_MESSAGE((*r)["processes"].size() == 1, r->dump(1));
+    CHECK((*r)["processes"][0]["step"] == "batch");
+  }
   // Exactly one of them waited for admission (12 + 12 GiB do not fit in 16).
   const double wa = waited_s(ra), wb = waited_s(rb);
   CHECK_MESSAGE(((wa > 0) != (wb > 0)), "waits ", wa, " and ", wb, "\n", ra.dump(1), "\n", rb.dump(1));
@@ -518,27 +524,29 @@ TEST_CASE("slurm+coloc: colocd down: required=0 runs the step with a warning, re
   TempDir nowhere("coloc-slurm-nodaemon");
   const std::string socket = nowhere / "colocd.sock";  // nobody listens
   Env e = shared().job_env();
-  {
-    SlurmCluster c(shared().plugstack_line(socket, false), "slurm-optional");
-    ProcResult r = c.srun({"--coloc-mem=1GiB", "bash", "-c", "echo ran"}, e, 30s);
-    CHECK_MESSAGE(r.exit_code == 0, describe(r), c.logs());
-    CHECK_MESSAGE(r.out.find("ran") != std::string::npos, describe(r));
-    CHECK_MESSAGE(r.err.find("colocd") != std::string::npos, describe(r));
-  }
-  {
-    SlurmCluster c(shared().plugstack_line(socket, true), "slurm-required");
-    ProcResult r = c.srun({"--coloc-mem=1GiB", "bash", "-c", "echo ran"}, e, 30s);
-    CHECK_MESSAGE(r.exit_code != 0, describe(r));
-    CHECK_MESSAGE(r.out.find("ran") == std::string::npos, describe(r));
-    CHECK_MESSAGE(r.err.find("colocd") != std::string::npos, describe(r));
+  // One cluster of its own; plugstack.conf rewritten between the halves (read afresh by every srun,
+  // sbatch and slurmstepd).
+  SlurmCluster c(shared().plugstack_line(socket, false), "slurm-nodaemon");
 
-    BatchJob b = c.sbatch({"--coloc-mem=1GiB", "--wrap", "echo ran"}, e);
-    REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
-    JobInfo j = c.wait_job_done(b.id, 60s);
-    CHECK_MESSAGE(j.state != "COMPLETED", job_text(c, b));
-    CHECK_MESSAGE(b.out().find("ran") == std::string::npos, job_text(c, b));
-    CHECK_MESSAGE(b.err().find("colocd") != std::string::npos, job_text(c, b), c.logs());
-  }
+  ProcResult r = c.srun({"--coloc-mem=1GiB", "bash", "-c", "echo ran"}, e, 30s);
+  CHECK_MESSAGE(r.exit_code == 0, describe(r), c.logs());
+  CHECK_MESSAGE(r.out.find("ran") != std::string::npos, describe(r));
+  CHECK_MESSAGE(r.err.find("coloc: warning:") != std::string::npos, describe(r));
+  CHECK_MESSAGE(r.err.find("colocd") != std::string::npos, describe(r));
+
+  c.set_plugstack(shared().plugstack_line(socket, true));
+  r = c.srun({"--coloc-mem=1GiB", "bash", "-c", "echo ran"}, e, 30s);
+  CHECK_MESSAGE(r.exit_code != 0, describe(r));
+  CHECK_MESSAGE(r.out.find("ran") == std::string::npos, describe(r));
+  CHECK_MESSAGE(r.err.find("colocd is required") != std::string::npos, describe(r));
+  CHECK_MESSAGE(r.err.find(socket) != std::string::npos, describe(r));
+
+  BatchJob b = c.sbatch({"--coloc-mem=1GiB", "--wrap", "echo ran"}, e);
+  REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
+  JobInfo j = c.wait_job_done(b.id, 60s);
+  CHECK_MESSAGE(j.state == "FAILED", job_text(c, b));
+  CHECK_MESSAGE(b.out().find("ran") == std::string::npos, job_text(c, b));
+  CHECK_MESSAGE(b.err().find("colocd is required") != std::string::npos, job_text(c, b), c.logs());
 }
 
 }  // TEST_SUITE
