@@ -259,6 +259,7 @@ long printed_job_id(const std::string& out) {
 TEST_SUITE("slurm") {
 
 TEST_CASE("slurm: without coloc, two sbatch jobs on shards overflow the device and one dies of out-of-memory") {
+  // Each alone fits (a 10.8 GiB peak on 16 GiB); started together, they run out of memory.
   if (slurm_skip()) return;
   SlurmCluster& c = shared().plain();
   TempDir gpu("coloc-slurm-gpu");
@@ -291,8 +292,10 @@ TEST_CASE("slurm: without coloc, two sbatch jobs on shards overflow the device a
       CHECK(info->state == "COMPLETED");
     }
   }
-  CHECK_MESSAGE(ooms == 1, job_text(c, a), "\n", job_text(c, b));
-  CHECK_MESSAGE(oks == 1, job_text(c, a), "\n", job_text(c, b));
+  // At least one dies (both may, when both are at the edge of the device at once); neither ends
+  // any other way.
+  CHECK_MESSAGE(ooms >= 1, job_text(c, a), "\n", job_text(c, b));
+  CHECK_MESSAGE(ooms + oks == 2, job_text(c, a), "\n", job_text(c, b));
 }
 
 TEST_CASE("slurm+coloc: srun --coloc-mem runs the step under coloc (report slurm-<jobid>), its limit holds, and shards size a job without --coloc-mem") {
