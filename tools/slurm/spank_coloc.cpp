@@ -115,6 +115,10 @@ Config g_config;
 Options g_opt;
 Step g_step;
 
+/// The exit status of a task refused for want of colocd (required=1): as a shell's for a command
+/// found but not run.
+constexpr int kRefusedExit = 126;
+
 enum OptionId { kOptMem = 1, kOptPriority, kOptOnFull, kOptWeight, kOptColoc };
 
 // ---- small helpers ------------------------------------------------------------------------
@@ -485,9 +489,12 @@ int remote_task_init(spank_t sp) {
   if (spank_get_item(sp, S_TASK_ID, &local_task) != ESPANK_SUCCESS) local_task = 0;
   const bool speaker = local_task == 0;  // messages once per node, from local task 0
   if (g_step.anchor == Step::Anchor::kError && g_config.required) {
+    // Refused here, in the task's own process just before its exec: returning an error would do
+    // only for a plugin listed as `required` in plugstack.conf (Slurm ignores an `optional` one's
+    // failure, and runs the task anyway).
     write_all(2, "coloc: " + g_step.job + ": colocd is required on this cluster, and " + g_step.why +
                      "; the step is refused (ask the admin to check colocd on this node: coloc doctor)\n");
-    return -1;
+    ::_exit(kRefusedExit);
   }
   static char buf[4096];
   std::string preload;

@@ -74,13 +74,12 @@ std::string job_text(const SlurmCluster& c, const BatchJob& b) {
 
 // ---- the shared clusters --------------------------------------------------------------------------
 
-/// Where the plugin is: PREFIX/lib/coloc/spank_coloc.so once `make -f mk/install.mk install` puts it
-/// there (the layout sites get), else BUILD/lib/spank_coloc.so.
+/// Where the plugin is: PREFIX/lib/coloc/spank_coloc.so, installed by `make -f mk/install.mk
+/// install` into a temporary prefix (the layout sites get: libcoloc.so beside it, coloc in
+/// ../../bin, the plugin's defaults).
 struct Plugin {
-  std::string so;     ///< "" when there is none to use
-  std::string why;    ///< why not
-  bool skip = false;  ///< the plugin is not in this tree yet: skip, not fail
-  bool installed = false;  ///< from make install's prefix (else the build directory)
+  std::string so;   ///< "" when there is none to use
+  std::string why;  ///< why not
 };
 
 class Shared {
@@ -105,62 +104,45 @@ class Shared {
     return *plain_;
   }
 
-  /// The plugin to load, installed once into a temporary prefix when mk/install.mk installs it.
+  /// The plugin to load, installed once into a temporary prefix.
   const Plugin& plugin() {
     if (plugin_checked_) return plugin_;
     plugin_checked_ = true;
-    if (!std::filesystem::exists(source_path("tools/slurm"))) {
-      plugin_.skip = true;
-      plugin_.why = "the Slurm plugin (tools/slurm/) is not in this tree yet";
-      return plugin_;
-    }
     const std::string built = build_path("lib/spank_coloc.so");
     if (!file_exists(built)) {
-      plugin_.why = built + " is not built (make " + built + ")";
+      plugin_.why = built + " is not built: Slurm's headers are missing (Debian: libslurm-dev; mk/deps.sh installs "
+                            "it under CI=true or COLOC_WITH_SLURM=1)";
       return plugin_;
     }
-    plugin_.so = built;
-    if (read_file(source_path("mk/install.mk")).find("spank_coloc") != std::string::npos) {
-      prefix_ = std::make_unique<TempDir>("coloc-slurm-prefix");
-      std::string build = build_path("");
-      while (build.size() > 1 && build.back() == '/') build.pop_back();
-      Env e;
-      for (const char* v : {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"}) e.unset(v);
-      ProcResult in = run({"make", "--no-print-directory", "-C", source_path(""), "-f", "mk/install.mk", "install",
-                           "BUILD=" + build, "PREFIX=" + *prefix_ / "usr", "SYSCONFDIR=" + *prefix_ / "etc"},
-                          e, 60s);
-      const std::string installed = *prefix_ / "usr/lib/coloc/spank_coloc.so";
-      if (in.exit_code != 0 || !file_exists(installed)) {
-        plugin_.so.clear();
-        plugin_.why = "make -f mk/install.mk install did not install " + installed + ":\n" + describe(in);
-        return plugin_;
-      }
-      plugin_.so = installed;
-      plugin_.installed = true;
+    prefix_ = std::make_unique<TempDir>("coloc-slurm-prefix");
+    std::string build = build_path("");
+    while (build.size() > 1 && build.back() == '/') build.pop_back();
+    Env e;
+    for (const char* v : {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"}) e.unset(v);
+    ProcResult in = run({"make", "--no-print-directory", "-C", source_path(""), "-f", "mk/install.mk", "install",
+                         "BUILD=" + build, "PREFIX=" + *prefix_ / "usr", "SYSCONFDIR=" + *prefix_ / "etc"},
+                        e, 60s);
+    const std::string installed = *prefix_ / "usr/lib/coloc/spank_coloc.so";
+    if (in.exit_code != 0 || !file_exists(installed)) {
+      plugin_.why = "make -f mk/install.mk install did not install " + installed + ":\n" + describe(in);
+      return plugin_;
     }
+    plugin_.so = installed;
     return plugin_;
   }
 
-  /// True (skipped or failed, with the reason) when there is no plugin to test.
+  /// True (failed, with the reason) when there is no plugin to test.
   bool no_plugin() {
     const Plugin& p = plugin();
     if (!p.so.empty()) return false;
-    if (p.skip) {
-      MESSAGE("skipped: ", p.why);
-    } else {
-      FAIL_CHECK(p.why);
-    }
+    FAIL_CHECK(p.why);
     return true;
   }
 
-  /// The plugstack.conf line for the plugin.
+  /// The plugstack.conf line for the plugin (its coloc= and lib= are the installed defaults).
   std::string plugstack_line(const std::string& socket, bool required, const std::string& mem_per_shard = "2GiB") {
-    const Plugin& p = plugin();
-    // From the build directory the plugin's default coloc (../../bin/coloc, the installed layout)
-    // is not there: name the build's.
-    const std::string coloc = p.installed ? "" : " coloc=" + build_path("bin/coloc");
-    return "optional " + p.so + " socket=" + socket + " required=" + (required ? "1" : "0") +
-           " mem_per_shard=" + mem_per_shard + coloc + "\n";
+    return "optional " + plugin().so + " socket=" + socket + " required=" + (required ? "1" : "0") +
+           " mem_per_shard=" + mem_per_shard + "\n";
   }
 
   /// colocd on a 16 GiB simgpu device, for the plugin's cluster.
