@@ -10,6 +10,7 @@
 //     --wait-timeout SECONDS  --proto 1|2  --as-user NAME (setuid before connecting; needs root)
 //     --reconnect (reconnect and re-register when the daemon goes away)
 //     --estimate SIZE (the job's declared estimate per device, v10: as COLOC_MEM_ESTIMATE)
+//     --step LABEL (the process's step within its job, v11: as COLOC_STEP)
 //   Steps:
 //     attach:N:CAP:REQ[:FREE[:DEVCAP]][,...]   admission on devices (uuid from number N, or N = a
 //                               CUDA UUID "GPU-..." as coloc status prints it; FREE "-" = unknown;
@@ -72,6 +73,7 @@ struct Client {
   proto::OnFull on_full = proto::OnFull::kWait;
   uint64_t wait_timeout_ns = 0;
   uint64_t estimate = 0;  // bytes per device; 0 = none
+  std::string step;       // the process's step within its job (v11); "" = none
   uint16_t version = proto::kVersion;
   bool reconnect = false;
   int cancel_after_ms = -1;
@@ -164,6 +166,10 @@ int do_register(Client& c, bool resume) {
   if (c.estimate > 0) {  // (v10; encode() leaves it out for older daemons)
     r.estimate = c.estimate;
     r.flags = uint16_t(r.flags | proto::kRegEstimate);
+  }
+  if (!c.step.empty()) {  // (v11, as libcoloc.so sends COLOC_STEP; encode() leaves it out for older daemons)
+    proto::set_string(r.step, c.step.c_str());
+    r.flags = uint16_t(r.flags | proto::kRegStep);
   }
   if (resume) {
     // The exact ledger, slot i as entry i: the daemon rebuilds its books from it.
@@ -509,6 +515,7 @@ int main(int argc, char** argv) {
     else if (a == "--job") c.job = val();
     else if (a == "--mem") c.limit = size_arg(val());
     else if (a == "--estimate") c.estimate = size_arg(val());
+    else if (a == "--step") c.step = val();
     else if (a == "--priority") {
       std::string p = val();
       if (!proto::parse_priority(p.c_str(), &c.priority)) die("bad priority " + p);
