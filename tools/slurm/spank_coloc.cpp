@@ -364,6 +364,10 @@ void start_anchor(spank_t sp) {
   char path_env[] = "PATH=/usr/local/bin:/usr/bin:/bin";
   char* envp[] = {path_env, nullptr};
   const char* root_dir = "/";  // the anchor holds no directory of the step's
+  const std::string cannot_run =
+      "error cannot run " + printable(g_config.coloc) + " (check the plugin's coloc= argument)\n";
+  sigset_t no_signals;
+  ::sigemptyset(&no_signals);
 
   int until[2], ready[2];
   if (::pipe2(until, O_CLOEXEC) != 0) {
@@ -383,6 +387,8 @@ void start_anchor(spank_t sp) {
     // The first child: a new session, and a grandchild that init adopts, so that the step's
     // process tracking and its signals leave the anchor alone; it ends with the until-pipe.
     ::setsid();
+    // slurmstepd's thread blocks signals; a blocked mask survives exec: the anchor starts clean.
+    ::sigprocmask(SIG_SETMASK, &no_signals, nullptr);
     const pid_t grandchild = ::fork();
     if (grandchild != 0) ::_exit(grandchild < 0 ? 127 : 0);
     const int u = ::fcntl(until[0], F_DUPFD, 10), r = ::fcntl(ready[1], F_DUPFD, 10);
@@ -395,14 +401,13 @@ void start_anchor(spank_t sp) {
     }
     ::close_range(5, ~0u, 0);
     static const char cannot_become[] = "error cannot take on the job's user and groups\n";
-    static const char cannot_run[] = "error cannot run coloc (check the plugin's coloc= argument)\n";
     if (::chdir(root_dir) != 0 || ::setgroups(groups.size(), groups.data()) != 0 || ::setgid(gid) != 0 ||
         ::setuid(uid) != 0) {
       (void)!::write(4, cannot_become, sizeof cannot_become - 1);
       ::_exit(126);
     }
     ::execve(argv[0], argv.data(), envp);
-    (void)!::write(4, cannot_run, sizeof cannot_run - 1);
+    (void)!::write(4, cannot_run.data(), cannot_run.size());
     ::_exit(127);
   }
   ::close(until[0]);
@@ -483,6 +488,17 @@ std::string with_preload(const std::string& current, const std::string& lib) {
   return current.empty() ? lib : lib + ":" + current;
 }
 
+/// The task's variable `name` ("" when unset), whatever its length.
+std::string task_getenv(spank_t sp, const char* name) {
+  std::vector<char> buf(4096);
+  for (;;) {
+    const spank_err_t rc = spank_getenv(sp, name, buf.data(), int(buf.size()));
+    if (rc == ESPANK_SUCCESS) return std::string(buf.data());
+    if (rc != ESPANK_NOSPACE || buf.size() >= (1u << 20)) return "";
+    buf.resize(buf.size() * 4);
+  }
+}
+
 int remote_task_init(spank_t sp) {
   if (!g_step.active) return 0;
   int local_task = 0;
@@ -496,10 +512,7 @@ int remote_task_init(spank_t sp) {
                      "; the step is refused (ask the admin to check colocd on this node: coloc doctor)\n");
     ::_exit(kRefusedExit);
   }
-  static char buf[4096];
-  std::string preload;
-  if (spank_getenv(sp, "LD_PRELOAD", buf, sizeof buf) == ESPANK_SUCCESS) preload = buf;
-  spank_setenv(sp, "LD_PRELOAD", with_preload(preload, g_config.lib).c_str(), 1);
+  spank_setenv(sp, "LD_PRELOAD", with_preload(task_getenv(sp, "LD_PRELOAD"), g_config.lib).c_str(), 1);
   spank_setenv(sp, "COLOC_JOB", g_step.job.c_str(), 1);
   spank_setenv(sp, "COLOC_STEP", g_step.label.c_str(), 1);
   spank_setenv(sp, "COLOC_SOCKET", g_config.socket.c_str(), 1);
