@@ -105,6 +105,9 @@ int run_anchor(const AnchorOptions& opt) {
     say(ready, std::string("note priority ") + proto::priority_name(asked) +
                    " is for root and colocd's admin and high-priority groups; job " + opt.job + " runs as " +
                    proto::priority_name(granted));
+    // For the launcher's environment of the job's processes (COLOC_PRIORITY): what was granted,
+    // so that each process does not ask for the refused priority again, and warn again.
+    say(ready, std::string("priority ") + proto::priority_name(granted));
   }
   if (weight > 1 && anchor >= 0) {
     proto::AdminMsg m;

@@ -21,9 +21,11 @@ struct AnchorOptions {
   /// (or without a status on EOF alone), and exits 0. Required (>= 3).
   int until_fd = -1;
   /// Where the outcome of the registration is written, one line each, then the descriptor is
-  /// closed: zero or more "note TEXT" (a lowered priority, a weight colocd refused), then exactly
-  /// one of "ok", "busy TEXT" (colocd is there but does not answer: the anchor keeps trying) or
-  /// "error TEXT" (no colocd, or it refused the anchor; the anchor then exits 3). -1 = none.
+  /// closed: zero or more "note TEXT" (a lowered priority, a weight colocd refused) and, when
+  /// colocd lowered the priority asked for, "priority NAME" (the one granted: what the job's
+  /// processes should ask for), then exactly one of "ok", "busy TEXT" (colocd is there but does
+  /// not answer: the anchor keeps trying) or "error TEXT" (no colocd, or it refused the anchor;
+  /// the anchor then exits 3). A reader ignores lines it does not know. -1 = none.
   int ready_fd = -1;
 };
 

@@ -17,8 +17,9 @@
 //           a job's anchors.
 //       task_init: in each task, just before exec, as the user: LD_PRELOAD (libcoloc.so added
 //           once, in front), COLOC_JOB, COLOC_STEP, COLOC_SOCKET, COLOC_MEM_LIMIT, COLOC_PRIORITY,
-//           COLOC_ON_FULL (and COLOC_REQUIRE_DAEMON=1 with required=1). Messages for the user go to
-//           the task's own stderr, from its local task 0.
+//           COLOC_ON_FULL (and COLOC_REQUIRE_DAEMON=1 with required=1); COLOC_PRIORITY is the one
+//           colocd granted the anchor. Messages for the user go to the task's own stderr, from its
+//           local task 0.
 //       task_exit, exit: the step's exit status (its first failing task's, else 0) goes to the
 //           anchor, which says goodbye with it: the report's exit_status.
 //   slurmd, job script (prolog/epilog)
@@ -107,6 +108,7 @@ struct Step {
   enum class Anchor { kNone, kOk, kBusy, kError } anchor = Anchor::kNone;
   std::string why;                 ///< with kBusy and kError: colocd's or the anchor's sentence
   std::vector<std::string> notes;  ///< the anchor's notes (a lowered priority, a refused weight)
+  std::string granted;             ///< the priority colocd granted, when it lowered the one asked for
   int until_fd = -1;               ///< the until-pipe's write end: closing it ends the anchor
   int status = -1;                 ///< the step's exit status (0..255), -1 = none yet
 };
@@ -323,7 +325,9 @@ void read_answer(int fd, int timeout_ms) {
     pos = nl + 1;
     const size_t sp = line.find(' ');
     const std::string word = line.substr(0, sp), rest = sp == std::string::npos ? "" : printable(line.substr(sp + 1));
+    coloc::proto::Priority granted;
     if (word == "note") g_step.notes.push_back(rest);
+    else if (word == "priority" && coloc::proto::parse_priority(rest.c_str(), &granted)) g_step.granted = rest;
     else if (word == "ok") g_step.anchor = Step::Anchor::kOk;
     else if (word == "busy") g_step.anchor = Step::Anchor::kBusy, g_step.why = rest;
     else if (word == "error") g_step.anchor = Step::Anchor::kError, g_step.why = rest;
@@ -517,7 +521,12 @@ int remote_task_init(spank_t sp) {
   spank_setenv(sp, "COLOC_STEP", g_step.label.c_str(), 1);
   spank_setenv(sp, "COLOC_SOCKET", g_config.socket.c_str(), 1);
   if (g_step.limit > 0) spank_setenv(sp, "COLOC_MEM_LIMIT", std::to_string(g_step.limit).c_str(), 1);
-  spank_setenv(sp, "COLOC_PRIORITY", g_opt.priority.empty() ? "normal" : g_opt.priority.c_str(), 1);
+  // The priority colocd granted, when it lowered the one asked for: each process asking again for
+  // the refused one would be lowered again, and warn again.
+  const std::string priority = !g_step.granted.empty() ? g_step.granted
+                               : g_opt.priority.empty() ? std::string("normal")
+                                                        : g_opt.priority;
+  spank_setenv(sp, "COLOC_PRIORITY", priority.c_str(), 1);
   spank_setenv(sp, "COLOC_ON_FULL", g_opt.on_full.empty() ? "wait" : g_opt.on_full.c_str(), 1);
   if (g_config.required) spank_setenv(sp, "COLOC_REQUIRE_DAEMON", "1", 1);
   if (!speaker) return 0;

@@ -127,6 +127,9 @@ class Shared {
       plugin_.why = "make -f mk/install.mk install did not install " + installed + ":\n" + describe(in);
       return plugin_;
     }
+    // A site's prefix is readable by every user: the anchor and the tasks of a job that is not
+    // root's exec coloc and preload libcoloc.so from it (mkdtemp made the directory 0700).
+    ::chmod(prefix_->path().c_str(), 0755);
     plugin_.so = installed;
     return plugin_;
   }
@@ -145,9 +148,15 @@ class Shared {
            " mem_per_shard=" + mem_per_shard + "\n";
   }
 
-  /// colocd on a 16 GiB simgpu device, for the plugin's cluster.
+  /// colocd on a 16 GiB simgpu device, for the plugin's cluster. Its socket is reachable by every
+  /// user, as /run/coloc's is (the node's directories are made traversable).
   coloc::test::e2e::Node& node() {
-    if (!node_) node_ = std::make_unique<coloc::test::e2e::Node>("16GiB");
+    if (!node_) {
+      node_ = std::make_unique<coloc::test::e2e::Node>("16GiB");
+      const std::filesystem::path run = std::filesystem::path(node_->socket()).parent_path();
+      ::chmod(run.c_str(), 0711);
+      ::chmod(run.parent_path().c_str(), 0711);
+    }
     return *node_;
   }
 
@@ -502,6 +511,49 @@ TEST_CASE("slurm+coloc: --coloc=off runs the step without coloc") {
   REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
   CHECK_MESSAGE(r.out.find("libcoloc.so") == std::string::npos, describe(r));
   CHECK_MESSAGE(r.out.find("JOB=\n") != std::string::npos, describe(r));
+
+}
+
+TEST_CASE("slurm+coloc: a job of a user other than root: its anchor and processes are that user's, a refused priority is lowered once, and the report names the user") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  SlurmCluster& c = shared().coloc();
+  coloc::test::e2e::Node& n = shared().node();
+  Env e = shared().job_env();
+  // nobody: the job's cwd and output must be reachable by it (--chdir=/; srun's output comes back
+  // through srun), and srun, which takes on the user after the allocation, needs munge's socket in
+  // the cluster's directory (0700: made traversable). The task reads colocd's status while the
+  // step, and so its anchor, runs.
+  ::chmod(c.dir().c_str(), 0711);
+  const std::string status = build_path("bin/coloc") + " --socket " + n.socket() + " status --json";
+  ProcResult r = c.srun({"--uid=65534", "--gid=65534", "--chdir=/", "--coloc-mem=1GiB", "--coloc-priority=high",
+                         "bash", "-c",
+                         "echo JOBID=$SLURM_JOB_ID; echo UID=$(id -u) PRIO=$COLOC_PRIORITY; " + status},
+                        e, 30s);
+  REQUIRE_MESSAGE(r.exit_code == 0, describe(r), c.logs());
+  const long id = printed_job_id(r.out);
+  REQUIRE(id > 0);
+  const std::string job = "slurm-" + std::to_string(id);
+  CHECK_MESSAGE(r.out.find("UID=65534 PRIO=normal\n") != std::string::npos, describe(r));
+  // The lowered priority is said once, by the plugin (not again by each process that asks).
+  CHECK_MESSAGE(count_of(r.err, "priority high is for root") == 1, describe(r));
+  const size_t brace = r.out.find('{');
+  REQUIRE_MESSAGE(brace != std::string::npos, describe(r));
+  json s = json::parse(r.out.substr(brace), nullptr, false);
+  REQUIRE_MESSAGE(!s.is_discarded(), describe(r));
+  json mine;
+  for (const json& j : s["jobs"])
+    if (j["job"] == job) mine = j;
+  REQUIRE_MESSAGE(mine.is_object(), describe(r));
+  CHECK(mine["uid"] == 65534);
+  CHECK(mine["priority"] == "normal");
+  CHECK(mine["limit"] == 1 * GiB);
+
+  std::string seen;
+  json rep = final_report(n, job, &seen);
+  REQUIRE_MESSAGE(rep.is_object(), seen, "\n", n.log());
+  CHECK(rep["uid"] == 65534);
+  CHECK(rep["priority"] == "normal");
+  CHECK(rep["exit_status"] == 0);
 }
 
 TEST_CASE("slurm+coloc: colocd down: required=0 runs the step with a warning, required=1 refuses it and says why") {
