@@ -19,7 +19,8 @@
 //           once, in front), COLOC_JOB, COLOC_STEP, COLOC_SOCKET, COLOC_MEM_LIMIT, COLOC_PRIORITY,
 //           COLOC_ON_FULL (and COLOC_REQUIRE_DAEMON=1 with required=1); COLOC_PRIORITY is the one
 //           colocd granted the anchor. Messages for the user go to the task's own stderr, from its
-//           local task 0.
+//           local task 0. With --coloc=off: no anchor, and a task that inherits this job's coloc
+//           environment (an srun in a batch script under coloc) loses it.
 //       task_exit, exit: the step's exit status (its first failing task's, else 0) goes to the
 //           anchor, which says goodbye with it: the report's exit_status.
 //   slurmd, job script (prolog/epilog)
@@ -109,6 +110,7 @@ struct Step {
   std::string why;                 ///< with kBusy and kError: colocd's or the anchor's sentence
   std::vector<std::string> notes;  ///< the anchor's notes (a lowered priority, a refused weight)
   std::string granted;             ///< the priority colocd granted, when it lowered the one asked for
+  bool off = false;                ///< --coloc=off: the tasks get none of coloc's environment
   int until_fd = -1;               ///< the until-pipe's write end: closing it ends the anchor
   int status = -1;                 ///< the step's exit status (0..255), -1 = none yet
 };
@@ -463,9 +465,15 @@ bool plan_step(spank_t sp) {
 }
 
 int remote_init_post_opt(spank_t sp) {
-  if (g_config.broken || g_opt.off) return 0;
+  if (g_config.broken) return 0;
   if (!plan_step(sp)) {
     slurm_error("coloc: cannot read the job's id or step; coloc does nothing for this step");
+    return 0;
+  }
+  if (g_opt.off) {
+    // No anchor; and the tasks lose what they would inherit of coloc from an enclosing step
+    // (an srun --coloc=off in a batch script that runs under coloc): task_init.
+    g_step.off = true;
     return 0;
   }
   g_step.active = true;
@@ -492,6 +500,20 @@ std::string with_preload(const std::string& current, const std::string& lib) {
   return current.empty() ? lib : lib + ":" + current;
 }
 
+/// LD_PRELOAD without `lib` (each of its entries, separated by ':' or ' ').
+std::string without_preload(const std::string& current, const std::string& lib) {
+  std::string out;
+  size_t pos = 0;
+  while (pos <= current.size()) {
+    size_t end = current.find_first_of(": ", pos);
+    if (end == std::string::npos) end = current.size();
+    const std::string entry = current.substr(pos, end - pos);
+    if (!entry.empty() && entry != lib) out += (out.empty() ? "" : ":") + entry;
+    pos = end + 1;
+  }
+  return out;
+}
+
 /// The task's variable `name` ("" when unset), whatever its length.
 std::string task_getenv(spank_t sp, const char* name) {
   std::vector<char> buf(4096);
@@ -503,7 +525,26 @@ std::string task_getenv(spank_t sp, const char* name) {
   }
 }
 
+/// The variables task_init sets.
+const char* const kTaskVars[] = {"COLOC_JOB",     "COLOC_STEP",    "COLOC_SOCKET",        "COLOC_MEM_LIMIT",
+                                 "COLOC_PRIORITY", "COLOC_ON_FULL", "COLOC_REQUIRE_DAEMON"};
+
+/// --coloc=off: a task that inherits coloc's environment from this job's enclosing step (its
+/// batch step) gets none of it.
+void strip_task(spank_t sp) {
+  if (task_getenv(sp, "COLOC_JOB") != g_step.job) return;  // not this job's (a user's own)
+  const std::string preload = task_getenv(sp, "LD_PRELOAD");
+  const std::string rest = without_preload(preload, g_config.lib);
+  if (rest.empty()) spank_unsetenv(sp, "LD_PRELOAD");
+  else if (rest != preload) spank_setenv(sp, "LD_PRELOAD", rest.c_str(), 1);
+  for (const char* v : kTaskVars) spank_unsetenv(sp, v);
+}
+
 int remote_task_init(spank_t sp) {
+  if (g_step.off) {
+    strip_task(sp);
+    return 0;
+  }
   if (!g_step.active) return 0;
   int local_task = 0;
   if (spank_get_item(sp, S_TASK_ID, &local_task) != ESPANK_SUCCESS) local_task = 0;

@@ -512,6 +512,21 @@ TEST_CASE("slurm+coloc: --coloc=off runs the step without coloc") {
   CHECK_MESSAGE(r.out.find("libcoloc.so") == std::string::npos, describe(r));
   CHECK_MESSAGE(r.out.find("JOB=\n") != std::string::npos, describe(r));
 
+  // An srun --coloc=off in a batch script under coloc: its tasks inherit the batch step's
+  // environment (libcoloc.so preloaded, COLOC_JOB, ...), and lose it; the user's own preload stays.
+  const std::string name = unique_name("inneroff");
+  BatchJob b = c.sbatch({"-J", name, "--coloc-mem=1GiB", "--wrap",
+                         "export LD_PRELOAD=\"$LD_PRELOAD:libm.so.6\"; echo \"OUTER=$LD_PRELOAD JOB=$COLOC_JOB\"; "
+                         "srun --coloc=off bash -c 'echo \"INNER=$LD_PRELOAD JOB=$COLOC_JOB LIMIT=$COLOC_MEM_LIMIT\"'"},
+                        e);
+  REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
+  JobInfo j = c.wait_job_done(b.id, 60s);
+  REQUIRE_MESSAGE(j.state == "COMPLETED", job_text(c, b));
+  const std::string out = b.out();
+  CHECK_MESSAGE(out.find("OUTER=" + shared().plugin().so.substr(0, shared().plugin().so.rfind('/')) +
+                         "/libcoloc.so:libm.so.6 JOB=slurm-" + std::to_string(b.id)) != std::string::npos,
+                job_text(c, b));
+  CHECK_MESSAGE(out.find("INNER=libm.so.6 JOB= LIMIT=\n") != std::string::npos, job_text(c, b));
 }
 
 TEST_CASE("slurm+coloc: a job of a user other than root: its anchor and processes are that user's, a refused priority is lowered once, and the report names the user") {
