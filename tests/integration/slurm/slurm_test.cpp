@@ -529,6 +529,26 @@ TEST_CASE("slurm+coloc: --coloc=off runs the step without coloc") {
   CHECK_MESSAGE(out.find("INNER=libm.so.6 JOB= LIMIT=\n") != std::string::npos, job_text(c, b));
 }
 
+TEST_CASE("slurm+coloc: a job array's tasks are coloc jobs slurm-<arrayjobid>_<taskid>") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  SlurmCluster& c = shared().coloc();
+  coloc::test::e2e::Node& n = shared().node();
+  Env e = shared().job_env();
+  BatchJob b = c.sbatch({"--array=1-2", "--coloc-mem=1GiB", "-J", unique_name("array"), "--wrap",
+                         "echo \"JOB=$COLOC_JOB\""},
+                        e);
+  REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
+  for (const char* task : {"1", "2"}) {
+    const std::string id = "slurm-" + std::to_string(b.id) + "_" + task;
+    std::string seen;
+    json rep = final_report(n, id, &seen, 60s);
+    REQUIRE_MESSAGE(rep.is_object(), id, ": ", seen, "\n", c.logs());
+    CHECK(rep["job"] == id);
+    CHECK(rep["limit"] == 1 * GiB);
+    CHECK(rep["exit_status"] == 0);
+  }
+}
+
 TEST_CASE("slurm+coloc: a job of a user other than root: its anchor and processes are that user's, a refused priority is lowered once, and the report names the user") {
   if (slurm_skip() || shared().no_plugin()) return;
   SlurmCluster& c = shared().coloc();
