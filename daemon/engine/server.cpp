@@ -792,7 +792,7 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   c.pages->close_fds();  // sent (or dup'ed into the queue); the mappings keep the pages
   log::limited(lg, spdlog::level::info, "register uid " + std::to_string(c.uid()),
            "{} registered{}{} as job {} (limit {}, priority {}, on full: {}){}", c.describe(),
-           resume ? " again" : "", spec.anchor ? " (the job's anchor: coloc run)" : "", job.key.str(),
+           resume ? " again" : "", spec.anchor ? " (the job's anchor)" : "", job.key.str(),
            job.limit == broker::kNoLimit ? std::string("none") : std::to_string(job.limit) + " bytes",
            proto::priority_name(job.priority), job.on_full == proto::OnFull::kWait ? "wait" : "fail",
            m.h.version < proto::kVersion ? " [protocol v" + std::to_string(m.h.version) + "]" : "");

@@ -128,7 +128,7 @@ TEST_CASE("e2e: coloc run registers its anchor again after a colocd restart and 
   REQUIRE_MESSAGE(wait_until([&] {
     const std::string log = n.log();
     json j = n.job(id);
-    return log.find("registered again (the job's anchor: coloc run) as job") != std::string::npos && !j.is_null() &&
+    return log.find("registered again (the job's anchor) as job") != std::string::npos && !j.is_null() &&
            j["pids"].size() == 1;
   }, 30s, 10ms), n.log());
   write_file(n.file("s1-go"), "");
@@ -167,7 +167,7 @@ TEST_CASE("e2e: a colocd restart between two steps of a coloc run keeps the job,
   }, 20s, 5ms));
   n.kill_daemon();
   n.start_daemon();
-  REQUIRE_MESSAGE(wait_until([&] { return n.log().find("registered again (the job's anchor: coloc run) as job") != std::string::npos; },
+  REQUIRE_MESSAGE(wait_until([&] { return n.log().find("registered again (the job's anchor) as job") != std::string::npos; },
                              30s, 10ms),
                   n.log());
   write_file(n.file("s2-go"), "");
