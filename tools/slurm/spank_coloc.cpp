@@ -12,9 +12,9 @@
 //       init_post_opt: starts the job's anchor, `coloc anchor`, as the job's user, detached from
 //           the step (double fork, own session) so that the step's signals are not its; it holds
 //           the coloc job until this slurmstepd ends (the until-pipe's write end lives here,
-//           close-on-exec). Every step anchors: a job's steps that overlap (sbatch and its srun
-//           steps; the extern step under PrologFlags=contain) are one coloc job, as colocd counts
-//           a job's anchors.
+//           close-on-exec). Every step but the extern one anchors (PrologFlags=contain's extern
+//           step sees none of the job's options): a job's steps that overlap (sbatch and its srun
+//           steps) are one coloc job, as colocd counts a job's anchors.
 //       task_init: in each task, just before exec, as the user: LD_PRELOAD (libcoloc.so added
 //           once, in front), COLOC_JOB, COLOC_STEP, COLOC_SOCKET, COLOC_MEM_LIMIT, COLOC_PRIORITY,
 //           COLOC_ON_FULL (and COLOC_REQUIRE_DAEMON=1 with required=1); COLOC_PRIORITY is the one
@@ -468,6 +468,14 @@ int remote_init_post_opt(spank_t sp) {
   if (g_config.broken) return 0;
   if (!plan_step(sp)) {
     slurm_error("coloc: cannot read the job's id or step; coloc does nothing for this step");
+    return 0;
+  }
+  if (g_step.label == "extern") {
+    // PrologFlags=contain's extern step: Slurm gives it none of the job's options (nor its
+    // SLURM_SHARDS_ON_NODE), and it starts first: its anchor would make the coloc job with no
+    // limit, priority normal and no command, and the job's own steps could not change that. The
+    // job's steps anchor it instead; the extern step's processes (pam_slurm_adopt's) are left alone.
+    slurm_verbose("coloc: job %s: the extern step does not anchor the job", g_step.job.c_str());
     return 0;
   }
   if (g_opt.off) {

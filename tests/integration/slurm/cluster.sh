@@ -10,6 +10,7 @@
 # PLUGSTACK_FILE means an empty plugstack.conf in DIR. start waits until the node is idle (20 s at
 # most); on failure it prints the tails of the logs, stops what it started and exits non-zero.
 # Its last line is `export SLURM_CONF=DIR/slurm.conf` for a human (or `eval "$(... | tail -1)"`).
+# CLUSTER_EXTRA_CONF, when set, is appended to slurm.conf (lines such as PrologFlags=contain).
 # With CLUSTER_OWNER_PID set, a watchdog stops the cluster when that process ends (a test binary
 # that crashed or was killed leaves no daemons behind; its DIR stays).
 #
@@ -229,6 +230,8 @@ SchedulerParameters=sched_min_interval=0,batch_sched_delay=0
 NodeName=$host NodeAddr=127.0.0.1 CPUs=8 Gres=gpu:1,shard:8 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
+  # More slurm.conf lines from the caller (e.g. PrologFlags=contain).
+  if [ -n "${CLUSTER_EXTRA_CONF:-}" ]; then printf '%s\n' "$CLUSTER_EXTRA_CONF" >>"$dir/slurm.conf"; fi
   cat >"$dir/gres.conf" <<EOF
 # Written by tests/integration/slurm/cluster.sh
 NodeName=$host Name=gpu File=$dir/dev/nvidia0

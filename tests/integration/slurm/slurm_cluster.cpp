@@ -116,13 +116,15 @@ size_t count_of(const std::string& hay, const std::string& needle) {
   return n;
 }
 
-SlurmCluster::SlurmCluster(const std::string& plugstack, const std::string& tag) : dir_("coloc-" + tag) {
+SlurmCluster::SlurmCluster(const std::string& plugstack, const std::string& tag, const std::string& extra_conf)
+    : dir_("coloc-" + tag) {
   conf_ = dir_ / "slurm.conf";
   plugstack_path_ = dir_ / "plugstack.conf";
   write_file(plugstack_path_, plugstack);
   Env e;
   // The watchdog stops the daemons if this binary dies before it stops them.
   e.set("CLUSTER_OWNER_PID", std::to_string(::getpid()));
+  if (!extra_conf.empty()) e.set("CLUSTER_EXTRA_CONF", extra_conf);
   const auto t0 = std::chrono::steady_clock::now();
   ProcResult r = run({"bash", cluster_script(), "start", dir_.path(), plugstack_path_}, e, 40s);
   start_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

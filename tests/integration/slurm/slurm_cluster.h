@@ -49,9 +49,11 @@ struct BatchJob {
 
 class SlurmCluster {
  public:
-  /// Starts a cluster whose PlugStackConfig is a file holding `plugstack` (may be empty); FAILs
+  /// Starts a cluster whose PlugStackConfig is a file holding `plugstack` (may be empty), with
+  /// `extra_conf` (lines) appended to its slurm.conf; FAILs
   /// the test (REQUIRE) with the daemons' logs when it does not come up within 20 s.
-  explicit SlurmCluster(const std::string& plugstack = "", const std::string& tag = "slurm");
+  explicit SlurmCluster(const std::string& plugstack = "", const std::string& tag = "slurm",
+                        const std::string& extra_conf = "");
   ~SlurmCluster();
   SlurmCluster(const SlurmCluster&) = delete;
   SlurmCluster& operator=(const SlurmCluster&) = delete;

@@ -529,6 +529,28 @@ TEST_CASE("slurm+coloc: --coloc=off runs the step without coloc") {
   CHECK_MESSAGE(out.find("INNER=libm.so.6 JOB= LIMIT=\n") != std::string::npos, job_text(c, b));
 }
 
+TEST_CASE("slurm+coloc: with PrologFlags=contain a job's coloc job has its options (the extern step, which sees none, does not anchor it)") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  coloc::test::e2e::Node& n = shared().node();
+  Env e = shared().job_env();
+  SlurmCluster c(shared().plugstack_line(n.socket(), true), "slurm-contain", "PrologFlags=contain");
+  const std::string name = unique_name("contain");
+  BatchJob b = c.sbatch({"--gres=shard:2", "--coloc-mem=5GiB", "--coloc-priority=best-effort", "-J", name, "--wrap",
+                         "exec " + train(kBertBase, "--iters 2")},
+                        e);
+  REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
+  JobInfo j = c.wait_job_done(b.id, 60s);
+  CHECK_MESSAGE(j.state == "COMPLETED", job_text(c, b), c.logs());
+  std::string seen;
+  json rep = final_report(n, "slurm-" + std::to_string(b.id), &seen);
+  REQUIRE_MESSAGE(rep.is_object(), seen, "\n", n.log());
+  CHECK_MESSAGE(rep["limit"] == 5 * GiB, rep.dump(1));
+  CHECK(rep["priority"] == "best-effort");
+  CHECK(rep["command"] == "sbatch " + name);
+  // The process joined a job of its own limit (not one an option-less anchor made first).
+  CHECK_MESSAGE(b.err().find("is lower than the limit of job") == std::string::npos, job_text(c, b));
+}
+
 TEST_CASE("slurm+coloc: a job array's tasks are coloc jobs slurm-<arrayjobid>_<taskid>") {
   if (slurm_skip() || shared().no_plugin()) return;
   SlurmCluster& c = shared().coloc();
