@@ -427,7 +427,8 @@ void start_anchor(spank_t sp) {
   }
   while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
   }
-  // coloc anchor registers within its own timeouts (connect 2 s, answer 10 s).
+  // coloc anchor answers within its own timeouts (connect 10 s while colocd's listen queue is
+  // full, answer 10 s): a stalled colocd delays the step by 10 s, 15 s at most (docs/slurm.md).
   read_answer(ready[0], 15000);
   ::close(ready[0]);
   if (g_step.anchor == Step::Anchor::kError) {
