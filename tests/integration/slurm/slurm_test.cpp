@@ -581,10 +581,16 @@ TEST_CASE("slurm+coloc: a job of a user other than root: its anchor and processe
   // the cluster's directory (0700: made traversable). The task reads colocd's status while the
   // step, and so its anchor, runs.
   ::chmod(c.dir().c_str(), 0711);
+  // simgpu's shared device state (colocd made it, as root) is opened by every CUDA process.
+  const std::filesystem::path sim = std::filesystem::path(n.socket()).parent_path().parent_path() / "simgpu";
+  ::chmod(sim.c_str(), 01777);
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(sim, ec)) ::chmod(f.path().c_str(), 0666);
   const std::string status = build_path("bin/coloc") + " --socket " + n.socket() + " status --json";
-  ProcResult r = c.srun({"--uid=65534", "--gid=65534", "--chdir=/", "--coloc-mem=1GiB", "--coloc-priority=high",
-                         "bash", "-c",
-                         "echo JOBID=$SLURM_JOB_ID; echo UID=$(id -u) PRIO=$COLOC_PRIORITY; " + status},
+  ProcResult r = c.srun({"--uid=65534", "--gid=65534", "--chdir=/", "--gres=shard:2", "--coloc-mem=4GiB",
+                         "--coloc-priority=high", "bash", "-c",
+                         "echo JOBID=$SLURM_JOB_ID; echo UID=$(id -u) PRIO=$COLOC_PRIORITY; " +
+                             train(kBertBase, "--iters 2") + " >/dev/null || exit 9; " + status},
                         e, 30s);
   REQUIRE_MESSAGE(r.exit_code == 0, describe(r), c.logs());
   const long id = printed_job_id(r.out);
@@ -603,7 +609,7 @@ TEST_CASE("slurm+coloc: a job of a user other than root: its anchor and processe
   REQUIRE_MESSAGE(mine.is_object(), describe(r));
   CHECK(mine["uid"] == 65534);
   CHECK(mine["priority"] == "normal");
-  CHECK(mine["limit"] == 1 * GiB);
+  CHECK(mine["limit"] == 4 * GiB);
 
   std::string seen;
   json rep = final_report(n, job, &seen);
@@ -611,6 +617,11 @@ TEST_CASE("slurm+coloc: a job of a user other than root: its anchor and processe
   CHECK(rep["uid"] == 65534);
   CHECK(rep["priority"] == "normal");
   CHECK(rep["exit_status"] == 0);
+  // coloc-train, as nobody, joined the anchor's job.
+  REQUIRE_MESSAGE(rep["processes"].size() == 1, rep.dump(1));
+  CHECK(rep["processes"][0]["step"] == "0");
+  REQUIRE(rep["devices"].size() == 1);
+  CHECK(rep["devices"][0]["peak"].get<uint64_t>() > 0);
 }
 
 TEST_CASE("slurm+coloc: colocd down: required=0 runs the step with a warning, required=1 refuses it and says why") {
