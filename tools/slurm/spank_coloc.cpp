@@ -272,14 +272,24 @@ std::string step_label(uint32_t stepid) {
   }
 }
 
+/// The job's (or, in task_init, the task's) variable `name` ("" when unset), whatever its length.
+std::string task_getenv(spank_t sp, const char* name) {
+  std::vector<char> buf(4096);
+  for (;;) {
+    const spank_err_t rc = spank_getenv(sp, name, buf.data(), int(buf.size()));
+    if (rc == ESPANK_SUCCESS) return std::string(buf.data());
+    if (rc != ESPANK_NOSPACE || buf.size() >= (1u << 20)) return "";
+    buf.resize(buf.size() * 4);
+  }
+}
+
 /// The step's command for the report (and the job's fingerprint in colocd's run history): its
 /// argv, joined and made printable; for the batch step, whose argv is a copy of the script in
 /// slurmd's spool (a new path for every job), "sbatch " and the job's name.
 std::string step_command(spank_t sp) {
   if (g_step.label == "batch") {
-    char name[256] = {0};
-    if (spank_getenv(sp, "SLURM_JOB_NAME", name, sizeof name) == ESPANK_SUCCESS && name[0])
-      return printable(std::string("sbatch ") + name);
+    const std::string name = task_getenv(sp, "SLURM_JOB_NAME");  // any length (printable() cuts it)
+    if (!name.empty()) return printable("sbatch " + name);
   }
   int argc = 0;
   char** argv = nullptr;
@@ -521,17 +531,6 @@ std::string without_preload(const std::string& current, const std::string& lib) 
     pos = end + 1;
   }
   return out;
-}
-
-/// The task's variable `name` ("" when unset), whatever its length.
-std::string task_getenv(spank_t sp, const char* name) {
-  std::vector<char> buf(4096);
-  for (;;) {
-    const spank_err_t rc = spank_getenv(sp, name, buf.data(), int(buf.size()));
-    if (rc == ESPANK_SUCCESS) return std::string(buf.data());
-    if (rc != ESPANK_NOSPACE || buf.size() >= (1u << 20)) return "";
-    buf.resize(buf.size() * 4);
-  }
 }
 
 /// The variables task_init sets.

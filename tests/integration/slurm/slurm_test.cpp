@@ -556,9 +556,9 @@ TEST_CASE("slurm+coloc: a job array's tasks are coloc jobs slurm-<arrayjobid>_<t
   SlurmCluster& c = shared().coloc();
   coloc::test::e2e::Node& n = shared().node();
   Env e = shared().job_env();
-  BatchJob b = c.sbatch({"--array=1-2", "--coloc-mem=1GiB", "-J", unique_name("array"), "--wrap",
-                         "echo \"JOB=$COLOC_JOB\""},
-                        e);
+  // A job name longer than 255 characters: the report's command is still "sbatch NAME" (cut).
+  const std::string name = unique_name("array") + std::string(300, 'n');
+  BatchJob b = c.sbatch({"--array=1-2", "--coloc-mem=1GiB", "-J", name, "--wrap", "echo \"JOB=$COLOC_JOB\""}, e);
   REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
   for (const char* task : {"1", "2"}) {
     const std::string id = "slurm-" + std::to_string(b.id) + "_" + task;
@@ -568,6 +568,7 @@ TEST_CASE("slurm+coloc: a job array's tasks are coloc jobs slurm-<arrayjobid>_<t
     CHECK(rep["job"] == id);
     CHECK(rep["limit"] == 1 * GiB);
     CHECK(rep["exit_status"] == 0);
+    CHECK_MESSAGE(rep["command"].get<std::string>().rfind("sbatch " + name.substr(0, 40), 0) == 0, rep.dump(1));
   }
 }
 
