@@ -16,7 +16,7 @@
 //           step sees none of the job's options): a job's steps that overlap (sbatch and its srun
 //           steps) are one coloc job, as colocd counts a job's anchors.
 //       task_init: in each task, just before exec, as the user: LD_PRELOAD (libcoloc.so added
-//           once, in front), COLOC_JOB, COLOC_STEP, COLOC_SOCKET, COLOC_MEM_LIMIT, COLOC_PRIORITY,
+//           once, in front; any other copy of libcoloc.so removed), COLOC_JOB, COLOC_STEP, COLOC_SOCKET, COLOC_MEM_LIMIT, COLOC_PRIORITY,
 //           COLOC_ON_FULL (and COLOC_REQUIRE_DAEMON=1 with required=1); COLOC_PRIORITY is the one
 //           colocd granted the anchor. Messages for the user go to the task's own stderr, from its
 //           local task 0. With --coloc=off: no anchor, and a task that inherits this job's coloc
@@ -506,20 +506,17 @@ int remote_init_post_opt(spank_t sp) {
   return 0;
 }
 
-/// LD_PRELOAD with `lib` in front, unless it is there already (an sbatch script's inner srun
-/// inherits its batch step's).
-std::string with_preload(const std::string& current, const std::string& lib) {
-  size_t pos = 0;
-  while (pos <= current.size()) {
-    size_t end = current.find_first_of(": ", pos);
-    if (end == std::string::npos) end = current.size();
-    if (current.compare(pos, end - pos, lib) == 0) return current;
-    pos = end + 1;
-  }
-  return current.empty() ? lib : lib + ":" + current;
+/// Whether an LD_PRELOAD entry is `lib` or another copy of libcoloc.so (another install's, a
+/// `coloc run` the job was submitted from): two copies in one process would each count the
+/// process's memory against the job's limit.
+bool is_coloc_lib(const std::string& entry, const std::string& lib) {
+  if (entry == lib) return true;
+  const size_t slash = entry.rfind('/');
+  const std::string base = slash == std::string::npos ? entry : entry.substr(slash + 1);
+  return base == "libcoloc.so" || base.rfind("libcoloc.so.", 0) == 0;
 }
 
-/// LD_PRELOAD without `lib` (each of its entries, separated by ':' or ' ').
+/// LD_PRELOAD without `lib` and any other libcoloc.so (entries separated by ':' or ' ').
 std::string without_preload(const std::string& current, const std::string& lib) {
   std::string out;
   size_t pos = 0;
@@ -527,10 +524,17 @@ std::string without_preload(const std::string& current, const std::string& lib) 
     size_t end = current.find_first_of(": ", pos);
     if (end == std::string::npos) end = current.size();
     const std::string entry = current.substr(pos, end - pos);
-    if (!entry.empty() && entry != lib) out += (out.empty() ? "" : ":") + entry;
+    if (!entry.empty() && !is_coloc_lib(entry, lib)) out += (out.empty() ? "" : ":") + entry;
     pos = end + 1;
   }
   return out;
+}
+
+/// LD_PRELOAD with `lib` in front, once, and no other libcoloc.so (an sbatch script's inner srun
+/// inherits its batch step's; a job submitted from `coloc run` brings that one's).
+std::string with_preload(const std::string& current, const std::string& lib) {
+  const std::string rest = without_preload(current, lib);
+  return rest.empty() ? lib : lib + ":" + rest;
 }
 
 /// The variables task_init sets.

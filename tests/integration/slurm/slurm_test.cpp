@@ -485,6 +485,9 @@ TEST_CASE("slurm+coloc: an srun inside a batch job preloads libcoloc.so exactly 
   if (slurm_skip() || shared().no_plugin()) return;
   SlurmCluster& c = shared().coloc();
   Env e = shared().job_env();
+  // Submitted with another libcoloc.so preloaded (another install's, a `coloc run`'s): it goes,
+  // since two copies would each count the job's memory. ld.so would say so if it stayed (no such file).
+  e.set("LD_PRELOAD", "/nonexistent/other/libcoloc.so");
   const std::string name = unique_name("inner");
   BatchJob b = c.sbatch({"--gres=shard:1", "--coloc-mem=1GiB", "-J", name, "--wrap",
                          "echo \"OUTER=$LD_PRELOAD\"; srun bash -c 'echo \"INNER=$LD_PRELOAD\"'"},
@@ -501,6 +504,8 @@ TEST_CASE("slurm+coloc: an srun inside a batch job preloads libcoloc.so exactly 
   };
   CHECK_MESSAGE(count_of(line("OUTER"), "libcoloc.so") == 1, line("OUTER"));
   CHECK_MESSAGE(count_of(line("INNER"), "libcoloc.so") == 1, line("INNER"));
+  CHECK_MESSAGE(out.find("/nonexistent/") == std::string::npos, out);
+  CHECK_MESSAGE(b.err().find("cannot be preloaded") == std::string::npos, job_text(c, b));
 }
 
 TEST_CASE("slurm+coloc: --coloc=off runs the step without coloc") {
