@@ -573,7 +573,10 @@ int remote_task_init(spank_t sp) {
   spank_setenv(sp, "COLOC_JOB", g_step.job.c_str(), 1);
   spank_setenv(sp, "COLOC_STEP", g_step.label.c_str(), 1);
   spank_setenv(sp, "COLOC_SOCKET", g_config.socket.c_str(), 1);
+  // No limit: none inherited either (a job submitted from a `coloc run --mem` shell, or from
+  // another job's step, has its COLOC_MEM_LIMIT).
   if (g_step.limit > 0) spank_setenv(sp, "COLOC_MEM_LIMIT", std::to_string(g_step.limit).c_str(), 1);
+  else spank_unsetenv(sp, "COLOC_MEM_LIMIT");
   // The priority colocd granted, when it lowered the one asked for: each process asking again for
   // the refused one would be lowered again, and warn again.
   const std::string priority = !g_step.granted.empty() ? g_step.granted
@@ -582,6 +585,7 @@ int remote_task_init(spank_t sp) {
   spank_setenv(sp, "COLOC_PRIORITY", priority.c_str(), 1);
   spank_setenv(sp, "COLOC_ON_FULL", g_opt.on_full.empty() ? "wait" : g_opt.on_full.c_str(), 1);
   if (g_config.required) spank_setenv(sp, "COLOC_REQUIRE_DAEMON", "1", 1);
+  else spank_unsetenv(sp, "COLOC_REQUIRE_DAEMON");
   if (!speaker) return 0;
   for (const std::string& n : g_step.notes) write_all(2, "coloc: warning: " + n + "\n");
   if (g_step.anchor == Step::Anchor::kError)

@@ -508,6 +508,19 @@ TEST_CASE("slurm+coloc: an srun inside a batch job preloads libcoloc.so exactly 
   CHECK_MESSAGE(b.err().find("cannot be preloaded") == std::string::npos, job_text(c, b));
 }
 
+TEST_CASE("slurm+coloc: a job with no limit drops a COLOC_MEM_LIMIT it was submitted with") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  SlurmCluster& c = shared().coloc();
+  Env e = shared().job_env();
+  e.set("COLOC_MEM_LIMIT", "1048576");  // from a `coloc run --mem 1MiB` shell, say
+  e.set("COLOC_JOB", "mine");
+  // No --coloc-mem and no shards: no limit.
+  ProcResult r = c.srun({"bash", "-c", "echo \"LIMIT=$COLOC_MEM_LIMIT JOB=$COLOC_JOB\"; echo JOBID=$SLURM_JOB_ID"}, e, 30s);
+  REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
+  CHECK_MESSAGE(r.out.find("LIMIT= JOB=slurm-" + std::to_string(printed_job_id(r.out)) + "\n") != std::string::npos,
+                describe(r));
+}
+
 TEST_CASE("slurm+coloc: --coloc=off runs the step without coloc") {
   if (slurm_skip() || shared().no_plugin()) return;
   SlurmCluster& c = shared().coloc();
