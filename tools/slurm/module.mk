@@ -23,4 +23,12 @@ $(SPANK_PLUGIN): $(SPANK_OBJ)
 	$(Q)$(CXX) -shared -Wl,-soname,spank_coloc.so -static-libstdc++ -static-libgcc -o $@ $^
 
 PRODUCTS += $(SPANK_PLUGIN)
+
+# What the plugin costs a step, and scancel to report, on a live single-node Slurm (skips without
+# Slurm or root).
+.PHONY: bench-slurm
+bench-slurm: $(PRODUCTS) $(BUILD)/bin/coloc-train $(BUILD)/sim/libcuda.so.1
+	$(call say,BENCH,slurm)
+	$(Q)tests/bench/slurm_bench.sh $(BUILD) $(BUILD)/bench/slurm.json
+BENCHES += bench-slurm
 endif
