@@ -87,7 +87,8 @@ struct Config {
   uint64_t mem_per_shard = 0;  ///< bytes; 0 = none
   bool required = false;
   bool allow_off = true;
-  bool broken = false;  ///< a malformed argument: the plugin does nothing
+  bool broken = false;  ///< a malformed argument: the plugin does nothing (refuses GPU steps with required=1)
+  std::string error;    ///< the first malformed argument and what is wrong with it
 };
 
 /// The user's options, as given (validated by their callback).
@@ -103,6 +104,8 @@ struct Options {
 /// What this slurmstepd knows of the job and its anchor (remote context only).
 struct Step {
   bool active = false;  ///< coloc applies to this step
+  bool gpu = false;     ///< the step has a GPU here (gpu or shard GRES), or asked for coloc (--coloc-*)
+  bool lib_ok = true;   ///< lib= is there to preload
   std::string job;      ///< slurm-<jobid> or slurm-<arrayjobid>_<taskid>
   std::string label;    ///< batch, extern, interactive, or the step number
   uint64_t limit = 0;   ///< bytes; 0 = none
@@ -122,6 +125,10 @@ Step g_step;
 /// The exit status of a task refused for want of colocd (required=1): as a shell's for a command
 /// found but not run.
 constexpr int kRefusedExit = 126;
+
+/// The smallest --coloc-mem: one CUDA context as libcoloc.so counts it (COLOC_CONTEXT_BYTES's
+/// default, tools/coloc/run_plan.h kDefaultContextBytes).
+constexpr uint64_t kMinLimit = 512ull << 20;
 
 enum OptionId { kOptMem = 1, kOptPriority, kOptOnFull, kOptWeight, kOptColoc };
 
@@ -167,7 +174,13 @@ std::string check_option(int id, const char* arg, Options* into) {
     case kOptMem: {
       coloc::SizeParse s = coloc::parse_size(v);
       if (!s) return "--coloc-mem=" + printable(v) + ": " + s.error + " (e.g. --coloc-mem=20G)";
-      if (*s.bytes == 0) return "--coloc-mem=" + printable(v) + ": the limit must be above 0";
+      // Below what coloc counts for one CUDA context (libcoloc.so's COLOC_CONTEXT_BYTES default,
+      // 512 MiB) no CUDA job can run: most likely a unit left out ("20" is 20 bytes).
+      if (*s.bytes < kMinLimit) {
+        const bool bare = v.find_first_not_of("0123456789") == std::string::npos;
+        return "--coloc-mem=" + printable(v) + ": less than one CUDA context (512 MiB), which coloc counts for every " +
+               "process" + (bare ? "; a size without a unit is bytes (did you mean " + printable(v) + "G?)" : "");
+      }
       into->mem = *s.bytes;
       into->mem_text = v;
       return "";
@@ -256,6 +269,7 @@ void parse_args(int ac, char** av) {
     if (!err.empty()) {
       slurm_error("coloc: plugstack.conf: '%s': %s; coloc does nothing for this job", printable(a).c_str(),
                   err.c_str());
+      if (!g_config.broken) g_config.error = "plugstack.conf's '" + printable(a) + "': " + err;
       g_config.broken = true;
     }
   }
@@ -283,17 +297,39 @@ std::string task_getenv(spank_t sp, const char* name) {
   }
 }
 
+/// The last non-empty line of the file at `path` (its first 64 KiB), "" when unreadable.
+std::string last_line(const char* path) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while (text.size() < (64u << 10) && ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)))
+    if (n > 0) text.append(buf, size_t(n));
+  ::close(fd);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+  const size_t nl = text.rfind('\n');
+  return nl == std::string::npos ? text : text.substr(nl + 1);
+}
+
 /// The step's command for the report (and the job's fingerprint in colocd's run history): its
 /// argv, joined and made printable; for the batch step, whose argv is a copy of the script in
 /// slurmd's spool (a new path for every job), "sbatch " and the job's name.
 std::string step_command(spank_t sp) {
-  if (g_step.label == "batch") {
-    const std::string name = task_getenv(sp, "SLURM_JOB_NAME");  // any length (printable() cuts it)
-    if (!name.empty()) return printable("sbatch " + name);
-  }
   int argc = 0;
   char** argv = nullptr;
-  if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || argc <= 0 || !argv) return "";
+  const bool have_argv = spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && argc > 0 && argv;
+  if (g_step.label == "batch") {
+    const std::string name = task_getenv(sp, "SLURM_JOB_NAME");  // any length (printable() cuts it)
+    // Every `sbatch --wrap` job is named "wrap": its command is the wrapped one, the script's last
+    // line, so that unrelated wrapped commands do not share a run history.
+    if (name == "wrap" && have_argv && argv[0]) {
+      const std::string wrapped = last_line(argv[0]);
+      if (!wrapped.empty()) return printable("sbatch --wrap " + wrapped);
+    }
+    if (!name.empty()) return printable("sbatch " + name);
+  }
+  if (!have_argv) return "";
   std::string cmd;
   for (int i = 0; i < argc && argv[i]; ++i) {
     if (!cmd.empty()) cmd += ' ';
@@ -475,10 +511,33 @@ bool plan_step(spank_t sp) {
   return true;
 }
 
+/// Whether the step has a GPU on this node (Slurm's gpu or shard GRES) or the user asked for
+/// coloc with an option: only such steps are anchored (a CPU-only job gets no coloc job and no
+/// report, and required=1 never refuses it).
+bool gpu_step(spank_t sp) {
+  if (g_opt.mem > 0 || !g_opt.priority.empty() || !g_opt.on_full.empty() || !g_opt.weight.empty()) return true;
+  for (const char* v : {"SLURM_GPUS_ON_NODE", "SLURM_SHARDS_ON_NODE"}) {
+    const std::string n = task_getenv(sp, v);
+    if (!n.empty() && n != "0") return true;
+  }
+  return false;
+}
+
 int remote_init_post_opt(spank_t sp) {
-  if (g_config.broken) return 0;
+  if (g_config.broken && !g_config.required) return 0;
   if (!plan_step(sp)) {
     slurm_error("coloc: cannot read the job's id or step; coloc does nothing for this step");
+    return 0;
+  }
+  g_step.gpu = gpu_step(sp);
+  if (g_config.broken) {
+    // required=1 with a malformed argument: fail closed, for GPU steps (a typo must not run GPU
+    // jobs outside coloc where the site requires it).
+    if (!g_step.gpu) return 0;
+    g_step.active = true;
+    g_step.lib_ok = false;
+    g_step.anchor = Step::Anchor::kError;
+    g_step.why = g_config.error;
     return 0;
   }
   if (g_step.label == "extern") {
@@ -496,7 +555,24 @@ int remote_init_post_opt(spank_t sp) {
     return 0;
   }
   g_step.active = true;
+  g_step.lib_ok = ::access(g_config.lib.c_str(), R_OK) == 0;
+  if (!g_step.lib_ok) {
+    // Preloading a library that is not there only fills the task's stderr with ld.so errors.
+    g_step.anchor = Step::Anchor::kError;
+    g_step.why = "there is no libcoloc.so at " + g_config.lib + " (plugstack.conf's lib=)";
+    if (g_step.gpu) slurm_error("coloc: job %s: %s", g_step.job.c_str(), g_step.why.c_str());
+    return 0;
+  }
+  if (!g_step.gpu) {
+    slurm_verbose("coloc: job %s step %s: no GPU here: not anchored", g_step.job.c_str(), g_step.label.c_str());
+    return 0;
+  }
   start_anchor(sp);
+  // The anchor's sentence for `coloc run` users names COLOC_SOCKET and --socket; here it is the
+  // plugin's socket= that says where colocd is.
+  const std::string cli_hint = "set COLOC_SOCKET or --socket";
+  if (size_t at = g_step.why.find(cli_hint); at != std::string::npos)
+    g_step.why.replace(at, cli_hint.size(), "plugstack.conf's socket= says where it is");
   if (g_step.anchor == Step::Anchor::kError)
     slurm_error("coloc: job %s step %s: no coloc job: %s", g_step.job.c_str(), g_step.label.c_str(),
                 g_step.why.c_str());
@@ -561,13 +637,18 @@ int remote_task_init(spank_t sp) {
   int local_task = 0;
   if (spank_get_item(sp, S_TASK_ID, &local_task) != ESPANK_SUCCESS) local_task = 0;
   const bool speaker = local_task == 0;  // messages once per node, from local task 0
-  if (g_step.anchor == Step::Anchor::kError && g_config.required) {
+  if (g_step.anchor == Step::Anchor::kError && g_config.required && g_step.gpu) {
     // Refused here, in the task's own process just before its exec: returning an error would do
     // only for a plugin listed as `required` in plugstack.conf (Slurm ignores an `optional` one's
     // failure, and runs the task anyway).
     write_all(2, "coloc: " + g_step.job + ": colocd is required on this cluster, and " + g_step.why +
                      "; the step is refused (ask the admin to check colocd on this node: coloc doctor)\n");
     ::_exit(kRefusedExit);
+  }
+  if (!g_step.lib_ok) {
+    if (speaker && g_step.gpu)
+      write_all(2, "coloc: warning: " + g_step.job + ": " + g_step.why + "; the job runs without coloc\n");
+    return 0;
   }
   spank_setenv(sp, "LD_PRELOAD", with_preload(task_getenv(sp, "LD_PRELOAD"), g_config.lib).c_str(), 1);
   spank_setenv(sp, "COLOC_JOB", g_step.job.c_str(), 1);
@@ -588,9 +669,14 @@ int remote_task_init(spank_t sp) {
   else spank_unsetenv(sp, "COLOC_REQUIRE_DAEMON");
   if (!speaker) return 0;
   for (const std::string& n : g_step.notes) write_all(2, "coloc: warning: " + n + "\n");
-  if (g_step.anchor == Step::Anchor::kError)
-    write_all(2, "coloc: warning: " + g_step.job + ": " + g_step.why +
-                     "; the job runs without colocd (its --coloc-mem limit still holds in each process)\n");
+  if (g_step.anchor == Step::Anchor::kError && g_step.gpu) {
+    char limit[32];
+    write_all(2, "coloc: warning: " + g_step.job + ": " + g_step.why + "; the job runs without colocd" +
+                     (g_step.limit > 0 ? std::string(" (each process still holds its limit of ") +
+                                             coloc::format_size(g_step.limit, limit, sizeof limit) + ")"
+                                       : std::string()) +
+                     "\n");
+  }
   else if (g_step.anchor == Step::Anchor::kBusy)
     write_all(2, "coloc: warning: " + g_step.job + ": " + g_step.why +
                      "; the job starts, and its GPU work waits for colocd\n");

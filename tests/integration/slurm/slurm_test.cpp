@@ -479,6 +479,29 @@ TEST_CASE("slurm+coloc: a bad --coloc-mem is refused at submission, by srun and 
   CHECK_MESSAGE(b.submit.err.find("coloc") != std::string::npos, describe(b.submit));
   const std::vector<long> queued = c.jobs_named(name);
   CHECK_MESSAGE(queued.empty(), queued.size(), " job(s) named ", name);
+
+  // A size without a unit is bytes: below one CUDA context it is refused, with the likely meaning.
+  r = c.srun({"-J", name, "--coloc-mem=20", "bash", "-c", "echo ran"}, e, 30s);
+  CHECK_MESSAGE(r.exit_code != 0, describe(r));
+  CHECK_MESSAGE(r.out.find("ran") == std::string::npos, describe(r));
+  CHECK_MESSAGE(r.err.find("did you mean 20G?") != std::string::npos, describe(r));
+  CHECK(c.jobs_named(name).empty());
+}
+
+TEST_CASE("slurm+coloc: an sbatch --wrap job's command is the wrapped one, so wrapped commands do not share a history") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  SlurmCluster& c = shared().coloc();
+  coloc::test::e2e::Node& n = shared().node();
+  Env e = shared().job_env();
+  const std::string cmd = train(kBertBase, "--iters 2");
+  BatchJob b = c.sbatch({"--coloc-mem=6GiB", "--wrap", cmd}, e);  // no -J: Slurm names it "wrap"
+  REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
+  JobInfo j = c.wait_job_done(b.id, 60s);
+  CHECK_MESSAGE(j.state == "COMPLETED", job_text(c, b));
+  std::string seen;
+  json rep = final_report(n, "slurm-" + std::to_string(b.id), &seen);
+  REQUIRE_MESSAGE(rep.is_object(), seen, "\n", n.log());
+  CHECK(rep["command"] == "sbatch --wrap " + cmd);
 }
 
 TEST_CASE("slurm+coloc: an srun inside a batch job preloads libcoloc.so exactly once") {
@@ -671,6 +694,34 @@ TEST_CASE("slurm+coloc: colocd down: required=0 runs the step with a warning, re
   CHECK_MESSAGE(j.state == "FAILED", job_text(c, b));
   CHECK_MESSAGE(b.out().find("ran") == std::string::npos, job_text(c, b));
   CHECK_MESSAGE(b.err().find("colocd is required") != std::string::npos, job_text(c, b), c.logs());
+
+  // A step with a GPU (a shard here) is refused without an option too; a CPU-only step (no GPU
+  // GRES, no --coloc-* option) is not coloc's to refuse, and runs without a word.
+  r = c.srun({"--gres=shard:1", "bash", "-c", "echo ran"}, e, 30s);
+  CHECK_MESSAGE(r.exit_code != 0, describe(r));
+  CHECK_MESSAGE(r.err.find("colocd is required") != std::string::npos, describe(r));
+  r = c.srun({"bash", "-c", "echo ran; echo \"PRELOAD=$LD_PRELOAD\""}, e, 30s);
+  CHECK_MESSAGE(r.exit_code == 0, describe(r), c.logs());
+  CHECK_MESSAGE(r.out.find("ran") != std::string::npos, describe(r));
+  CHECK_MESSAGE(r.err.find("coloc") == std::string::npos, describe(r));
+  CHECK_MESSAGE(r.out.find("libcoloc.so") != std::string::npos, describe(r));  // should it start CUDA after all
+
+  // A malformed plugstack.conf argument with required=1 fails closed for GPU steps, and names it.
+  c.set_plugstack("optional " + shared().plugin().so + " socket=" + socket + " required=1 mem_per_shard=2X\n");
+  r = c.srun({"--gres=shard:1", "bash", "-c", "echo ran"}, e, 30s);
+  CHECK_MESSAGE(r.exit_code != 0, describe(r));
+  CHECK_MESSAGE(r.out.find("ran") == std::string::npos, describe(r));
+  CHECK_MESSAGE(r.err.find("mem_per_shard=2X") != std::string::npos, describe(r));
+
+  // lib= that is not there: no preload (no ld.so errors in every task), a warning; refused with
+  // required=1.
+  c.set_plugstack("optional " + shared().plugin().so + " socket=" + socket + " required=0 lib=" + (nowhere / "libcoloc.so") + "\n");
+  r = c.srun({"--gres=shard:1", "bash", "-c", "echo ran; echo \"PRELOAD=$LD_PRELOAD\""}, e, 30s);
+  CHECK_MESSAGE(r.exit_code == 0, describe(r), c.logs());
+  CHECK_MESSAGE(r.out.find("ran") != std::string::npos, describe(r));
+  CHECK_MESSAGE(r.out.find("libcoloc.so") == std::string::npos, describe(r));
+  CHECK_MESSAGE(r.err.find("ld.so") == std::string::npos, describe(r));
+  CHECK_MESSAGE(r.err.find("no libcoloc.so at") != std::string::npos, describe(r));
 }
 
 }  // TEST_SUITE
