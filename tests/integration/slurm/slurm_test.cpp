@@ -725,3 +725,52 @@ TEST_CASE("slurm+coloc: colocd down: required=0 runs the step with a warning, re
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("slurm") {
+
+TEST_CASE("slurm: without the plugin, deploy/slurm/taskprolog.sh makes each task a process of coloc job slurm-<jobid> with its step and its shards' limit") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  coloc::test::e2e::Node& n = shared().node();
+  Env e = shared().job_env();
+  // The script as a site edits it: the installed libcoloc.so, the node's socket, 2 GiB per shard.
+  TempDir t("coloc-slurm-taskprolog");
+  std::string script = read_file(source_path("deploy/slurm/taskprolog.sh"));
+  auto set = [&](const std::string& key, const std::string& value) {
+    const size_t at = script.find("\n" + key + "=");
+    REQUIRE_MESSAGE(at != std::string::npos, key, " is not a setting of taskprolog.sh");
+    const size_t end = script.find('\n', at + 1);
+    script.replace(at + 1, end - at - 1, key + "=" + value);
+  };
+  const std::string so = shared().plugin().so;
+  set("LIB", so.substr(0, so.rfind('/')) + "/libcoloc.so");
+  set("SOCKET", n.socket());
+  set("MEM_PER_SHARD", std::to_string(2 * GiB));
+  const std::string prolog = t / "taskprolog.sh";
+  write_file(prolog, script);
+  REQUIRE(::chmod(prolog.c_str(), 0755) == 0);
+  REQUIRE(::chmod(t.path().c_str(), 0755) == 0);
+  SlurmCluster c("", "slurm-taskprolog", "TaskProlog=" + prolog);
+
+  const std::string name = unique_name("taskprolog");
+  const std::string wrap = "echo \"B:$COLOC_JOB:$COLOC_STEP:$COLOC_MEM_LIMIT:$LD_PRELOAD\"; "
+                           "srun bash -c 'echo \"S:$COLOC_STEP\"'; exec " + train(kBertBase, "--iters 2");
+  // A user's own setting of the script's names changes nothing (they are not read from the environment).
+  e.set("MEM_PER_SHARD", std::to_string(1000 * GiB));
+  BatchJob b = c.sbatch({"--gres=shard:2", "-J", name, "--wrap", wrap}, e);
+  REQUIRE_MESSAGE(b.id > 0, describe(b.submit));
+  JobInfo j = c.wait_job_done(b.id, 60s);
+  CHECK_MESSAGE(j.state == "COMPLETED", job_text(c, b), c.logs());
+  const std::string id = "slurm-" + std::to_string(b.id);
+  CHECK_MESSAGE(b.out().find("B:" + id + ":batch:" + std::to_string(4 * GiB) + ":" + so.substr(0, so.rfind('/')) +
+                             "/libcoloc.so\n") != std::string::npos,
+                job_text(c, b));
+  CHECK_MESSAGE(b.out().find("S:0\n") != std::string::npos, job_text(c, b));
+  std::string seen;
+  json rep = final_report(n, id, &seen);
+  REQUIRE_MESSAGE(rep.is_object(), seen, "\n", n.log());
+  CHECK(rep["limit"] == 4 * GiB);
+  REQUIRE_MESSAGE(rep["processes"].size() == 1, rep.dump(1));
+  CHECK(rep["processes"][0]["step"] == "batch");
+}
+
+}  // TEST_SUITE
