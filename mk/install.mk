@@ -50,7 +50,8 @@ install: $(BUILD)/bin/coloc $(BUILD)/bin/colocd $(BUILD)/lib/libcoloc.so $(SPANK
 	$(Q)$(INSTALL) -m 0755 '$(BUILD)/bin/coloc' '$(DESTDIR)$(COLOC_BINDIR)/coloc'
 	$(Q)$(INSTALL) -m 0755 '$(BUILD)/bin/colocd' '$(DESTDIR)$(COLOC_SBINDIR)/colocd'
 	$(Q)$(INSTALL) -m 0644 '$(BUILD)/lib/libcoloc.so' '$(DESTDIR)$(COLOC_PKGLIBDIR)/libcoloc.so'
-	$(Q)$(if $(COLOC_SPANK_BUILT),$(INSTALL) -m 0644 '$(COLOC_SPANK_BUILT)' '$(DESTDIR)$(COLOC_PKGLIBDIR)/spank_coloc.so',true)
+	$(Q)$(if $(COLOC_SPANK_BUILT),$(INSTALL) -m 0644 '$(COLOC_SPANK_BUILT)' '$(DESTDIR)$(COLOC_PKGLIBDIR)/spank_coloc.so',\
+	  echo "  note:    no Slurm plugin: it is built where Slurm's headers are (libslurm-dev; COLOC_WITH_SLURM=1 make installs them)")
 	$(Q)sed -e 's|@SBINDIR@|$(COLOC_SBINDIR)|g' deploy/systemd/colocd.service.in > '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service.tmp'
 	$(Q)$(INSTALL) -m 0644 '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service.tmp' '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service'
 	$(Q)rm -f '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service.tmp'
