@@ -1,5 +1,5 @@
 // tools/coloc/anchor_cmd.h — `coloc anchor`: registers a job's anchor for a launcher that is not
-// `coloc run` (the Slurm plugin's slurmstepd, a site's prolog) and holds it until the launcher
+// `coloc run` (the Slurm plugin's slurmstepd; a prolog cannot, as it must exit) and holds it until the launcher
 // says the job ended. docs/slurm.md describes its use.
 #pragma once
 

@@ -506,7 +506,7 @@ int run_cli(int argc, char** argv) {
   // anchor: for launchers other than coloc run (the Slurm plugin); listed last, as it is not for people
   coloc::cli::AnchorOptions anchor_opt;
   CLI::App* anchor_cmd = app.add_subcommand(
-      "anchor", "For launchers (the Slurm plugin, a prolog): hold a job's anchor until --until-fd says it ended");
+      "anchor", "For launchers such as the Slurm plugin: hold a job's anchor until --until-fd says it ended");
   anchor_cmd->add_option("--job", anchor_opt.job, "The job id, used as given (e.g. slurm-1234)")->required();
   anchor_cmd->add_option("--mem", anchor_opt.mem, "The job's memory limit per device (e.g. 20GiB)");
   anchor_cmd->add_option("--priority", anchor_opt.priority, "high, normal (default) or best-effort");
