@@ -6,8 +6,10 @@
 # it needs nothing but glibc. Slurm's spank_* and slurm_* functions come from the process that
 # loads it, so they stay undefined at link time (no -z defs).
 
+# Decided when make reads this file, before mk/deps.sh runs: where deps.sh is to install Slurm
+# (CI=true, COLOC_WITH_SLURM=1) the plugin is built too, its headers there by the time it compiles.
 SLURM_SPANK_H ?= /usr/include/slurm/spank.h
-ifneq ($(wildcard $(SLURM_SPANK_H)),)
+ifneq ($(wildcard $(SLURM_SPANK_H))$(filter true,$(CI))$(filter 1,$(COLOC_WITH_SLURM)),)
 SPANK_PLUGIN := $(BUILD)/lib/spank_coloc.so
 SPANK_OBJ    := $(OBJ)/tools/slurm/spank_coloc.pic.o
 
