@@ -149,10 +149,10 @@ void SlurmCluster::stop() {
 Env SlurmCluster::env(const Env& base) const {
   Env e = base;
   // A caller inside a Slurm job (or an earlier srun's environment) must not make the clients think
-  // they run inside that job.
+  // they run inside that job. SLURM_SPANK_* stay: they are plugin options, which a test sets.
   for (const std::string& kv : base.strings())
-    if (kv.rfind("SLURM_", 0) == 0 || kv.rfind("SBATCH_", 0) == 0 || kv.rfind("SRUN_", 0) == 0 ||
-        kv.rfind("SALLOC_", 0) == 0)
+    if ((kv.rfind("SLURM_", 0) == 0 && kv.rfind("SLURM_SPANK_", 0) != 0) || kv.rfind("SBATCH_", 0) == 0 ||
+        kv.rfind("SRUN_", 0) == 0 || kv.rfind("SALLOC_", 0) == 0)
       e.unset(kv.substr(0, kv.find('=')));
   e.set("SLURM_CONF", conf_);
   return e;

@@ -74,7 +74,7 @@ class SlurmCluster {
   double start_seconds() const { return start_s_; }
 
   /// An environment for the clients: `base` (default: a fresh Env) with SLURM_CONF pointing at this
-  /// cluster and no SLURM_* job variables inherited from a caller.
+  /// cluster and no SLURM_* job variables inherited from a caller (SLURM_SPANK_* options stay).
   Env env(const Env& base = Env()) const;
 
   /// `srun ARGS` in `env` (SLURM_CONF added), waited for up to `timeout`.

@@ -488,6 +488,44 @@ TEST_CASE("slurm+coloc: a bad --coloc-mem is refused at submission, by srun and 
   CHECK(c.jobs_named(name).empty());
 }
 
+TEST_CASE("slurm+coloc: salloc takes the options, and SLURM_SPANK_ variables are the options too (checked alike)") {
+  if (slurm_skip() || shared().no_plugin()) return;
+  SlurmCluster& c = shared().coloc();
+  coloc::test::e2e::Node& n = shared().node();
+  Env e = c.env(shared().job_env());
+  std::string seen;
+
+  // salloc: the allocation's options reach its srun step.
+  ProcResult a = run({"timeout", "60", "salloc", "--gres=shard:1", "--coloc-mem=7GiB", "--coloc-priority=best-effort",
+                      "srun", "bash", "-c", "echo JOBID=$SLURM_JOB_ID; exec " + train(kBertBase, "--iters 2")},
+                     e, 70s);
+  REQUIRE_MESSAGE(a.exit_code == 0, describe(a), c.logs());
+  const long aid = printed_job_id(a.out);
+  REQUIRE(aid > 0);
+  json arep = final_report(n, "slurm-" + std::to_string(aid), &seen);
+  REQUIRE_MESSAGE(arep.is_object(), seen, "\n", n.log());
+  CHECK(arep["limit"] == 7 * GiB);
+  CHECK(arep["priority"] == "best-effort");
+
+  // The variable Slurm reads for --coloc-mem (SLURM_SPANK_ + its name for the plugin's option).
+  Env v = shared().job_env();
+  v.set("SLURM_SPANK__SLURM_SPANK_OPTION_coloc_coloc_mem", "9GiB");
+  ProcResult r = c.srun({"--gres=shard:1", "bash", "-c", "echo JOBID=$SLURM_JOB_ID; exec " + train(kBertBase, "--iters 2")},
+                        v, 60s);
+  REQUIRE_MESSAGE(r.exit_code == 0, describe(r), c.logs());
+  const long rid = printed_job_id(r.out);
+  REQUIRE(rid > 0);
+  json rrep = final_report(n, "slurm-" + std::to_string(rid), &seen);
+  REQUIRE_MESSAGE(rrep.is_object(), seen, "\n", n.log());
+  CHECK(rrep["limit"] == 9 * GiB);
+
+  v.set("SLURM_SPANK__SLURM_SPANK_OPTION_coloc_coloc_mem", "9Q");
+  r = c.srun({"bash", "-c", "echo ran"}, v, 30s);
+  CHECK_MESSAGE(r.exit_code != 0, describe(r));
+  CHECK_MESSAGE(r.out.find("ran") == std::string::npos, describe(r));
+  CHECK_MESSAGE(r.err.find("coloc: --coloc-mem=9Q") != std::string::npos, describe(r));
+}
+
 TEST_CASE("slurm+coloc: an sbatch --wrap job's command is the wrapped one, so wrapped commands do not share a history") {
   if (slurm_skip() || shared().no_plugin()) return;
   SlurmCluster& c = shared().coloc();
