@@ -109,7 +109,10 @@ int run_anchor(const AnchorOptions& opt) {
     // so that each process does not ask for the refused priority again, and warn again.
     say(ready, std::string("priority ") + proto::priority_name(granted));
   }
-  if (weight > 1 && anchor >= 0) {
+  // --weight: set as `coloc set --weight` is, once the job is registered: now, or (colocd busy at
+  // the start) at the first registration hold_anchor makes, and again at each later one (after a
+  // colocd restart).
+  auto set_weight = [&]() -> std::string {
     proto::AdminMsg m;
     std::memset(&m, 0, sizeof m);
     m.op = uint32_t(proto::AdminOp::kSet);
@@ -117,14 +120,18 @@ int run_anchor(const AnchorOptions& opt) {
     m.set_fields = proto::kSetWeight;
     m.weight = uint8_t(weight);
     Answer a = admin_request(opt.socket, m);
-    if (a.kind != Answer::Kind::kOk)
-      say(ready, "note weight " + std::to_string(weight) + " is not set: " +
-                     (a.text.empty() ? std::string("colocd did not answer") : a.text));
-  }
+    if (a.kind == Answer::Kind::kOk) return "";
+    return a.text.empty() ? std::string("colocd did not answer") : a.text;
+  };
+  if (weight > 1 && anchor >= 0)
+    if (std::string why_not = set_weight(); !why_not.empty())
+      say(ready, "note weight " + std::to_string(weight) + " is not set: " + why_not);
   say(ready, anchor >= 0 ? std::string("ok") : "busy " + why);
   close_ready(&ready);
 
-  anchor = hold_anchor(opt.until_fd, anchor, opt.socket, spec);
+  anchor = hold_anchor(opt.until_fd, anchor, opt.socket, spec, [&] {
+    if (weight > 1) (void)set_weight();  // nobody to tell any more: the task has started
+  });
   const int status = read_status(opt.until_fd);
   if (status >= 0) anchor_goodbye(anchor, status);
   else if (anchor >= 0) ::close(anchor);  // no status: the job's first process's own is the truer one

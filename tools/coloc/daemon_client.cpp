@@ -201,7 +201,8 @@ void anchor_goodbye(int fd, int exit_status) {
   ::close(fd);
 }
 
-int hold_anchor(int end_fd, int anchor, const std::string& socket, const AnchorSpec& spec) {
+int hold_anchor(int end_fd, int anchor, const std::string& socket, const AnchorSpec& spec,
+                const std::function<void()>& on_registered) {
   int backoff_ms = 50;
   bool registered = anchor >= 0;  // else colocd was busy at the start: the first registration is still to come
   for (;;) {
@@ -226,6 +227,7 @@ int hold_anchor(int end_fd, int anchor, const std::string& socket, const AnchorS
       registered |= anchor >= 0;
       if (anchor < 0) backoff_ms = std::min(backoff_ms * 2, 2000);
       else backoff_ms = 50;
+      if (anchor >= 0 && on_registered) on_registered();
     }
   }
   return anchor;

@@ -2,6 +2,7 @@
 // reassembled from its chunks.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,9 +59,11 @@ int register_anchor(const std::string& socket, const AnchorSpec& spec, std::stri
 /// (`coloc run`), or a pipe whose writer ends the job (`coloc anchor`). `anchor` is the registered
 /// descriptor, or -1 while colocd was busy at the start. When colocd goes away (a restart) it
 /// registers again (kRegResume) with back-off from 50 ms to 2 s, so the job keeps its settings and
-/// reservation. Returns the anchor's descriptor at the end (-1 when not registered then); the
-/// caller says goodbye on it.
-int hold_anchor(int end_fd, int anchor, const std::string& socket, const AnchorSpec& spec);
+/// reservation. `on_registered` (when given) runs after each registration made here (the first
+/// one, when colocd was busy at the start, or one after a restart). Returns the anchor's
+/// descriptor at the end (-1 when not registered then); the caller says goodbye on it.
+int hold_anchor(int end_fd, int anchor, const std::string& socket, const AnchorSpec& spec,
+                const std::function<void()>& on_registered = nullptr);
 
 /// Says goodbye on the anchor's connection with the command's exit status (its exit code, or
 /// 128 + the signal that killed it), then closes it: the job ends once its processes are gone,
