@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "input_error.h"
+#include "json_input.h"
 
 namespace coloc::est {
 
@@ -189,14 +190,7 @@ std::string hf_model_types() {
 
 HfModel parse_hf_config(std::string_view text, const std::string& source) {
   json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    std::string msg = e.what();
-    for (char& ch : msg)
-      if (ch == '\n') ch = ' ';
-    throw InputError(source + ": not valid JSON (" + msg + ")");
-  }
+  doc = parse_json_input(text, source);
   if (!doc.is_object()) throw InputError(source + ": a config.json must be a JSON object");
   if (!doc.contains("model_type")) throw InputError(source + ": missing \"model_type\"");
   if (!doc["model_type"].is_string()) throw InputError(source + ": \"model_type\" must be a string");

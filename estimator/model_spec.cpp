@@ -11,6 +11,7 @@
 
 #include "coloc/size.h"
 #include "input_error.h"
+#include "json_input.h"
 
 namespace coloc::est {
 
@@ -178,14 +179,7 @@ TransformerConfig parse_transformer(const Reader& r, const json& v) {
 ModelSpec parse_model_spec(std::string_view text, const std::string& source) {
   Reader r(source);
   json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    std::string msg = e.what();
-    for (char& ch : msg)
-      if (ch == '\n') ch = ' ';
-    r.fail("", "not valid JSON (" + msg + ")");
-  }
+  doc = parse_json_input(text, source);
   if (!doc.is_object()) r.fail("", "must be a JSON object with \"layers\" or \"transformer\"");
   r.only_keys(doc, "", {"name", "layers", "transformer"});
   ModelSpec spec;

@@ -9,6 +9,7 @@
 #include "analytic.h"
 #include "hf_config.h"
 #include "input_error.h"
+#include "json_input.h"
 #include "model_spec.h"
 
 namespace coloc::est {
@@ -43,14 +44,7 @@ Model resolve_model(const std::string& what, const RunShape& shape) {
     throw InputError(what + ": over 4 MiB: too large for a config.json or a model spec");
 
   nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    std::string msg = e.what();
-    for (char& ch : msg)
-      if (ch == '\n') ch = ' ';
-    throw InputError(what + ": not valid JSON (" + msg + ")");
-  }
+  doc = parse_json_input(text, what);
   if (doc.is_object() && doc.contains("model_type")) return build_from_hf(parse_hf_config(text, what), shape);
   return build_from_spec(parse_model_spec(text, what), shape);
 }

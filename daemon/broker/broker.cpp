@@ -100,12 +100,23 @@ Bytes Broker::available(uint32_t device) const { return sat_sub(usable(device), 
 
 Bytes Broker::client_in_use(const Client& c, uint32_t slot) const {
   const ClientSlot& s = c.slots[slot];
-  Bytes u = c.stats->slots[slot].in_use.load(std::memory_order_seq_cst);
-  return std::min(u, devices_[s.device].capacity);
+  return std::min(sat_sub(ledger_in_use(c, slot), s.excess), std::max(s.grant, s.floor));
 }
 
 Bytes Broker::ledger_in_use(const Client& c, uint32_t slot) const {
-  return std::max(client_in_use(c, slot), std::min(c.slots[slot].floor, devices_[c.slots[slot].device].capacity));
+  const ClientSlot& s = c.slots[slot];
+  const Bytes page = c.stats->slots[slot].in_use.load(std::memory_order_seq_cst);
+  return std::min(std::max(page, s.floor), devices_[s.device].capacity);
+}
+
+Bytes Broker::overclaimed(const Job& job) const {
+  Bytes sum = 0;
+  for (ClientId id : job.clients) {
+    const Client& c = clients_.at(id);
+    for (const ClientSlot& s : c.slots)
+      if (s.attached) sum = sat_add(sum, s.overclaim);
+  }
+  return sum;
 }
 
 void Broker::publish_job_others() {

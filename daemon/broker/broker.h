@@ -116,6 +116,13 @@ struct Device {
   bool measured = false;
   /// Until then: the clients' figures, per user (outside.h).
   OutsideFigures figures;
+  /// The driver's per-process list at colocd's last reading (reconcile_device), and whether
+  /// there is one (false: none yet, or the driver cannot tell). The processes it lists that are
+  /// not attached to the device are memory used outside coloc, whatever the ledgers say
+  /// (refresh_outside's floor), once the list is seen to name coloc's processes by the pids
+  /// colocd knows them by (list_matches: not from another PID namespace).
+  std::vector<ProcessFigure> processes;
+  bool processes_known = false;
   bool capacity_measured = false;  ///< capacity is colocd's own reading (NVML)
   bool capacity_open = false;      ///< no process is attached: the next client's word sets it
 };
@@ -181,6 +188,19 @@ struct ClientSlot {
   /// coloc then (bytes; see context_footprint), the baseline of the footprint.
   bool baseline_known = false;
   Bytes outside_before = 0;
+  /// What its stats page claims beyond the driver's per-process figure (bytes; reconcile_device):
+  /// booked at once when a reading shows more, lowered only as far as the reading before agrees
+  /// (settle_overhead's rule, so a lie that comes and goes stays booked). The page's figure minus
+  /// this is what its claim counts (client_in_use): memory the driver does not hold for the
+  /// process is not coloc's, whatever the page says.
+  Bytes excess = 0;
+  Bytes excess_reading = 0;  ///< the last reading's
+  /// What its stats page claimed beyond what it can hold (its grant, or the driver's figure for
+  /// the process where that is more), at both of the last two readings (the smaller): 0 for an
+  /// honest client, whose ledger charges within its grant before the driver call and force-
+  /// charges only memory the driver already gave. Shown in `coloc status` (a job's `overclaimed`).
+  Bytes overclaim = 0;
+  Bytes overclaim_reading = 0;  ///< the last reading's
 };
 
 struct Client {
@@ -194,7 +214,6 @@ struct Client {
   std::array<ClientSlot, pages::kSlots> slots{};
 };
 
-/// A parked request.
 /// What a limit change did to a job's reservation on one device (Broker::set_limit).
 struct ReservationChange {
   enum Outcome {
@@ -339,6 +358,20 @@ class Broker {
   /// device are trimmed to their in-use (so the next allocation asks, and is refused at its own
   /// limit); a lower overhead serves waiters. Unknown client or unattached slot: ignored.
   void set_overhead(ClientId id, uint32_t slot, Bytes overhead, Nanos now);
+  /// colocd's reading of the driver's per-process figures on `device` (an index into devices();
+  /// nullptr: the driver cannot tell, and what is booked stays, but no process counts as outside
+  /// until a list comes again). Kept for refresh_outside, and reconciled with each attached
+  /// client's books (the first attachment of a pid takes its figure):
+  ///   claim     = min(page - excess, grant)   (client_in_use; the page: its ledger's in-use)
+  ///   overhead  = figure - min(page, grant)   (set_overhead: the driver's memory for the process
+  ///                                            beyond what its ledger holds within its grant)
+  ///   excess    = page - figure               (booked at once, lowered after two readings)
+  ///   overclaim = page - max(grant, figure)   (both of the last two readings; logged, shown)
+  /// A client the list does not name holds nothing there (figure 0), except where the list names
+  /// no attached process at all while some hold memory (its pids are another PID namespace's:
+  /// then nothing is learnt from it) or the process's overhead was estimated from its context
+  /// footprint (overhead.h). Unknown device: ignored.
+  void reconcile_device(uint32_t device, const std::vector<ProcessFigure>* processes, Nanos now);
   /// The process's first context on `slot`'s device exists (ContextFootprint): `physical_free` is
   /// the device's free memory right after its creation (bytes; colocd's own reading when
   /// `measured`, else the client's word; kUnknown = none), `in_use` what its ledger held then
@@ -419,14 +452,22 @@ class Broker {
   Bytes usable(uint32_t device) const;
   /// usable - committed (saturating at 0).
   Bytes available(uint32_t device) const;
-  /// Sum of the attached clients' in-use (stats pages, each clamped to the capacity).
+  /// Sum of the attached clients' in-use (client_in_use) on `device` (bytes).
   Bytes in_use(uint32_t device) const;
-  /// Bytes a client has in use on a slot (its stats page, clamped to the device capacity).
+  /// What a client's claim on a slot counts for the books (bytes): its ledger's in-use
+  /// (ledger_in_use) less what it claims beyond the driver's figure for the process (the slot's
+  /// excess), and never more than colocd granted it there (its grant, or its resume floor): the
+  /// ledger charges within the grant before each driver call, so anything above is not coloc's
+  /// memory. A lying stats page spoils only its own job's figures.
   Bytes client_in_use(const Client& c, uint32_t slot) const;
-  /// What the client's ledger holds on a slot (bytes): its stats page, or, after a resume and
-  /// until its first request (by then it has copied its counters into the new stats page), the
-  /// in-use its resumed ledger claimed (the floor), whichever is more.
+  /// What the client's ledger says it holds on a slot (bytes, its word, clamped to the device's
+  /// capacity): its stats page, or, after a resume and until its first request (by then it has
+  /// copied its counters into the new stats page), the in-use its resumed ledger claimed (the
+  /// floor), whichever is more.
   Bytes ledger_in_use(const Client& c, uint32_t slot) const;
+  /// Sum over the job's clients of what their stats pages claim beyond what they can hold
+  /// (ClientSlot::overclaim; bytes, 0 for an honest job).
+  Bytes overclaimed(const Job& job) const;
   /// Sum of a user's commitments over all devices.
   Bytes user_committed(uint32_t uid) const;
   /// True when `job` has a parked growth request on `device`.
@@ -452,6 +493,14 @@ class Broker {
   /// Sum of coloc's in-use on `d` (resume floors and driver overheads included), with the reporter's figure as above.
   Bytes coloc_in_use(const Device& d, const Client* reporter, uint32_t slot, Bytes reported_in_use) const;
   void note_mismatch(Device& d, Bytes coloc, Bytes used);
+  /// Memory the driver's last process list shows held on `d` by processes not attached to it
+  /// (bytes; 0 when there is no list, or it names no attached process while some hold memory).
+  Bytes listed_outside(const Device& d) const;
+  /// True when the list names an attached process of `d`, or no attached process holds memory
+  /// there: its pids are the ones colocd knows its clients by.
+  bool list_matches(const Device& d) const;
+  /// One reading of client `c`'s slot against the driver's figure (reconcile_device).
+  void reconcile_client(Client& c, uint32_t slot, bool listed, Bytes figure, Nanos now);
   /// Sets the estimate; a lower one serves waiters (and may break a deadlock hidden behind it).
   void set_outside(uint32_t device, Bytes outside, Nanos now);
   void note_short(uint32_t device);

@@ -5,6 +5,7 @@
 
 #include "broker/arith.h"
 #include "broker/broker.h"
+#include "broker/overhead.h"
 #include "util/log.h"
 
 namespace coloc::broker {
@@ -77,7 +78,91 @@ void Broker::refresh_outside(uint32_t device, Bytes physical_free, Nanos now) {
     outside = used - coloc;
     d.mismatch_pending = false;
   }
+  // What the driver lists for processes that are not coloc's is outside, whatever the ledgers
+  // say (a claim is bounded by its grant and the driver's figure, but the list is the driver's
+  // own word, and it holds even where the ledgers add up to more than the device shows).
+  outside = std::max(outside, std::min(listed_outside(d), used));
   set_outside(device, outside, now);
+}
+
+bool Broker::list_matches(const Device& d) const {
+  bool holding = false;
+  for (auto [id, s] : d.attachments) {
+    const Client& c = clients_.at(id);
+    for (const ProcessFigure& p : d.processes)
+      if (p.pid == c.pid) return true;
+    if (ledger_in_use(c, s) > 0) holding = true;
+  }
+  return !holding;
+}
+
+Bytes Broker::listed_outside(const Device& d) const {
+  if (!d.processes_known || !list_matches(d)) return 0;
+  std::set<int32_t> attached;
+  for (auto [id, s] : d.attachments) attached.insert(clients_.at(id).pid);
+  Bytes sum = 0;
+  for (const ProcessFigure& p : d.processes)
+    if (p.used != kUnknown && !attached.count(p.pid)) sum = sat_add(sum, p.used);
+  return sum;
+}
+
+void Broker::reconcile_device(uint32_t device, const std::vector<ProcessFigure>* processes, Nanos now) {
+  if (device >= devices_.size()) return;
+  Device& d = devices_[device];
+  d.processes_known = processes != nullptr;
+  if (!processes) {
+    d.processes.clear();
+    return;  // the driver cannot tell: keep what is booked
+  }
+  d.processes = *processes;
+  if (d.attachments.empty()) return;
+  const bool matches = list_matches(d);
+  std::set<int32_t> seen;  // one process, one figure (its first attachment takes it)
+  const auto attachments = d.attachments;  // set_overhead may change the books
+  for (auto [id, slot] : attachments) {
+    auto it = clients_.find(id);
+    if (it == clients_.end() || it->second.pid <= 0) continue;
+    Client& c = it->second;
+    const ProcessFigure* figure = nullptr;
+    for (const ProcessFigure& p : d.processes)
+      if (p.pid == c.pid) figure = &p;
+    const bool listed = figure && seen.insert(c.pid).second;
+    if (!listed && figure) continue;  // a second attachment of a listed process: its figure is taken
+    // A driver that does not name an attached process cannot see it (another PID namespace): an
+    // overhead estimated from its context footprint stands, and nothing is learnt of its claim.
+    if (!listed && (c.slots[slot].overhead_estimated || !matches)) continue;
+    reconcile_client(c, slot, listed, listed ? figure->used : 0, now);
+  }
+}
+
+void Broker::reconcile_client(Client& c, uint32_t slot, bool listed, Bytes figure, Nanos now) {
+  ClientSlot& s = c.slots[slot];
+  const Device& d = devices_[s.device];
+  // Its ledger as the books count it: a process that has just re-registered has not copied its
+  // counters into its new stats page yet (its driver figure is not all overhead).
+  const Bytes ledger = ledger_in_use(c, slot);
+  const Bytes cap = std::max(s.grant, s.floor);
+  const bool known = figure != kUnknown;
+  if (known) {
+    const Bytes f = std::min(figure, d.capacity);
+    const Bytes reading = sat_sub(ledger, f);
+    s.excess = settle_overhead(s.excess, s.excess_reading, reading);
+    s.excess_reading = reading;
+  }
+  const Bytes over = sat_sub(ledger, known ? std::max(cap, std::min(figure, d.capacity)) : cap);
+  const Bytes overclaim = std::min(over, s.overclaim_reading);
+  s.overclaim_reading = over;
+  if (overclaim > 0 && s.overclaim == 0) {
+    const Job& job = jobs_.at(c.job);
+    log::limited(log::get("broker"), spdlog::level::warn, "overclaim uid " + std::to_string(c.uid),
+                 "job {} (pid {}): its stats page claims {} in use on device {}, but it holds at most {} (its grant "
+                 "{}{}): colocd counts no more than it holds, and the rest as memory used outside coloc",
+                 job.key.str(), c.pid, mib(ledger), d.uuid.str(), mib(sat_sub(ledger, overclaim)), mib(cap),
+                 known ? ", the driver's figure " + mib(figure) : std::string());
+  }
+  s.overclaim = overclaim;
+  auto o = reconcile_overhead(listed, figure, std::min(ledger, cap));
+  if (o) set_overhead(c.id, slot, *o, now);
 }
 
 void Broker::report_outside(uint32_t device, Bytes physical_free, Nanos now, const Client& reporter, uint32_t slot,
@@ -118,7 +203,7 @@ Bytes Broker::coloc_in_use(const Device& d, const Client* reporter, uint32_t slo
   Bytes coloc = 0;
   for (auto [id, s] : d.attachments) {
     const Client& ac = clients_.at(id);
-    coloc = sat_add(coloc, ledger_in_use(ac, s));
+    coloc = sat_add(coloc, client_in_use(ac, s));
     coloc = sat_add(coloc, ac.slots[s].overhead);  // the driver's memory for the process beyond its ledger
   }
   if (reporter) {

@@ -72,6 +72,13 @@ struct ClientSpec {
   Bytes estimate = 0;
 };
 
+/// What the driver counts for one process on a device (NVML's per-process figure): `used` in
+/// bytes, kUnknown when the driver does not say (NVML_VALUE_NOT_AVAILABLE).
+struct ProcessFigure {
+  int32_t pid = 0;
+  Bytes used = kUnknown;
+};
+
 /// One device of an Attach request.
 struct AttachRequest {
   Uuid uuid;

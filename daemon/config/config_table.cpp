@@ -1,6 +1,7 @@
 // daemon/config/config_table.cpp — colocd's settings, one row each (config.h, settings()). Adding a
 // setting here adds its TOML key, its flag, its line in --check-config and its row in the docs
 // (tests/unit/daemon/config_test.cpp checks docs/operations.md against markdown_table()).
+#include <sys/un.h>
 #include <algorithm>
 #include <string>
 
@@ -32,7 +33,15 @@ constexpr unsigned kStr = kTomlString, kInt = kTomlInteger, kNum = kTomlInteger 
 const Setting kSettings[] = {
   {"socket", "--socket", "a path", "/run/coloc/colocd.sock",
    "The Unix socket colocd listens on (under systemd, colocd.socket's wins)", false, true, kStr, "\"/run/coloc/other.sock\"",
-   [](Config& c, std::string_view t, const std::string& w) { return set_text(c.socket, t, w, false); },
+   [](Config& c, std::string_view t, const std::string& w) -> Result<void> {
+     // sockaddr_un's sun_path holds 108 bytes with the terminating NUL (unix(7)): a longer path
+     // cannot be bound, and colocd would fail at every start.
+     constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path) - 1;
+     if (t.size() > kMaxPath)
+       return invalid(w + ": '" + std::string(t) + "' is " + std::to_string(t.size()) +
+                      " bytes, too long for a Unix socket (at most " + std::to_string(kMaxPath) + ")");
+     return set_text(c.socket, t, w, false);
+   },
    [](const Config& c) { return c.socket; }},
   {"state_dir", "--state-dir", "a path", "/var/lib/coloc",
    "Directory for reports, the run history, policies and restart state", false, true, kStr, "\"/var/lib/coloc2\"",

@@ -169,6 +169,9 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
          {"granted", granted},
          {"driver_overhead", overhead},
          {"reserved", reserved},
+         // What its processes' stats pages claim beyond what they hold (bytes; 0 for an honest
+         // job): colocd counts no more than they hold (Broker::client_in_use).
+         {"overclaimed", broker_.overclaimed(job)},
          {"devices", devs}};
   return j;
 }
@@ -487,6 +490,14 @@ AdminAnswer Admin::report(const std::string& name, const Caller& caller, broker:
       std::string base = path.substr(path.rfind('/') + 1);
       out.push_back({std::move(text), base.substr(0, base.size() - 5), j.value("uid", uid_t(-1))});
     }
+    // Held in memory for want of disk space (report_writer.h): the newest, as a file would be.
+    if (writer_)
+      for (std::string& text : writer_->held(job_id)) {
+        json j = json::parse(text, nullptr, false);
+        if (j.is_discarded() || !j.is_object()) continue;
+        const uid_t owner = j.value("uid", uid_t(-1));
+        out.insert(out.begin(), {std::move(text), report::ReportStore::sanitize(job_id), owner});
+      }
     return out;
   };
   // The answer: the report, naming the other reports of the same id and owner (when there are).

@@ -1045,27 +1045,15 @@ void Server::read_device_memory(uint32_t device, Nanos t, bool prompted) {
 
 void Server::reconcile_overheads(uint32_t device, Nanos t) {
   if (!memory_reader_ || device >= broker_.devices().size()) return;
-  const broker::Device& d = broker_.devices()[device];
-  if (d.attachments.empty()) return;
-  if (device >= processes_.size() || !processes_[device]) return;  // cannot tell: keep what is booked
-  const auto& procs = processes_[device];  // read_processes, just before
-  std::map<int32_t, broker::Bytes> used;
-  for (const device::ProcessMemory& p : *procs) used.emplace(p.pid, p.used);
-  std::set<int32_t> seen;  // one process, one figure (its first attachment takes it)
-  const auto attachments = d.attachments;  // set_overhead may change the books
-  for (auto [id, slot] : attachments) {
-    const broker::Client* c = broker_.find_client(id);
-    if (!c || c->pid <= 0) continue;
-    auto it = used.find(c->pid);
-    const bool listed = it != used.end() && seen.insert(c->pid).second;
-    // A driver that does not name an attached process cannot see it (another PID namespace):
-    // an overhead estimated from its context footprint stands.
-    if (!listed && c->slots[slot].overhead_estimated) continue;
-    // Its ledger as the books count it: a process that has just re-registered has not copied its
-    // counters into its new stats page yet (its driver figure is not all overhead).
-    auto o = broker::reconcile_overhead(listed, listed ? it->second : 0, broker_.ledger_in_use(*c, slot));
-    if (o) broker_.set_overhead(id, slot, *o, t);
+  // The driver's list from read_processes, just before (none: it cannot tell, keep what is booked).
+  if (device >= processes_.size() || !processes_[device]) {
+    broker_.reconcile_device(device, nullptr, t);
+    return;
   }
+  std::vector<broker::ProcessFigure> figures;
+  figures.reserve(processes_[device]->size());
+  for (const device::ProcessMemory& p : *processes_[device]) figures.push_back({p.pid, p.used});
+  broker_.reconcile_device(device, &figures, t);
 }
 
 void Server::on_sample() {

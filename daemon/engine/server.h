@@ -132,8 +132,10 @@ class Server {
   /// (rate-limited), not the sample timer.
   void read_device_memory(uint32_t device, Nanos t, bool prompted = false);
   /// Reconciles the books of every process attached to broker device `device` with the driver's
-  /// per-process figures (memory_reader_->processes; broker/overhead.h): each one's driver
-  /// overhead goes to Broker::set_overhead. Sampling timer only.
+  /// per-process figures (memory_reader_->processes; broker/overhead.h) through
+  /// Broker::reconcile_device: each one's driver overhead and what its stats page claims beyond
+  /// the driver's figure; the list also bounds memory used outside coloc from below. Sampling
+  /// timer only.
   void reconcile_overheads(uint32_t device, Nanos t);
   /// Reads the driver's process list of broker device `device` (memory_reader_->processes) into
   /// processes_[device] (server_outside.cpp): every sample while processes are attached there
@@ -230,6 +232,8 @@ class Server {
   size_t compute_devices_ = 0;          ///< broker devices given the `coloc policy all` default so far
   /// Per (job, device): (when, device time so far) samples of the last 10 s, oldest first.
   std::map<std::pair<broker::JobSerial, broker::Uuid>, std::deque<std::pair<Nanos, uint64_t>>> busy_history_;
+  /// Each device's compute policy at the last compute_sample: a change starts busy_history_ afresh.
+  std::map<broker::Uuid, compute::PolicySettings> share_policy_;
   std::unique_ptr<Listener> listener_;
   UniqueFd inherited_socket_;           ///< from the service manager, until open_listener adopts it
   systemd::Notifier notifier_;          ///< $NOTIFY_SOCKET (no-op without it)

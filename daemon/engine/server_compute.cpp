@@ -98,10 +98,21 @@ constexpr broker::Nanos kShareWindow = 10'000'000'000;  // coloc status' GPU SHA
 
 void Server::compute_sample(Nanos t) {
   std::set<std::pair<broker::JobSerial, broker::Uuid>> seen;
+  // A device whose policy changed since the last sample starts its window afresh: what its jobs
+  // ran under the previous policy is no share of this one's (a priority device's tracking counts
+  // some jobs' work as an upper bound).
+  std::set<broker::Uuid> changed;
+  for (const auto& [key, u] : gates_.usages()) {
+    const compute::PolicySettings now_policy = scheduler_.policy(key.second);
+    auto [pit, fresh] = share_policy_.try_emplace(key.second, now_policy);
+    if (!fresh && !(pit->second == now_policy)) changed.insert(key.second);
+  }
+  for (const broker::Uuid& dev : changed) share_policy_[dev] = scheduler_.policy(dev);
   for (const auto& [key, u] : gates_.usages()) {
     seen.insert(key);
     auto& h = busy_history_[key];
     const uint64_t busy = u.busy_ns;
+    if (changed.count(key.second)) h.clear();
     if (!h.empty() && busy < h.back().second) h.clear();  // a process left: its counts went with it
     h.emplace_back(t, busy);
     while (h.size() > 2 && h[1].first + kShareWindow <= t) h.pop_front();
@@ -114,6 +125,9 @@ double Server::gpu_share(broker::JobSerial job, const broker::Uuid& dev) const {
   // Measured only where the device is timesliced: elsewhere the clients track no completions (share),
   // or only some jobs' and as an upper bound (priority), so there is no share to show (null).
   if (scheduler_.policy(dev).mode != proto::PolicyMode::kTimeslice) return std::nan("");
+  // Changed since the last sample: its window starts at the next one.
+  if (auto p = share_policy_.find(dev); p == share_policy_.end() || !(p->second == scheduler_.policy(dev)))
+    return std::nan("");
   auto it = busy_history_.find({job, dev});
   if (it == busy_history_.end() || it->second.size() < 2) return std::nan("");
   const auto& [t0, b0] = it->second.front();

@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -151,6 +152,11 @@ struct HistoryStore::Shared {
   std::vector<std::pair<uint32_t, std::string>> early_forgets;
   std::atomic<bool> loaded{false};
   std::atomic<bool> usable{true};
+  /// A write failed for want of disk space, and has not succeeded since (under mu).
+  bool waiting_for_space = false;
+  /// The most changes kept queued while the disk is full, and how often the first is tried again.
+  static constexpr size_t kMaxQueued = 10000;
+  static constexpr std::chrono::milliseconds kFullRetry{1000};
   std::thread thread;
 
   // The worker's own.
@@ -161,8 +167,14 @@ struct HistoryStore::Shared {
   bool open();
   bool load(std::map<std::string, Entry>* out);
   void merge(std::map<std::string, Entry> loaded_entries);
-  void write(const Op& op);
+  /// Writes one op: true when written (or failed for good: history off), false when the disk is
+  /// full (nothing written; the op is to be tried again).
+  bool write(const Op& op);
   bool exec_step(sqlite3_stmt* s, const char* what);
+  /// The last failure was for want of disk space (SQLITE_FULL, or an I/O error of ENOSPC/EDQUOT):
+  /// not the database's fault, and it passes when space returns.
+  bool full_ = false;
+  bool no_space(int rc) const;
   bool prepare(Stmt* st, const char* sql, const char* what = "cannot prepare a statement");
   /// The database failed: logs it (once, the first failure only), turns history off.
   void bad(const char* what, int rc);
@@ -190,10 +202,21 @@ bool HistoryStore::Shared::prepare(Stmt* st, const char* sql, const char* what) 
   return true;
 }
 
+bool HistoryStore::Shared::no_space(int rc) const {
+  if ((rc & 0xff) == SQLITE_FULL) return true;
+  if ((rc & 0xff) != SQLITE_IOERR || !db) return false;
+  const int e = sqlite3_system_errno(db);
+  return e == ENOSPC || e == EDQUOT;
+}
+
 bool HistoryStore::Shared::exec_step(sqlite3_stmt* s, const char* what) {
   int rc = sqlite3_step(s);
   sqlite3_reset(s);
   if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+    if (no_space(rc)) {  // tried again once space returns (run)
+      full_ = true;
+      return false;
+    }
     bad(what, rc);
     return false;
   }
@@ -362,8 +385,9 @@ void HistoryStore::Shared::merge(std::map<std::string, Entry> from_disk) {
   }
 }
 
-void HistoryStore::Shared::write(const Op& op) {
-  if (!exec_step(begin.s, "cannot begin a write")) return;
+bool HistoryStore::Shared::write(const Op& op) {
+  full_ = false;
+  if (!exec_step(begin.s, "cannot begin a write")) return !full_;
   bool ok = true;
   if (op.kind == Op::Kind::kInsert) {
     const RunRecord& r = op.run;
@@ -397,9 +421,10 @@ void HistoryStore::Shared::write(const Op& op) {
       if (!ok) break;
     }
   }
-  if (ok && exec_step(commit.s, "cannot commit")) return;
+  if (ok && exec_step(commit.s, "cannot commit")) return true;
   sqlite3_step(rollback.s);  // (a failed COMMIT may have rolled back already)
   sqlite3_reset(rollback.s);
+  return !full_;
 }
 
 void HistoryStore::Shared::run() {
@@ -423,9 +448,39 @@ void HistoryStore::Shared::run() {
     queue.pop_front();
     busy = true;
     lk.unlock();
-    if (usable) write(op);
+    const bool written = !usable || write(op);
     lk.lock();
     busy = false;
+    if (!written) {
+      // No disk space: the run stays in the cache (lookups see it) and its op first in the queue,
+      // tried again every kFullRetry until space returns or colocd stops.
+      if (!waiting_for_space)
+        log::get("history")->warn("run history {}: no disk space; runs are kept in memory (admissions use them) and "
+                                  "written once space returns", path);
+      waiting_for_space = true;
+      queue.push_front(std::move(op));
+      if (stop) {  // colocd stops: what the disk had no room for is lost (the cache goes with it)
+        log::get("history")->error("run history {}: {} change(s) not written for want of disk space", path,
+                                   queue.size());
+        break;
+      }
+      while (queue.size() > kMaxQueued) {
+        log::limited(log::get("history"), spdlog::level::warn, "history queue full",
+                     "run history {}: {} changes wait for disk space; the oldest is dropped from the disk's copy", path,
+                     queue.size());
+        queue.erase(queue.begin() + 1);  // (the one being retried stays first)
+      }
+      lk.unlock();
+      idle.notify_all();
+      lk.lock();
+      work.wait_for(lk, kFullRetry, [&] { return stop; });
+      continue;
+    }
+    if (waiting_for_space) {
+      waiting_for_space = false;
+      log::get("history")->info("run history {}: disk space is back; writing again ({} change(s) queued)", path,
+                                queue.size());
+    }
     lk.unlock();
     idle.notify_all();
   }
@@ -601,7 +656,9 @@ const std::string& HistoryStore::path() const { return s_->path; }
 
 void HistoryStore::wait_idle() {
   std::unique_lock lk(s_->mu);
-  s_->idle.wait(lk, [&] { return s_->exited || (s_->loaded && s_->queue.empty() && !s_->busy); });
+  s_->idle.wait(lk, [&] {
+    return s_->exited || (s_->loaded && !s_->busy && (s_->queue.empty() || s_->waiting_for_space));
+  });
 }
 
 }  // namespace coloc::history

@@ -17,6 +17,12 @@
 // than none. A database written by a newer colocd (PRAGMA user_version above ours) is left alone
 // the same way.
 //
+// A full disk is not a bad database: a write that fails for want of space (SQLITE_FULL, or an I/O
+// error of ENOSPC/EDQUOT) leaves history on. The cache keeps the run (admissions use it), the
+// change stays first in the worker's queue (at most 10000 wait; past that the oldest after it is
+// dropped from the disk's copy) and is tried again every second; once one succeeds, the rest
+// follow. Logged once when it starts and once when it ends. wait_idle() returns while waiting.
+//
 // Crash safety is SQLite's: each change is one transaction in WAL mode, so a colocd killed in the
 // middle of a write loses at most that change (the next open rolls the WAL back to its last
 // commit).

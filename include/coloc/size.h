@@ -93,6 +93,17 @@ inline SizeParse parse_size(std::string_view s) {
   return r;
 }
 
+/// Parses a memory limit: a size as parse_size(), except 2^64-1 bytes, which is the protocol's
+/// no-limit marker (proto::kNoLimit) and would silently mean no limit. Never throws.
+inline SizeParse parse_limit(std::string_view s) {
+  SizeParse r = parse_size(s);
+  if (r && *r.bytes == UINT64_MAX) {
+    r.bytes.reset();
+    r.error = "2^64-1 bytes is coloc's no-limit marker, not a limit (leave the limit out for none)";
+  }
+  return r;
+}
+
 /// Formats `bytes` for people: "0 B", "512 B", "1.50 KiB", "80.00 GiB" (powers of 1024, two
 /// decimals above bytes). Writes at most `cap` bytes including the NUL; returns `buf`.
 inline const char* format_size(uint64_t bytes, char* buf, size_t cap) {

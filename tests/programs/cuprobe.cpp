@@ -31,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "coloc/pages.h"
 #include "coloc/size.h"
 #include "tools/workload/kernels.h"
 
@@ -424,6 +425,24 @@ CUresult step_rss(Probe&, const Args&, json& out) {
   return CUDA_SUCCESS;
 }
 
+// A lying client, as a second preloaded library could be: overwrites the in-use word of slot 0
+// of this process's coloc stats page (libcoloc.so maps it from colocd's memfd "coloc-stats",
+// which /proc/self/maps names) with SIZE bytes. CUDA_ERROR_NOT_FOUND when there is no such page
+// (no colocd, or no libcoloc.so).
+CUresult step_forge_in_use(Probe&, const Args& a, json& out) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("memfd:coloc-stats") == std::string::npos) continue;
+    auto* page = reinterpret_cast<coloc::pages::StatsPage*>(std::strtoull(line.c_str(), nullptr, 16));
+    const uint64_t bytes = coloc::parse_size(a[0]).bytes.value_or(0);
+    out["was"] = page->slots[0].in_use.load();
+    page->slots[0].in_use.store(bytes);
+    out["now"] = bytes;
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
 // Forks; the child calls the driver (it must get an initialization error, as on a real driver) and
 // reports what it got through a pipe.
 CUresult step_fork(Probe&, const Args&, json& out) {
@@ -521,6 +540,8 @@ const StepDef kSteps[] = {
     {"copy", {Arg::name, Arg::name}, {}, step_copy, "cuMemcpyDtoD DST SRC"},
     {"memset32", {Arg::name, Arg::value}, {}, step_memset32, "cuMemsetD32 NAME with the float VALUE's bits"},
     {"rss", {}, {}, step_rss, "this process's VmRSS in KiB"},
+    {"forge-in-use", {Arg::size}, {}, step_forge_in_use,
+     "write SIZE into the in-use word of this process's coloc stats page (slot 0): a lying client"},
     {"fork", {}, {}, step_fork, "fork; the child calls the driver and reports the results"},
     {"hold-file", {Arg::path}, {}, step_hold_file, "block until PATH exists"},
     {"touch", {Arg::path}, {}, step_touch, "create PATH"},

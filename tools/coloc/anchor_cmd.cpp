@@ -75,7 +75,7 @@ int run_anchor(const AnchorOptions& opt) {
   AnchorSpec spec;
   spec.job = opt.job;
   if (!opt.mem.empty()) {
-    SizeParse s = parse_size(opt.mem);
+    SizeParse s = parse_limit(opt.mem);
     if (!s) return refuse(2, "--mem '" + opt.mem + "': " + s.error);
     spec.limit = *s.bytes;
   }

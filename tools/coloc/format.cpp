@@ -296,6 +296,15 @@ std::string status_table(const json& s, bool wide) {
     o << "\n" << j.render("  ");
     o << outside_processes_text(dev, 100);
   }
+  // Jobs whose processes claim more in their stats pages than they can hold (a lying or broken
+  // client): colocd counts only what they hold; said here so an admin can look at them.
+  if (s.contains("jobs") && s["jobs"].is_array())
+    for (const json& job : s["jobs"]) {
+      const json over = job.value("overclaimed", json(0));
+      if (!over.is_number_unsigned() || over.get<uint64_t>() == 0) continue;
+      o << "\n! job " << str(job, "job") << " (" << str(job, "user") << "): its processes claim " << bytes_text(over)
+        << " more than they hold; colocd counts only what they hold\n";
+    }
   if (colocd_numbered) o << "\n* numbered by colocd: NVML does not list the device\n";
   if (!wide && !s.at("devices").empty()) o << "\n(coloc status --wide adds reservations, driver overhead, peaks and grants)\n";
   return o.str();

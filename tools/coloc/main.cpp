@@ -45,6 +45,7 @@
 #include "daemon_client.h"
 #include "doctor_cmd.h"
 #include "estimate_cmd.h"
+#include "../../estimator/input_error.h"
 #include "format.h"
 #include "run_plan.h"
 #include "svg_plot.h"
@@ -59,6 +60,10 @@ using coloc::cli::Answer;
 using nlohmann::json;
 
 enum Exit { kOk = 0, kFailed = 1, kUsage = 2, kUnreachable = 3, kNotFound = 4, kNotAllowed = 5, kCannotRun = 127 };
+
+/// Set once an answer of colocd's has been read: only then can an exception that escapes come
+/// from colocd (an answer from a colocd of another version); before, it is coloc's own.
+bool g_answered = false;
 
 int fail(int code, const std::string& msg) {
   std::fprintf(stderr, "coloc: %s\n", msg.c_str());
@@ -104,6 +109,7 @@ bool ask(const std::string& socket, const coloc::proto::AdminMsg& m, json* out, 
     *code = fail(kFailed, "colocd sent an answer that is not JSON");
     return false;
   }
+  g_answered = true;
   return true;
 }
 
@@ -356,8 +362,12 @@ int run_cli(int argc, char** argv);
 int main(int argc, char** argv) {
   try {
     return run_cli(argc, argv);
-  } catch (const std::exception& e) {  // e.g. an answer from a colocd of another version
-    return fail(kFailed, std::string("unexpected answer from colocd: ") + e.what());
+  } catch (const coloc::est::InputError& e) {  // a model file or spec (coloc's own checks name the field)
+    return fail(kUsage, e.what());
+  } catch (const std::exception& e) {
+    // After an answer of colocd's: e.g. one from a colocd of another version. Before: coloc's own.
+    return fail(kFailed, g_answered ? std::string("unexpected answer from colocd: ") + e.what()
+                                    : std::string("internal error: ") + e.what() + " (please report it)");
   }
 }
 
@@ -657,7 +667,7 @@ int run_cli(int argc, char** argv) {
     if (set_mem.empty() && set_priority.empty() && set_weight.empty())
       return fail(kUsage, "set: give --mem SIZE, --priority P and/or --weight W");
     if (!set_mem.empty()) {
-      coloc::SizeParse s = coloc::parse_size(set_mem);
+      coloc::SizeParse s = coloc::parse_limit(set_mem);
       if (!s) return fail(kUsage, "--mem '" + set_mem + "': " + s.error);
       if (*s.bytes == 0) return fail(kUsage, "--mem must be more than 0");
       m.set_fields |= coloc::proto::kSetMem;

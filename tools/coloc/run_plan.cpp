@@ -246,7 +246,7 @@ bool plan_run(const RunOptions& opt, const std::map<std::string, std::string>& e
     p.notes.push_back(note);
   }
   if (!opt.mem.empty()) {
-    SizeParse s = parse_size(opt.mem);
+    SizeParse s = parse_limit(opt.mem);
     if (!s) {
       *error = "--mem '" + opt.mem + "': " + s.error;
       return false;

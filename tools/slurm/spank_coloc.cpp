@@ -172,7 +172,7 @@ std::string check_option(int id, const char* arg, Options* into) {
   const std::string v = arg ? arg : "";
   switch (id) {
     case kOptMem: {
-      coloc::SizeParse s = coloc::parse_size(v);
+      coloc::SizeParse s = coloc::parse_limit(v);
       if (!s) return "--coloc-mem=" + printable(v) + ": " + s.error + " (e.g. --coloc-mem=20G)";
       // Below what coloc counts for one CUDA context (libcoloc.so's COLOC_CONTEXT_BYTES default,
       // 512 MiB) no CUDA job can run: most likely a unit left out ("20" is 20 bytes).
@@ -257,7 +257,7 @@ void parse_args(int ac, char** av) {
     else if (key == "lib") g_config.lib = value;
     else if (key == "coloc") g_config.coloc = value;
     else if (key == "mem_per_shard") {
-      coloc::SizeParse s = coloc::parse_size(value);
+      coloc::SizeParse s = coloc::parse_limit(value);
       if (!s || *s.bytes == 0) err = s ? "must be above 0" : s.error;
       else g_config.mem_per_shard = *s.bytes;
     } else if (key == "required" || key == "allow_off") {

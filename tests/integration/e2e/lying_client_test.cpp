@@ -187,3 +187,77 @@ TEST_CASE("e2e: a client's stream of refused or meaningless requests is logged a
 }
 
 }  // TEST_SUITE
+
+namespace {
+
+/// A process outside coloc holds 6.5 GiB of a 16 GiB device; a job declaring 12 GiB must not be
+/// admitted (16 - 2% headroom - 6.5 - the other job's context leaves 8.7 GiB). With `liar`, a job
+/// under coloc that came first claims the whole device in its own stats page (as a second
+/// preloaded library could): colocd must count its claim at most at what it holds (its grant, and
+/// the driver's figure for its process), so the outside memory stays seen and `honest` waits and
+/// is refused exactly as without the liar, instead of being admitted into memory that is not there.
+void hidden_outside_case(bool liar) {
+  CAPTURE(liar);
+  Node n("16GiB");
+  std::unique_ptr<Proc> l;
+  if (liar) {
+    l = n.run({"--job", "liar"}, {cuprobe(), "init", "ctx", "0", "forge-in-use", "16GiB", "touch", n.file("l.up"),
+                                  "hold-file", n.file("l.go")});
+    REQUIRE(reached(*l, n.file("l.up")));
+    REQUIRE(step(l->out_so_far(), "forge-in-use")["rc_name"] == "CUDA_SUCCESS");
+  } else {
+    l = n.run({"--job", "other"}, {cuprobe(), "init", "ctx", "0", "touch", n.file("l.up"), "hold-file", n.file("l.go")});
+    REQUIRE(reached(*l, n.file("l.up")));
+  }
+  auto outside = std::make_unique<Proc>(
+      std::vector<std::string>{cuprobe(), "init", "ctx", "0", "alloc", "6GiB", "o", "touch", n.file("o.up"), "hold-file",
+                               n.file("o.go")},
+      n.base_env());
+  REQUIRE(reached(*outside, n.file("o.up")));
+  const int outside_pid = step(outside->out_so_far(), "init")["pid"];
+  // colocd has read the device since: its NVML process list names the outside process.
+  REQUIRE_MESSAGE(wait_until([&] {
+                    json d = n.status()["devices"][0];
+                    if (!d["outside_processes"].is_array()) return false;
+                    for (const json& p : d["outside_processes"])
+                      if (p["pid"] == outside_pid) return true;
+                    return false;
+                  }, 20s),
+                  n.status_text());
+  const uint64_t real_outside = 6 * GiB + kContext;
+  REQUIRE_MESSAGE(wait_until([&] { return n.status()["devices"][0]["outside"] == real_outside; }, 10s), n.status_text());
+  auto honest = n.run({"--job", "honest", "--mem", "12GiB"}, {cuprobe(), "init", "ctx", "0", "alloc", "11GiB", "a"},
+                      {{"COLOC_WAIT_TIMEOUT", "3s"}});
+  REQUIRE(n.wait_state("honest", "admission-pending"));
+  ProcResult r = honest->wait(30s);
+  INFO(describe(r));
+  CHECK(step(r.out, "ctx")["rc_name"] != "CUDA_SUCCESS");  // waited, then refused at admission
+  CHECK(step(r.out, "alloc")["rc_name"] != "CUDA_SUCCESS");
+  json dev = n.status()["devices"][0];
+  CHECK(dev["driver_ooms"] == 0);  // no allocation failed in the driver inside a grant
+  CHECK(dev["outside"] == real_outside);
+  json j = n.job(liar ? "liar" : "other");
+  REQUIRE(!j.is_null());
+  CHECK(j["in_use"].get<uint64_t>() <= j["granted"].get<uint64_t>());  // its claim counts as far as it holds
+  if (liar) {
+    CHECK(j["overclaimed"].get<uint64_t>() >= 15 * GiB);  // named in status
+    CHECK(n.log().find("claims") != std::string::npos);    // and in the log
+    CHECK(n.status_text().find("liar") != std::string::npos);
+  } else {
+    CHECK(j["overclaimed"] == 0);
+  }
+  for (const char* f : {"o.go", "l.go"}) write_file(n.file(f), "");
+  finish(*outside);
+  finish(*l);
+}
+
+}  // namespace
+
+TEST_SUITE("e2e") {
+
+TEST_CASE("e2e: a client claiming the whole device in its stats page cannot hide memory used outside coloc") {
+  if (simulated_only()) return;
+  for (bool liar : {false, true}) hidden_outside_case(liar);
+}
+
+}  // TEST_SUITE

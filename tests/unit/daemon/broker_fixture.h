@@ -81,6 +81,26 @@ struct Bench {
     return id;
   }
 
+  /// add(), with the process id `pid` (SO_PEERCRED's), for tests of the driver's per-process list.
+  ClientId add_pid(const std::string& job, int32_t pid, Bytes limit = kNoLimit, uint32_t uid = 1000) {
+    ClientSpec s;
+    s.uid = uid;
+    s.pid = pid;
+    s.job_id = job;
+    s.limit = limit;
+    s.age = now;
+    Pages p;
+    ClientId id = broker.add_client(s, p.control.get(), p.stats.get(), now);
+    pages.emplace(id, std::move(p));
+    collect();
+    return id;
+  }
+  /// One reading of the driver's per-process list of device 0 (pid, bytes).
+  void processes(std::vector<ProcessFigure> list, uint32_t device = 0) {
+    broker.reconcile_device(device, &list, now);
+    collect();
+  }
+
   void collect() {
     for (auto& r : broker.take_replies()) replies.push_back(std::move(r));
     for (auto& e : broker.take_events()) events.push_back(std::move(e));

@@ -55,8 +55,9 @@ TEST_CASE("broker: driver overhead is charged to the job inside its limit, and i
   CHECK(b.grant(a, 0) == 2 * GiB + 512 * MiB);
   g = b.grow(a, 0, 2 * GiB + 512 * MiB + 1);
   CHECK(b.refused(g, Reason::kOwnLimit));
-  // The device shows the driver's 2 GiB context and 1.5 GiB of allocations (ledger 2 GiB in use):
-  // nothing is outside coloc.
+  // The device shows the driver's 2 GiB context and 1.5 GiB of allocations (ledger 2 GiB in use,
+  // within its grant): nothing is outside coloc.
+  REQUIRE(b.granted(b.grow(a, 0, 2 * GiB)));
   b.use(a, 0, 2 * GiB);
   b.broker.refresh_outside(0, 16 * GiB - 2 * GiB - 1536 * MiB, b.now);
   b.collect();
@@ -88,6 +89,7 @@ TEST_CASE("broker: a context footprint on a device colocd reads: the device's us
   ClientId a = b.add("a", 4 * GiB);
   REQUIRE(b.granted(b.attach(a, {{1, 16 * GiB, 512 * MiB}}, 15 * GiB)));
   // Between a's admission and its footprint, the other job's books gain 1 GiB (on the device too).
+  REQUIRE(b.granted(b.grow(other, 0, 1 * GiB)));
   b.use(other, 0, 1 * GiB);
   // The driver made a's context at 2 GiB; its ledger charges 512 MiB for it.
   b.use(a, 0, 512 * MiB);
@@ -298,7 +300,9 @@ TEST_CASE("broker: a just-resumed process's ledger is its resumed in-use until i
   b.broker.resume(a, std::vector<ResumeEntry>{e}, b.now);
   b.collect();
   const Client& c = *b.broker.find_client(a);
-  CHECK(b.broker.client_in_use(c, 0) == 0);  // not copied yet
+  // Not copied yet: its claim is the resumed in-use (the floor), not the new page's 0.
+  CHECK(c.stats->slots[0].in_use.load() == 0);
+  CHECK(b.broker.client_in_use(c, 0) == 3 * GiB + 512 * MiB);
   CHECK(b.broker.ledger_in_use(c, 0) == 3 * GiB + 512 * MiB);
   CHECK(reconcile_overhead(true, 3 * GiB + 512 * MiB, b.broker.ledger_in_use(c, 0)) == 0);
   // Copied, and its first request made: the stats page is the ledger again.

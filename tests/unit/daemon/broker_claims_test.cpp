@@ -1,0 +1,130 @@
+// The broker's books against a lying client (issue 26): a process's stats page is its own word.
+// Its claim counts at most what colocd granted it and what the driver holds for the process
+// (Broker::client_in_use, reconcile_device), the driver's list of processes bounds memory used
+// outside coloc from below, and a page that claims more than the process can hold is shown.
+#include <doctest/doctest.h>
+
+#include "broker_fixture.h"
+
+using namespace coloc::broker;
+using namespace coloc::broker::test;
+
+TEST_SUITE("daemon") {
+
+TEST_CASE("claims: a stats page claiming the whole device counts only its grant, and outside memory stays seen") {
+  Bench b;
+  ClientId liar = b.add_pid("liar", 100);
+  REQUIRE(b.granted(b.attach(liar, {{1, 16 * GiB, 512 * MiB}}, 16 * GiB)));
+  b.use(liar, 0, 16 * GiB);  // the lie
+  const Client& c = *b.broker.find_client(liar);
+  CHECK(b.broker.client_in_use(c, 0) == 512 * MiB);
+  // 6.5 GiB used by a process outside coloc, 512 MiB by the liar's context.
+  b.broker.refresh_outside(0, 16 * GiB - 7 * GiB, b.now);
+  b.collect();
+  CHECK(b.broker.devices().at(0).outside == 6 * GiB + 512 * MiB);
+  // So a job declaring 12 GiB does not fit (16 - 6.5 - 0.5 = 9 GiB) and waits.
+  ClientId honest = b.add_pid("honest", 101, 12 * GiB);
+  uint32_t s = b.attach(honest, {{1, 16 * GiB, 512 * MiB}});
+  CHECK(b.reply(s) == nullptr);  // parked
+  CHECK(b.broker.waiters().size() == 1);
+}
+
+TEST_CASE("claims: the driver's figure bounds a claim inside its grant; a lie that comes and goes stays booked") {
+  Bench b;
+  ClientId a = b.add_pid("a", 100, 8 * GiB);
+  REQUIRE(b.granted(b.attach(a, {{1, 16 * GiB, 512 * MiB}}, 16 * GiB)));
+  REQUIRE(b.granted(b.grow(a, 0, 8 * GiB)));
+  const Client& c = *b.broker.find_client(a);
+  // It holds 1.5 GiB (the driver's figure) and its page claims its whole grant.
+  b.use(a, 0, 8 * GiB);
+  b.processes({{100, 1536 * MiB}, {200, 6 * GiB}});
+  CHECK(c.slots[0].excess == 6 * GiB + 512 * MiB);
+  CHECK(b.broker.client_in_use(c, 0) == 1536 * MiB);
+  CHECK(b.broker.find_job({1000, "a"})->devices.at(0).overhead == 0);
+  b.broker.refresh_outside(0, 16 * GiB - 1536 * MiB - 6 * GiB, b.now);
+  b.collect();
+  CHECK(b.broker.devices().at(0).outside == 6 * GiB);
+  // Within its grant it is no overclaim (a pool's charge for what it may grow by looks the same).
+  b.processes({{100, 1536 * MiB}, {200, 6 * GiB}});
+  CHECK(c.slots[0].overclaim == 0);
+  CHECK(b.broker.overclaimed(*b.broker.find_job({1000, "a"})) == 0);
+  // The page tells the truth for one reading: the excess is kept (a lie that comes and goes),
+  // and lowered once two readings agree.
+  b.use(a, 0, 1 * GiB);
+  b.processes({{100, 1536 * MiB}, {200, 6 * GiB}});
+  CHECK(c.slots[0].excess == 6 * GiB + 512 * MiB);
+  b.processes({{100, 1536 * MiB}, {200, 6 * GiB}});
+  CHECK(c.slots[0].excess == 0);
+  CHECK(b.broker.client_in_use(c, 0) == 1 * GiB);
+  // Now the driver's figure is above the ledger: the difference is driver overhead, as before.
+  CHECK(b.broker.find_job({1000, "a"})->devices.at(0).overhead == 512 * MiB);
+}
+
+TEST_CASE("claims: a page above both the grant and the driver's figure, two readings in a row, is an overclaim") {
+  Bench b;
+  ClientId liar = b.add_pid("liar", 100);
+  REQUIRE(b.granted(b.attach(liar, {{1, 16 * GiB, 512 * MiB}}, 16 * GiB)));
+  const Client& c = *b.broker.find_client(liar);
+  b.use(liar, 0, 16 * GiB);
+  b.processes({{100, 512 * MiB}});
+  CHECK(c.slots[0].overclaim == 0);  // one reading: could be an allocation in flight
+  b.processes({{100, 512 * MiB}});
+  CHECK(c.slots[0].overclaim == 15 * GiB + 512 * MiB);
+  CHECK(b.broker.overclaimed(*b.broker.find_job({1000, "liar"})) == 15 * GiB + 512 * MiB);
+  CHECK(b.broker.find_job({1000, "liar"})->devices.at(0).overhead == 0);
+  b.use(liar, 0, 512 * MiB);
+  b.processes({{100, 512 * MiB}});
+  CHECK(c.slots[0].overclaim == 0);
+  // A force-charged context beyond the grant that the driver shows held is no overclaim: the
+  // driver's memory beyond the grant is the job's driver overhead, inside its limit.
+  b.use(liar, 0, 1 * GiB);
+  b.processes({{100, 1 * GiB}});
+  b.processes({{100, 1 * GiB}});
+  CHECK(c.slots[0].overclaim == 0);
+  CHECK(b.broker.client_in_use(c, 0) == 512 * MiB);
+  CHECK(b.broker.find_job({1000, "liar"})->devices.at(0).overhead == 512 * MiB);
+}
+
+TEST_CASE("claims: processes the driver lists that are not attached are outside, whatever the ledgers say") {
+  Bench b;
+  ClientId a = b.add_pid("a", 100, 4 * GiB);
+  REQUIRE(b.granted(b.attach(a, {{1, 16 * GiB, 512 * MiB}}, 16 * GiB)));
+  REQUIRE(b.granted(b.grow(a, 0, 4 * GiB)));
+  b.use(a, 0, 512 * MiB);
+  b.processes({{100, 512 * MiB}, {200, 2 * GiB}});
+  // A 3.5 GiB allocation in flight (charged, not yet on the device) when the device is read: the
+  // ledgers are ahead of the device, yet what pid 200 holds stays outside.
+  b.use(a, 0, 4 * GiB);
+  b.broker.refresh_outside(0, 16 * GiB - 512 * MiB - 2 * GiB, b.now);
+  b.collect();
+  CHECK(b.broker.devices().at(0).outside == 2 * GiB);
+  // Once it is attached (a process of the job, re-registered), it is coloc's again.
+  ClientId late = b.add_pid("late", 200);
+  REQUIRE(b.granted(b.attach(late, {{1, 16 * GiB, 512 * MiB}})));
+  b.use(late, 0, 512 * MiB);
+  b.use(a, 0, 512 * MiB);
+  b.broker.refresh_outside(0, 16 * GiB - 512 * MiB - 2 * GiB, b.now);
+  b.collect();
+  CHECK(b.broker.devices().at(0).outside == 2 * GiB - 512 * MiB);  // its figure beyond its ledger, until reconciled
+}
+
+TEST_CASE("claims: a process list that names no attached process (another PID namespace) is not used") {
+  Bench b;
+  ClientId a = b.add_pid("a", 100, 4 * GiB);
+  REQUIRE(b.granted(b.attach(a, {{1, 16 * GiB, 512 * MiB}}, 16 * GiB)));
+  REQUIRE(b.granted(b.grow(a, 0, 2 * GiB)));
+  b.use(a, 0, 2 * GiB);
+  const Client& c = *b.broker.find_client(a);
+  // The driver names the process as pid 7100 (its namespace's pid), not as 100.
+  b.processes({{7100, 2 * GiB + 512 * MiB}});
+  CHECK(c.slots[0].excess == 0);
+  CHECK(b.broker.client_in_use(c, 0) == 2 * GiB);
+  b.broker.refresh_outside(0, 16 * GiB - 2 * GiB - 512 * MiB, b.now);
+  b.collect();
+  CHECK(b.broker.devices().at(0).outside == 512 * MiB);  // not all of it
+  // No list at all (the driver cannot tell): nothing is learnt, what is booked stays.
+  b.broker.reconcile_device(0, nullptr, b.now);
+  CHECK_FALSE(b.broker.devices().at(0).processes_known);
+}
+
+}  // TEST_SUITE
