@@ -21,6 +21,7 @@ DAEMON_CORE_SRCS := \
   daemon/compute/priority_policy.cpp \
   daemon/compute/scheduler.cpp \
   daemon/compute/policy_store.cpp \
+  daemon/compute/share_window.cpp \
   daemon/report/timeline.cpp \
   daemon/report/job_recorder.cpp \
   daemon/report/report_store.cpp \

@@ -23,6 +23,7 @@
 #include "compute/gates.h"
 #include "compute/policy_store.h"
 #include "compute/scheduler.h"
+#include "compute/share_window.h"
 #include "config/config.h"
 #include "device/memory_reader.h"
 #include "device/outside_processes.h"
@@ -230,10 +231,7 @@ class Server {
   Nanos compute_armed_ = broker::kNever;  ///< what compute_timer_ is set to
   bool compute_dirty_ = false;          ///< clients or pauses changed since the last compute_tick
   size_t compute_devices_ = 0;          ///< broker devices given the `coloc policy all` default so far
-  /// Per (job, device): (when, device time so far) samples of the last 10 s, oldest first.
-  std::map<std::pair<broker::JobSerial, broker::Uuid>, std::deque<std::pair<Nanos, uint64_t>>> busy_history_;
-  /// Each device's compute policy at the last compute_sample: a change starts busy_history_ afresh.
-  std::map<broker::Uuid, compute::PolicySettings> share_policy_;
+  compute::ShareWindow share_window_;  ///< GPU SHARE: each job's device time over the last 10 s
   std::unique_ptr<Listener> listener_;
   UniqueFd inherited_socket_;           ///< from the service manager, until open_listener adopts it
   systemd::Notifier notifier_;          ///< $NOTIFY_SOCKET (no-op without it)

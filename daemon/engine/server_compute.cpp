@@ -92,48 +92,18 @@ void Server::compute_tick(Nanos t) {
 
 namespace coloc::engine {
 
-namespace {
-constexpr broker::Nanos kShareWindow = 10'000'000'000;  // coloc status' GPU SHARE: the last 10 s
-}
-
 void Server::compute_sample(Nanos t) {
-  std::set<std::pair<broker::JobSerial, broker::Uuid>> seen;
-  // A device whose policy changed since the last sample starts its window afresh: what its jobs
-  // ran under the previous policy is no share of this one's (a priority device's tracking counts
-  // some jobs' work as an upper bound).
-  std::set<broker::Uuid> changed;
-  for (const auto& [key, u] : gates_.usages()) {
-    const compute::PolicySettings now_policy = scheduler_.policy(key.second);
-    auto [pit, fresh] = share_policy_.try_emplace(key.second, now_policy);
-    if (!fresh && !(pit->second == now_policy)) changed.insert(key.second);
-  }
-  for (const broker::Uuid& dev : changed) share_policy_[dev] = scheduler_.policy(dev);
-  for (const auto& [key, u] : gates_.usages()) {
-    seen.insert(key);
-    auto& h = busy_history_[key];
-    const uint64_t busy = u.busy_ns;
-    if (changed.count(key.second)) h.clear();
-    if (!h.empty() && busy < h.back().second) h.clear();  // a process left: its counts went with it
-    h.emplace_back(t, busy);
-    while (h.size() > 2 && h[1].first + kShareWindow <= t) h.pop_front();
-  }
-  for (auto it = busy_history_.begin(); it != busy_history_.end();)
-    it = seen.count(it->first) ? std::next(it) : busy_history_.erase(it);
+  std::map<compute::ShareWindow::Key, uint64_t> busy;
+  for (const auto& [key, u] : gates_.usages()) busy.emplace(key, u.busy_ns);
+  share_window_.sample(t, busy, [&](const broker::Uuid& dev) { return scheduler_.policy(dev); });
 }
 
 double Server::gpu_share(broker::JobSerial job, const broker::Uuid& dev) const {
   // Measured only where the device is timesliced: elsewhere the clients track no completions (share),
   // or only some jobs' and as an upper bound (priority), so there is no share to show (null).
-  if (scheduler_.policy(dev).mode != proto::PolicyMode::kTimeslice) return std::nan("");
-  // Changed since the last sample: its window starts at the next one.
-  if (auto p = share_policy_.find(dev); p == share_policy_.end() || !(p->second == scheduler_.policy(dev)))
-    return std::nan("");
-  auto it = busy_history_.find({job, dev});
-  if (it == busy_history_.end() || it->second.size() < 2) return std::nan("");
-  const auto& [t0, b0] = it->second.front();
-  const auto& [t1, b1] = it->second.back();
-  if (t1 <= t0) return std::nan("");
-  return std::min(1.0, double(b1 - b0) / double(t1 - t0));
+  const compute::PolicySettings p = scheduler_.policy(dev);
+  if (p.mode != proto::PolicyMode::kTimeslice) return std::nan("");
+  return share_window_.share(job, dev, p);
 }
 
 }  // namespace coloc::engine

@@ -134,6 +134,10 @@ TEST_CASE("coloc: unknown jobs and bad arguments") {
            {with_cmd({"run", "--mem", "1GiB", "--job="}), "--job"},  // (CLI11: "1 required TEXT missing")
            {with_cmd({"run", "--socket", ""}), "coloc: --socket '': empty path"},
            {{"set", "x", "--mem", ""}, "coloc: --mem '': empty size"},
+           // 2^64-1 bytes is the protocol's no-limit marker: refused, as 2^64 is (it ran with no limit).
+           {with_cmd({"run", "--mem", "18446744073709551615"}), "no-limit marker"},
+           {with_cmd({"run", "--mem", "18446744073709551616"}), "size too large"},
+           {{"set", "x", "--mem", "18446744073709551615"}, "no-limit marker"},
            {{"set", "x", "--priority", ""}, "coloc: --priority '': empty priority"},
            {{"status", "--socket", ""}, "coloc: --socket '': empty path"},
            {{"report", "x", "--svg", ""}, "coloc: --svg '': empty file name"},

@@ -83,6 +83,8 @@ TEST_CASE("coloc estimate: JSON items sum to total_bytes; text names the peak la
 TEST_CASE("coloc estimate: bad input exits 2 with one line naming the field") {
   TempDir dir("coloc-estimate-cli");
   write(dir / "broken.json", "{\"name\": \"x\", \"layers\": [");
+  write(dir / "huge.json", R"({"model_type": "gpt2", "n_layer": 1e400})");
+  write(dir / "huge-spec.json", R"({"name": "x", "layers": [{"type": "linear", "params": -1e999}]})");
   write(dir / "hf.json",
         R"({"model_type": "bert", "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
             "vocab_size": 100, "max_position_embeddings": 64})");
@@ -105,6 +107,10 @@ TEST_CASE("coloc estimate: bad input exits 2 with one line naming the field") {
       {{"--model-file", dir / "broken.json", "--batch", "2"}, "broken.json"},
       {{"--model-file", dir / "missing.json", "--batch", "2"}, "missing.json"},
       {{"--model-file", dir / "hf.json", "--batch", "2", "--seq", "16"}, "hidden_size"},
+      // A number no double holds: the parser's own error, named by its field (it was
+      // "unexpected answer from colocd: [json.exception.out_of_range.406]..." and exit 1).
+      {{"--model-file", dir / "huge.json", "--batch", "2"}, "\"n_layer\": number out of range ('1e400')"},
+      {{"--model-file", dir / "huge-spec.json", "--batch", "2"}, "\"layers.params\": number out of range"},
   };
   for (const Bad& b : bad) {
     ProcResult r = estimate(b.args);
@@ -115,6 +121,12 @@ TEST_CASE("coloc estimate: bad input exits 2 with one line naming the field") {
     CHECK(r.err.find(b.names) != std::string::npos);
     CHECK(r.err.find('\n') == r.err.size() - 1);  // one line
   }
+  // coloc-train reads the same files the same way: exit 2, one line (it aborted with `terminate called`).
+  ProcResult train = run({build_path("bin/coloc-train"), "--model-file", dir / "huge.json", "--batch", "2"}, Env(), 20s);
+  INFO(describe(train));
+  CHECK(train.exit_code == 2);
+  CHECK(train.err.find("\"n_layer\": number out of range") != std::string::npos);
+  CHECK(train.err.find("terminate") == std::string::npos);
   // The unknown model's message lists the known ones.
   CHECK(estimate({"--model", "nope", "--batch", "1"}).err.find("resnet50") != std::string::npos);
 }

@@ -98,6 +98,16 @@ TEST_CASE("colocd --check-config: prints every key with its source and exits 0, 
   ProcResult group = run({build_path("bin/colocd"), "--check-config", "--config", dir / "group.toml"}, env, 20s);
   CHECK(group.exit_code == 2);
   CHECK(group.err.find("admin_group: no such group") != std::string::npos);
+  // A socket path longer than sockaddr_un holds (107 bytes): refused by --check-config, so that
+  // colocd does not start, fail with exit 1 and restart in a loop.
+  const std::string long_socket = "/tmp/" + std::string(110, 's') + ".sock";
+  write_file(dir / "long.toml", "socket = \"" + long_socket + "\"\n");
+  ProcResult longsock = run({build_path("bin/colocd"), "--check-config", "--config", dir / "long.toml"}, env, 20s);
+  CHECK(longsock.exit_code == 2);
+  CHECK_MESSAGE(longsock.err.find("too long for a Unix socket (at most 107)") != std::string::npos, longsock.err);
+  ProcResult longflag = run({build_path("bin/colocd"), "--socket", long_socket, "--state-dir", dir / "state"}, env, 20s);
+  CHECK(longflag.exit_code == 2);
+  CHECK(longflag.err.find("--socket") != std::string::npos);
   // At start, the same error stops colocd with exit status 2.
   ProcResult start = run({build_path("bin/colocd"), "--config", dir / "bad.toml", "--socket", dir / "s.sock",
                           "--state-dir", dir / "state"},
