@@ -1,6 +1,7 @@
 # mk/install.mk — make install / make uninstall (included by the top Makefile).
 #
-#   make install   [PREFIX=/usr/local] [DESTDIR=] [SYSCONFDIR=/etc] [SYSTEMDUNITDIR=$(PREFIX)/lib/systemd/system]
+#   make install   [PREFIX=/usr/local] [DESTDIR=] [SYSCONFDIR=...] [SYSTEMDUNITDIR=$(PREFIX)/lib/systemd/system]
+#                  [INSTALL_STRIP=-s]
 #   make uninstall (the same variables)
 #
 # The layout (docs/operations.md, "Install", says why):
@@ -15,8 +16,13 @@
 #   $(SYSCONFDIR)/coloc/colocd.toml      deploy/colocd.toml, every key commented out; never
 #                                        overwritten; uninstall removes it only while unchanged
 # DESTDIR is prepended to every path written (packaging, tests) and never appears in a file.
-# The default SYSTEMDUNITDIR is on systemd's unit path for PREFIX /usr/local and /usr; colocd
-# reads /etc/coloc/colocd.toml, so change SYSCONFDIR only to stage the example somewhere else.
+# The default SYSTEMDUNITDIR is on systemd's unit path for PREFIX /usr/local and /usr.
+# SYSCONFDIR follows the GNU convention, $(PREFIX)/etc, except for the system prefixes /usr and
+# /usr/local, where it is /etc: colocd's own default is /etc/coloc/colocd.toml (a node has one
+# colocd), and a PREFIX such as $HOME/coloc never writes to /etc. Wherever the config goes, the
+# installed unit names it (COLOC_CONFIG) when it is not colocd's default, and install says so.
+# Programs are installed stripped (install -s; INSTALL_STRIP= keeps their symbols): the debug
+# information stays in $(BUILD), whose binaries are the same build.
 #
 # Also usable alone, without building (the install test does this with its build's products):
 #   make -f mk/install.mk BUILD=build/asan PREFIX=... install
@@ -25,15 +31,23 @@ BUILD ?= build
 Q ?= @
 PREFIX ?= /usr/local
 DESTDIR ?=
-SYSCONFDIR ?= /etc
+SYSCONFDIR ?= $(if $(filter /usr /usr/local,$(PREFIX)),/etc,$(PREFIX)/etc)
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 INSTALL ?= install
+INSTALL_STRIP ?= -s
 
 COLOC_BINDIR    = $(PREFIX)/bin
 COLOC_SBINDIR   = $(PREFIX)/sbin
 COLOC_PKGLIBDIR = $(PREFIX)/lib/coloc
 COLOC_CONFDIR   = $(SYSCONFDIR)/coloc
 COLOC_INSTALLED_CONFIG = $(DESTDIR)$(COLOC_CONFDIR)/colocd.toml
+# colocd's default config (daemon/config/config.h: kDefaultConfigPath).
+COLOC_DEFAULT_CONFIG = /etc/coloc/colocd.toml
+# The unit's line that points colocd at a config elsewhere (none at the default).
+COLOC_CONFIG_LINE = $(if $(filter $(COLOC_DEFAULT_CONFIG),$(COLOC_CONFDIR)/colocd.toml),,Environment=COLOC_CONFIG=$(COLOC_CONFDIR)/colocd.toml)
+# Where systemd looks for units: only there does daemon-reload help.
+COLOC_SYSTEMD_DIRS = /etc/systemd/system /usr/local/lib/systemd/system /usr/lib/systemd/system /lib/systemd/system
+COLOC_UNITS_SEEN = $(filter $(COLOC_SYSTEMD_DIRS),$(SYSTEMDUNITDIR))
 
 .PHONY: install uninstall
 # The Slurm plugin is built only where Slurm's headers are (tools/slurm/module.mk sets
@@ -47,12 +61,13 @@ install: $(BUILD)/bin/coloc $(BUILD)/bin/colocd $(BUILD)/lib/libcoloc.so $(SPANK
 	  '$(DESTDIR)$(SYSTEMDUNITDIR)' '$(DESTDIR)$(COLOC_CONFDIR)'
 # install(1) removes the old file before it writes the new one, never writing into it: a running
 # colocd and the jobs that have libcoloc.so mapped keep their copies.
-	$(Q)$(INSTALL) -m 0755 '$(BUILD)/bin/coloc' '$(DESTDIR)$(COLOC_BINDIR)/coloc'
-	$(Q)$(INSTALL) -m 0755 '$(BUILD)/bin/colocd' '$(DESTDIR)$(COLOC_SBINDIR)/colocd'
-	$(Q)$(INSTALL) -m 0644 '$(BUILD)/lib/libcoloc.so' '$(DESTDIR)$(COLOC_PKGLIBDIR)/libcoloc.so'
-	$(Q)$(if $(COLOC_SPANK_BUILT),$(INSTALL) -m 0644 '$(COLOC_SPANK_BUILT)' '$(DESTDIR)$(COLOC_PKGLIBDIR)/spank_coloc.so',\
+	$(Q)$(INSTALL) $(INSTALL_STRIP) -m 0755 '$(BUILD)/bin/coloc' '$(DESTDIR)$(COLOC_BINDIR)/coloc'
+	$(Q)$(INSTALL) $(INSTALL_STRIP) -m 0755 '$(BUILD)/bin/colocd' '$(DESTDIR)$(COLOC_SBINDIR)/colocd'
+	$(Q)$(INSTALL) $(INSTALL_STRIP) -m 0644 '$(BUILD)/lib/libcoloc.so' '$(DESTDIR)$(COLOC_PKGLIBDIR)/libcoloc.so'
+	$(Q)$(if $(COLOC_SPANK_BUILT),$(INSTALL) $(INSTALL_STRIP) -m 0644 '$(COLOC_SPANK_BUILT)' '$(DESTDIR)$(COLOC_PKGLIBDIR)/spank_coloc.so',\
 	  echo "  note:    no Slurm plugin: it is built where Slurm's headers are (libslurm-dev; COLOC_WITH_SLURM=1 make installs them)")
-	$(Q)sed -e 's|@SBINDIR@|$(COLOC_SBINDIR)|g' deploy/systemd/colocd.service.in > '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service.tmp'
+	$(Q)sed -e 's|@SBINDIR@|$(COLOC_SBINDIR)|g' $(if $(COLOC_CONFIG_LINE),-e 's|^@CONFIG@$$|$(COLOC_CONFIG_LINE)|',-e '/^@CONFIG@$$/d') \
+	  deploy/systemd/colocd.service.in > '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service.tmp'
 	$(Q)$(INSTALL) -m 0644 '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service.tmp' '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service'
 	$(Q)rm -f '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service.tmp'
 	$(Q)$(INSTALL) -m 0644 deploy/systemd/colocd.socket '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.socket'
@@ -60,6 +75,11 @@ install: $(BUILD)/bin/coloc $(BUILD)/bin/colocd $(BUILD)/lib/libcoloc.so $(SPANK
 	  echo "  kept     $(COLOC_INSTALLED_CONFIG) (already there; the example is deploy/colocd.toml)"; \
 	else \
 	  $(INSTALL) -m 0644 deploy/colocd.toml '$(COLOC_INSTALLED_CONFIG)'; \
+	fi
+	$(Q)if [ -n "$(COLOC_CONFIG_LINE)" ]; then \
+	  echo "  note:    the config is $(COLOC_CONFDIR)/colocd.toml, not colocd's default $(COLOC_DEFAULT_CONFIG): the unit sets COLOC_CONFIG to it; by hand, run colocd --config $(COLOC_CONFDIR)/colocd.toml"; \
+	else \
+	  echo "  config:  $(COLOC_CONFDIR)/colocd.toml (colocd's default path)"; \
 	fi
 # The units work only where systemd looks for them: say so when SYSTEMDUNITDIR is elsewhere (a
 # PREFIX such as /opt/coloc or a scratch directory) instead of advising a systemctl that cannot
@@ -88,5 +108,5 @@ uninstall:
 	fi
 	$(Q)rmdir '$(DESTDIR)$(COLOC_CONFDIR)' 2>/dev/null || true
 	$(Q)if [ -z '$(DESTDIR)' ]; then \
-	  echo "  note:    the state directory (/var/lib/coloc: reports, history) is kept; then: systemctl daemon-reload"; \
+	  echo "  note:    the state directory (/var/lib/coloc: reports, history) is kept$(if $(COLOC_UNITS_SEEN),; then: systemctl daemon-reload)"; \
 	fi

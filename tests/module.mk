@@ -48,9 +48,21 @@ $(foreach a,$(TEST_AREAS),$(eval $(call test_area,$(a))))
 TEST_ENV := $(if $(filter tsan,$(SAN)),TSAN_OPTIONS='die_after_fork=0 halt_on_error=1 second_deadlock_stack=1 atexit_sleep_ms=0') \
             $(if $(filter asan,$(SAN)),ASAN_OPTIONS='detect_leaks=0' UBSAN_OPTIONS='print_stacktrace=1')
 
+# A plain `make test` keeps the run's output (the daemons' logs, the tests' measurements) in
+# $(TEST_LOG) and prints doctest's summary: a passing run is a few lines. A failing one prints the
+# whole log, which holds everything that explains it (and .ci/failures picks out its failing test
+# cases). With TEST_ARGS or V=1 the output streams to the terminal as it comes.
+TEST_LOG := $(BUILD)/tests/test.log
 .PHONY: test
 test: $(PRODUCTS) $(TEST_PROGRAMS) $(TEST_BIN)
+ifeq ($(TEST_ARGS)$(filter 1,$(V)),)
+	$(Q)printf '  %-8s %s\n' TEST "$$($(TEST_BIN) --count 2>/dev/null | sed -n 's/.*unskipped test cases passing the current filters: //p') test cases (a few minutes; output in $(TEST_LOG))"
+	$(Q)rc=0; $(TEST_ENV) $(TEST_BIN) > $(TEST_LOG) 2>&1 || rc=$$?; \
+	  if [ $$rc -ne 0 ]; then cat $(TEST_LOG); echo "make test: failed (exit status $$rc); the output above is also in $(TEST_LOG)"; exit $$rc; fi; \
+	  grep -E '^\[doctest\] (test cases|assertions|Status)' $(TEST_LOG)
+else
 	$(Q)$(TEST_ENV) $(TEST_BIN) $(TEST_ARGS)
+endif
 
 # ---- benchmark: the timeslice policy from simgpu's trace (make bench; tests/bench/timeslice_bench.cpp) ----
 # Three GPU-bound jobs under colocd at 50, 100 and 500 ms quanta, and weights 2:1:1 at 100 ms:

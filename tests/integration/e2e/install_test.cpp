@@ -63,8 +63,10 @@ TEST_SUITE("e2e") {
 TEST_CASE("install: make install under a prefix, a job on simgpu with the installed coloc and colocd, systemd-analyze verify, make uninstall leaves nothing") {
   if (simulated_only()) return;
   TempDir t("coloc-install");
-  const std::string prefix = t / "usr", etc = t / "etc";
-  ProcResult in = make_install("install", {"PREFIX=" + prefix, "SYSCONFDIR=" + etc});
+  // A PREFIX of one's own, as `make install PREFIX=$HOME/coloc`: its config goes under it (the GNU
+  // convention), never to /etc, and the unit names it.
+  const std::string prefix = t / "usr", etc = prefix + "/etc";
+  ProcResult in = make_install("install", {"PREFIX=" + prefix});
   REQUIRE_MESSAGE(in.exit_code == 0, describe(in));
   CHECK(executable(prefix + "/bin/coloc"));
   CHECK(executable(prefix + "/sbin/colocd"));
@@ -75,6 +77,17 @@ TEST_CASE("install: make install under a prefix, a job on simgpu with the instal
   const std::string service = read_file(units + "/colocd.service");
   CHECK(service.find("\nExecStart=" + prefix + "/sbin/colocd\n") != std::string::npos);
   CHECK(service.find('@') == std::string::npos);  // every @VAR@ filled in
+  CHECK(service.find("\nEnvironment=COLOC_CONFIG=" + etc + "/coloc/colocd.toml\n") != std::string::npos);
+  CHECK_MESSAGE(in.out.find("not colocd's default /etc/coloc/colocd.toml") != std::string::npos, in.out);
+  // Installed stripped, as packagers do (the build keeps its debug information).
+  for (const std::string& f : {prefix + "/bin/coloc", prefix + "/sbin/colocd", prefix + "/lib/coloc/libcoloc.so"}) {
+    CAPTURE(f);
+    ProcResult sections = run({"readelf", "-S", "--wide", f}, Env(), 20s);
+    REQUIRE(sections.exit_code == 0);
+    CHECK(sections.out.find(".debug_info") == std::string::npos);
+    CHECK(sections.out.find(".symtab") == std::string::npos);
+  }
+  CHECK(run({"readelf", "-S", "--wide", build_path("bin/colocd")}, Env(), 20s).out.find(".debug_info") != std::string::npos);
   CHECK(read_file(units + "/colocd.socket").find("\nListenSequentialPacket=/run/coloc/colocd.sock\n") != std::string::npos);
 
   // The units as installed (their paths exist): no error, no warning.
@@ -129,8 +142,9 @@ TEST_CASE("install: make install under a prefix, a job on simgpu with the instal
   colocd.kill(SIGTERM);
   CHECK(colocd.wait(20s).exit_code == 0);
 
-  ProcResult un = make_install("uninstall", {"PREFIX=" + prefix, "SYSCONFDIR=" + etc});
+  ProcResult un = make_install("uninstall", {"PREFIX=" + prefix});
   REQUIRE_MESSAGE(un.exit_code == 0, describe(un));
+  CHECK(un.out.find("daemon-reload") == std::string::npos);  // systemd never looked there
   CHECK_MESSAGE(files_under(prefix).empty(), joined(files_under(prefix)));
   CHECK_MESSAGE(files_under(etc).empty(), joined(files_under(etc)));
   CHECK_FALSE(std::filesystem::exists(prefix + "/lib/coloc"));  // coloc's own directories go too
@@ -153,6 +167,7 @@ TEST_CASE("install: DESTDIR stages /usr/local; an existing config is never overw
   CHECK(joined(files) == joined(expected));
   const std::string service = read_file(dest + "/usr/local/lib/systemd/system/colocd.service");
   CHECK(service.find("\nExecStart=/usr/local/sbin/colocd\n") != std::string::npos);  // no DESTDIR in it
+  CHECK(service.find("Environment=COLOC_CONFIG") == std::string::npos);  // /etc/coloc/colocd.toml: colocd's default
   CHECK(service.find(dest) == std::string::npos);
 
   const std::string config = dest + "/etc/coloc/colocd.toml";
