@@ -123,6 +123,11 @@ std::string compact_bytes(const json& v) {
   return buf;
 }
 
+namespace {
+/// A job's limit as `coloc status` says it: "none" when it has none.
+std::string limit_text(const json& v) { return v.is_null() ? "none" : compact_bytes(v); }
+}  // namespace
+
 std::string top_frame(const json& s, const TopView& view) {
   const size_t width = std::max<size_t>(view.width, 60);
   std::ostringstream o;
@@ -187,9 +192,14 @@ std::string top_frame(const json& s, const TopView& view) {
     if (djobs.empty()) {
       line("  no jobs");
     } else {
-      // 3 + 14+1 + 8+1 + 10+1 + 6+1 + 6+1 + 6+1 + 6+1 + 6+1 + 5 = 79 columns.
+      // 3 + job+1 + 8+1 + 10+1 + 6+1 + 6+1 + 6+1 + 6+1 + 6+1 + 5 = job + 65 columns at most: the JOB column
+      // takes the longest id where the terminal has room (so an id can be copied into `coloc
+      // pause`), at least 14 columns (79 in all) and never past the terminal's width.
+      size_t job_w = 14;
+      for (const json& j : djobs) job_w = std::max(job_w, display_width(text(j, "job", "?")));
+      job_w = std::min(job_w, std::max<size_t>(14, width > 66 ? width - 66 : 14));
       auto row = [&](const std::vector<std::string>& c) {
-        std::string r = "   " + cell(c[0], 14) + " " + cell(c[1], 8) + " " + cell(c[2], 10) + " " + cell(c[3], 6) + " " +
+        std::string r = "   " + cell(c[0], job_w) + " " + cell(c[1], 8) + " " + cell(c[2], 10) + " " + cell(c[3], 6) + " " +
                         cell(c[4], 6) + " " + cell(c[5], 6) + " " + cell(c[6], 6) + " " + cell(c[7], 6) + " " + cell(c[8], 5);
         while (r.back() == ' ') r.pop_back();
         return r;
@@ -201,7 +211,7 @@ std::string top_frame(const json& s, const TopView& view) {
         const std::string share = job_share_text(dev, j);  // "-" where the device is not timesliced
         const std::string waited =
             j.contains("waited_s") && j["waited_s"].is_number() ? short_duration(j["waited_s"].get<double>()) : "-";
-        std::string r = row({text(j, "job", "?"), text(j, "user", "?"), short_state(j), compact_bytes(j.value("limit", json())),
+        std::string r = row({text(j, "job", "?"), text(j, "user", "?"), short_state(j), limit_text(j.value("limit", json())),
                              compact_bytes(j.value("in_use", json())), compact_bytes(j.value("peak", json())),
                              compact_bytes(j.value("predicted_peak", json())), waited, share});
         r[1] = key;

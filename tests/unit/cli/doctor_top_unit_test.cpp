@@ -153,6 +153,21 @@ TEST_CASE("coloc top: one frame fits 80 columns, with the bar, the jobs and the 
     plain += coloured[i];
   }
   CHECK(plain == frame);
+  // A wide terminal shows a long job id whole (it can be copied into `coloc pause`); 80 columns
+  // cut it. A job without a limit says "none", as status does.
+  json st = sample_status();
+  const std::string long_id = "finetune-llama-7b-lora-run-0042-a1b2c3";
+  st["devices"][0]["jobs"][0]["job"] = long_id;
+  st["devices"][0]["jobs"][0]["limit"] = nullptr;
+  TopView wide;
+  wide.width = 150;
+  const std::string wframe = top_frame(st, wide);
+  CHECK_MESSAGE(wframe.find(" A " + long_id + " ") != std::string::npos, wframe);
+  CHECK(fits(wframe, 150, &widest));
+  CHECK(top_frame(st, TopView{}).find(long_id) == std::string::npos);
+  CHECK(top_frame(st, TopView{}).find(" A finetune-llam~ ") != std::string::npos);
+  CHECK_MESSAGE(fits(top_frame(st, TopView{}), 80, &widest), widest, "\n", top_frame(st, TopView{}));
+  CHECK(wframe.find(" none ") != std::string::npos);
   // No devices yet.
   CHECK(top_frame(json{{"daemon", json::object()}, {"devices", json::array()}, {"jobs", json::array()}}, TopView{})
             .find("No devices yet") != std::string::npos);
