@@ -186,7 +186,8 @@ def priority(d):
     if isinstance(ctl, dict) and ctl:
         probes = ctl.get("probes", 0)
         print(f"  Near the end of the priority run, coloc policy --json showed the controller (control): allow "
-              f"{ctl.get('allow', 0):.2f}\n  (the others' share of the high job's idle gaps), slowdown "
+              f"{ctl.get('allow', 0):.2f}\n  (how long the others may run in each of the high job's idle gaps, in "
+              f"gaps: above 1 their last work\n  may still be finishing as it returns), slowdown "
               f"{100 * ctl.get('slowdown', 0):.1f}% (smoothed; target {100 * ctl.get('target', 0):.0f}%), "
               f"probes {probes}.")
 
@@ -217,8 +218,11 @@ def priority(d):
         print(f"Verdict: FAIL — priority kept the high-priority job at {at}), but the best-effort jobs made "
               f"no progress beside it.")
         return 1
-    goal = f"goal ≥ {GOAL} met" if hp >= GOAL else f"goal ≥ {GOAL} MISSED, within the e2e bound {BOUND}"
-    print(f"Verdict: PASS — priority kept the high-priority job at {at}; {goal}) while the best-effort jobs "
+    # PASS means what the demo asks (at least BOUND, faster than share, the others still progress);
+    # the policy's own goal is said beside it, met or not, without a second verdict.
+    goal = (f"the policy's goal of ≥ {GOAL} met" if hp >= GOAL else
+            f"short of the policy's goal of {GOAL} on this machine, above the {BOUND} the demo asks")
+    print(f"Verdict: PASS — priority kept the high-priority job at {at}), {goal}, while the best-effort jobs "
           f"kept {kept} of their share-mode progress; {thr}.")
     return 0
 

@@ -175,14 +175,17 @@ TEST_CASE("demo: act 2's priority verdict follows the measured speeds (goal 0.95
   int rc = -1;
   std::string v = priority_verdict(0.5, 0.97, rc);
   CHECK(rc == 0);
-  CHECK_MESSAGE(v.find("Verdict: PASS — priority kept the high-priority job at 0.97 of its solo speed (share: 0.50; "
-                       "goal ≥ 0.95 met) while the best-effort jobs kept 40% of their share-mode progress; "
-                       "normalized throughput 1.50 (share) → 1.37 (priority).") != std::string::npos, v);
+  CHECK_MESSAGE(v.find("Verdict: PASS — priority kept the high-priority job at 0.97 of its solo speed (share: 0.50), "
+                       "the policy's goal of ≥ 0.95 met, while the best-effort jobs kept 40% of their share-mode "
+                       "progress; normalized throughput 1.50 (share) → 1.37 (priority).") != std::string::npos, v);
+  // Short of the policy's goal but above what the demo asks: one verdict, PASS, with no "MISSED"
+  // beside it (it read as PASS and a failure at once).
   v = priority_verdict(0.5, 0.9, rc);
   CHECK(rc == 0);
   CHECK_MESSAGE(v.find("Verdict: PASS") != std::string::npos, v);
-  CHECK_MESSAGE(v.find("at 0.90 of its solo speed (share: 0.50; goal ≥ 0.95 MISSED, within the e2e bound 0.85)") !=
-                    std::string::npos, v);
+  CHECK_MESSAGE(v.find("at 0.90 of its solo speed (share: 0.50), short of the policy's goal of 0.95 on this machine, "
+                       "above the 0.85 the demo asks") != std::string::npos, v);
+  CHECK(v.find("MISSED") == std::string::npos);
   v = priority_verdict(0.5, 0.8, rc);
   CHECK(rc == 1);
   CHECK_MESSAGE(v.find("Verdict: FAIL — priority held the high-priority job at only 0.80 of its solo speed (share: "
