@@ -420,7 +420,9 @@ int run_cli(int argc, char** argv) {
   run_cmd->add_flag("--sim", run.sim, "Run on simgpu, the simulated GPU (for machines without one)");
   run_cmd->add_option("command", run.command, "The command and its arguments (after --)");
   run_cmd->footer("Examples: coloc run --mem 20GiB --priority high -- python train.py\n"
-                  "          coloc run --estimate-from resnet50 --batch 32 -- python train.py");
+                  "          coloc run --estimate-from resnet50 --batch 32 -- python train.py\n"
+                  "Exit codes: the command's own (one a signal ended, coloc run ends by the same signal), 2 usage, "
+                  "127 the command cannot be run.");
 
   // status, jobs
   bool json_out = false, wide = false;
@@ -493,7 +495,7 @@ int run_cli(int argc, char** argv) {
   history_cmd->require_subcommand(0, 1);
   history_cmd->footer(
       "A fingerprint's command line is shown to its owner and root only (\"(hidden)\" to others).\n"
-      "Exit codes: 0 ok, 1 failed, 3 daemon unreachable.");
+      "Exit codes: 0 ok, 1 failed, 2 usage, 3 daemon unreachable; history forget also 4 and 5 (see its --help).");
   CLI::App* forget_cmd = history_cmd->add_subcommand(
       "forget", "Forget a fingerprint's runs (yours; root: anyone's), or with --all every fingerprint of yours (root: all)");
   forget_cmd->add_option("fingerprint", forget_fingerprint, "The fingerprint, 16 hex digits as coloc history shows it");
@@ -530,11 +532,18 @@ int run_cli(int argc, char** argv) {
                          "An inherited descriptor for the outcome: 'note ...' lines, then 'ok', 'busy ...' or 'error ...'");
   anchor_cmd->footer("Exit codes: 0 the job ended, 2 usage, 3 no colocd (or it refused the anchor).");
 
+  // A subcommand with a footer of its own does not show coloc's (its exit codes): it says its own,
+  // or coloc's general ones.
   for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, set_cmd, pause_cmd, resume_cmd, policy_cmd, history_cmd,
-                        forget_cmd, doctor_cmd, top_cmd, anchor_cmd})
-    sub->footer((sub->get_footer().empty() ? std::string() : sub->get_footer() + "\n") +
+                        forget_cmd, doctor_cmd, top_cmd, anchor_cmd}) {
+    std::string own = sub->get_footer();
+    if (!own.empty() && own.find("Exit codes:") == std::string::npos)
+      own += "\nExit codes: 0 ok, 1 failed, 2 usage, 3 daemon unreachable, 4 no such job, device or fingerprint, 5 not "
+             "allowed.";
+    sub->footer((own.empty() ? std::string() : own + "\n") +
                 "Global: --socket PATH  colocd's socket, before or after the subcommand (default: $COLOC_SOCKET, else "
                 "/run/coloc/colocd.sock)");
+  }
 
   try {
     // `coloc run ... -- CMD ARGS`: CMD ARGS reach the command verbatim, not through CLI11 (which

@@ -156,11 +156,21 @@ TEST_CASE("coloc: unknown jobs and bad arguments") {
     CHECK_MESSAGE(r.exit_code == 0, describe(r));
     CHECK(r.out == "<><[1,2]><[]><[x]><--mem><-->");
   }
-  for (auto sub : {"run", "status", "jobs", "report", "set"}) {
-    ProcResult h = coloc_cli(d, {sub, "--help"});
+  // Every subcommand's help says its exit codes (once) and the socket option.
+  for (std::vector<std::string> sub : std::vector<std::vector<std::string>>{
+           {"run"}, {"status"}, {"jobs"}, {"report"}, {"set"}, {"pause"}, {"resume"}, {"policy"}, {"history"},
+           {"history", "forget"}, {"estimate"}, {"doctor"}, {"top"}, {"anchor"}}) {
+    CAPTURE(sub);
+    sub.push_back("--help");
+    ProcResult h = coloc_cli(d, sub);
     CHECK(h.exit_code == 0);
     CHECK(h.out.find("Usage") != std::string::npos);
+    const size_t exit_line = h.out.find("Exit codes:");
+    CHECK_MESSAGE(exit_line != std::string::npos, h.out);
+    CHECK(h.out.find("Exit codes:", exit_line + 1) == std::string::npos);
+    if (sub[0] != "estimate") CHECK(h.out.find("--socket") != std::string::npos);  // (estimate needs no colocd)
   }
+  CHECK(coloc_cli(d, {"history", "--help"}).out.find("2 usage") != std::string::npos);  // history forget's 2 and 4 too
 }
 
 TEST_CASE("coloc: another user may not change a job, nor read its report") {
