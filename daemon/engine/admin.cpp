@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "broker/arith.h"
 #include "coloc/version.h"
 #include "util/log.h"
 
@@ -389,7 +390,7 @@ AdminAnswer Admin::set(const proto::AdminMsg& msg, const Caller& caller, broker:
   std::vector<broker::ReservationChange> changes;
   if (msg.set_fields & proto::kSetMem) {
     broker_.set_limit(serial, msg.mem, now, &changes);
-    lg->info("uid {} set the limit of job {} to {} bytes", caller.uid, msg.job, msg.mem);
+    lg->info("uid {} set the limit of job {} to {}", caller.uid, msg.job, broker::mib(msg.mem));
   }
   if (msg.set_fields & proto::kSetPriority) {
     broker_.set_priority(serial, proto::Priority(msg.priority), now);

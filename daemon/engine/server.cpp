@@ -289,7 +289,7 @@ Result<void> Server::start() {
   away_deadline_ = now() + cfg_.resume_grace;
   lg->info("colocd listening on {} (protocol {}, accepts {}..{}), state in {}, headroom {}, watcher {}", info_.socket,
            proto::kVersion, proto::kMinVersion, proto::kVersion, cfg_.state_dir,
-           cfg_.headroom.bytes ? fmt::format("{} bytes", *cfg_.headroom.bytes)
+           cfg_.headroom.bytes ? broker::mib(*cfg_.headroom.bytes)
                                : fmt::format("{:g}% of each device", cfg_.headroom.fraction * 100),
            watcher_->description());
   notifier_.ready(now(), service_status());  // Type=notify: serving from here on
@@ -793,7 +793,7 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   log::limited(lg, spdlog::level::info, "register uid " + std::to_string(c.uid()),
            "{} registered{}{} as job {} (limit {}, priority {}, on full: {}){}", c.describe(),
            resume ? " again" : "", spec.anchor ? " (the job's anchor)" : "", job.key.str(),
-           job.limit == broker::kNoLimit ? std::string("none") : std::to_string(job.limit) + " bytes",
+           broker::mib(job.limit),
            proto::priority_name(job.priority), job.on_full == proto::OnFull::kWait ? "wait" : "fail",
            m.h.version < proto::kVersion ? " [protocol v" + std::to_string(m.h.version) + "]" : "");
 }

@@ -92,7 +92,7 @@ TEST_CASE("e2e: a multi-step coloc run is one job: its id, a coloc set, its rese
   CHECK(r.exit_code == 7);
   CHECK(step(r.out, "alloc", 1)["rc_name"] == "CUDA_SUCCESS");
   CHECK(n.log().find("registered as job " + std::to_string(::getuid()) + ":" + id +
-                     " (limit 9663676416 bytes, priority best-effort") != std::string::npos);
+                     " (limit 9216.0 MiB, priority best-effort") != std::string::npos);
   finish(*other);
 
   json rep = n.report(id);
