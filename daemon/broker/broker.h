@@ -116,13 +116,13 @@ struct Device {
   bool measured = false;
   /// Until then: the clients' figures, per user (outside.h).
   OutsideFigures figures;
-  /// The driver's per-process list at colocd's last reading (reconcile_device), and whether
-  /// there is one (false: none yet, or the driver cannot tell). The processes it lists that are
-  /// not attached to the device are memory used outside coloc, whatever the ledgers say
-  /// (refresh_outside's floor), once the list is seen to name coloc's processes by the pids
-  /// colocd knows them by (list_matches: not from another PID namespace).
+  /// The driver's per-process list at colocd's last reading (reconcile_device), whether there is
+  /// one (false: none yet, or the driver cannot tell), and whether its pids are colocd's (not
+  /// another PID namespace's). The processes it lists that are not attached to the device are
+  /// memory used outside coloc, whatever the ledgers say (refresh_outside's floor).
   std::vector<ProcessFigure> processes;
   bool processes_known = false;
+  bool processes_ours = false;
   bool capacity_measured = false;  ///< capacity is colocd's own reading (NVML)
   bool capacity_open = false;      ///< no process is attached: the next client's word sets it
 };
@@ -189,16 +189,16 @@ struct ClientSlot {
   bool baseline_known = false;
   Bytes outside_before = 0;
   /// What its stats page claims beyond the driver's per-process figure (bytes; reconcile_device):
-  /// booked at once when a reading shows more, lowered only as far as the reading before agrees
-  /// (settle_overhead's rule, so a lie that comes and goes stays booked). The page's figure minus
-  /// this is what its claim counts (client_in_use): memory the driver does not hold for the
-  /// process is not coloc's, whatever the page says.
+  /// the smaller of the last two readings (one can catch an allocation in flight). The page's
+  /// figure minus this is what its claim counts (client_in_use): memory the driver does not hold
+  /// for the process is not coloc's, whatever the page says.
   Bytes excess = 0;
   Bytes excess_reading = 0;  ///< the last reading's
   /// What its stats page claimed beyond what it can hold (its grant, or the driver's figure for
-  /// the process where that is more), at both of the last two readings (the smaller): 0 for an
-  /// honest client, whose ledger charges within its grant before the driver call and force-
-  /// charges only memory the driver already gave. Shown in `coloc status` (a job's `overclaimed`).
+  /// the process where that is more) and Broker::kOverclaimSlack, at both of the last two
+  /// readings (the smaller): 0 for an honest client, whose ledger charges within its grant before
+  /// the driver call and force-charges only memory the driver already gave. Shown in `coloc
+  /// status` (a job's `overclaimed`).
   Bytes overclaim = 0;
   Bytes overclaim_reading = 0;  ///< the last reading's
 };
@@ -277,11 +277,15 @@ class Broker {
 
   /// Re-registration after a daemon restart: entry i becomes slot i, admitted, with the grant the
   /// client held (at least its in-use rounded up to the grant step; in-use is clamped to what the
-  /// device's physical free memory allows). Accepted even when it over-commits the device: the
-  /// memory is already in use. The job's limit is not changed by a ledger; a limit an entry saw
-  /// below it (a cap there, or a lowering the daemon did not save) caps the job on that device.
-  /// Call right after add_client.
-  void resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now);
+  /// device's physical free memory allows, and to the driver's figure for the process where
+  /// there is one: ResumeEntry::driver_used). Accepted even when it over-commits the device, for
+  /// memory known to be in use: the driver's figure, or the ledger of a process the restart
+  /// `expected` (registered with the previous colocd: its saved clients). Any other
+  /// re-registration (a client's word only) gets no more than fits, within its job's limit, and
+  /// the rest of its claim counts as memory used outside coloc. The job's limit is not changed by
+  /// a ledger; a limit an entry saw below it (a cap there, or a lowering the daemon did not save)
+  /// caps the job on that device. Call right after add_client.
+  void resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now, bool expected = true);
 
   /// Drops a client (gone: hung up, exited, or killed): its parked requests vanish without reply,
   /// its grants are released, and its job ends (kJobEnded) when it was the job's last client.
@@ -360,18 +364,23 @@ class Broker {
   void set_overhead(ClientId id, uint32_t slot, Bytes overhead, Nanos now);
   /// colocd's reading of the driver's per-process figures on `device` (an index into devices();
   /// nullptr: the driver cannot tell, and what is booked stays, but no process counts as outside
-  /// until a list comes again). Kept for refresh_outside, and reconciled with each attached
-  /// client's books (the first attachment of a pid takes its figure):
+  /// until a list comes again). `ours`: the list's pids are the ones colocd knows processes by
+  /// (the engine checks that they are processes of its own PID namespace); else nothing is learnt
+  /// from what it does not name. Kept for refresh_outside, and reconciled with each attached
+  /// client's books (a process with several attachments shares its figure among them, in order):
   ///   claim     = min(page - excess, grant)   (client_in_use; the page: its ledger's in-use)
   ///   overhead  = figure - min(page, grant)   (set_overhead: the driver's memory for the process
   ///                                            beyond what its ledger holds within its grant)
-  ///   excess    = page - figure               (booked at once, lowered after two readings)
-  ///   overclaim = page - max(grant, figure)   (both of the last two readings; logged, shown)
-  /// A client the list does not name holds nothing there (figure 0), except where the list names
-  /// no attached process at all while some hold memory (its pids are another PID namespace's:
-  /// then nothing is learnt from it) or the process's overhead was estimated from its context
-  /// footprint (overhead.h). Unknown device: ignored.
-  void reconcile_device(uint32_t device, const std::vector<ProcessFigure>* processes, Nanos now);
+  ///   excess    = page - figure               (the smaller of the last two readings)
+  ///   overclaim = page - max(grant, figure) - kOverclaimSlack  (the smaller of the last two
+  ///                                            readings; logged, shown)
+  /// A client the list does not name holds nothing there (figure 0), unless its overhead was
+  /// estimated from its context footprint (overhead.h). Unknown device: ignored.
+  void reconcile_device(uint32_t device, const std::vector<ProcessFigure>* processes, Nanos now, bool ours = true);
+  /// A page may claim this much (bytes) above both its grant and the driver's figure without
+  /// being an overclaim: one context's charge (COLOC_CONTEXT_BYTES' default), which the ledger
+  /// force-charges for a primary context the driver may make smaller.
+  static constexpr Bytes kOverclaimSlack = 512ull << 20;
   /// The process's first context on `slot`'s device exists (ContextFootprint): `physical_free` is
   /// the device's free memory right after its creation (bytes; colocd's own reading when
   /// `measured`, else the client's word; kUnknown = none), `in_use` what its ledger held then
@@ -494,11 +503,8 @@ class Broker {
   Bytes coloc_in_use(const Device& d, const Client* reporter, uint32_t slot, Bytes reported_in_use) const;
   void note_mismatch(Device& d, Bytes coloc, Bytes used);
   /// Memory the driver's last process list shows held on `d` by processes not attached to it
-  /// (bytes; 0 when there is no list, or it names no attached process while some hold memory).
+  /// (bytes; 0 when there is no list, or its pids are not colocd's).
   Bytes listed_outside(const Device& d) const;
-  /// True when the list names an attached process of `d`, or no attached process holds memory
-  /// there: its pids are the ones colocd knows its clients by.
-  bool list_matches(const Device& d) const;
   /// One reading of client `c`'s slot against the driver's figure (reconcile_device).
   void reconcile_client(Client& c, uint32_t slot, bool listed, Bytes figure, Nanos now);
   /// Sets the estimate; a lower one serves waiters (and may break a deadlock hidden behind it).

@@ -132,7 +132,7 @@ ClientId Broker::add_client(const ClientSpec& spec, pages::ControlPage* control,
   return id;
 }
 
-void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now) {
+void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now, bool expected) {
   Client& c = clients_.at(id);
   Job& job = job_of(c);
   assert(ledger.size() <= pages::kSlots);
@@ -148,9 +148,18 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
                                job.key.str(), mib(in_use), d.uuid.str());
       in_use = sat_sub(d.capacity, e.physical_free);
     }
+    // The in-use is the client's word. Where the driver says what the process holds there, no
+    // more of it is coloc's; and only memory known to be in use is granted past what fits: the
+    // driver's figure, or the ledger of a process the restart expected (one registered with the
+    // previous colocd). Any other re-registration gets what fits, within its job's limit, like
+    // a growth would, and the rest of its claim counts as used outside coloc.
+    const bool verified = e.driver_used != kUnknown;
+    if (verified && in_use > e.driver_used) in_use = e.driver_used;
+    const bool forced = expected || verified;
     // Until now the device showed this memory in use but no coloc client claimed it: an estimate
     // made meanwhile counted it as used outside coloc. It is coloc's again.
-    if (d.outside_known) d.outside = sat_sub(d.outside, in_use);
+    // (Only memory known to be in use: an unconfirmed claim must not make room for itself.)
+    if (d.outside_known && forced) d.outside = sat_sub(d.outside, in_use);
     JobDevice& jd = job.devices[dev];
     // The limit the process saw there (its control page: min(the job's limit, the cap there))
     // below the job's limit was a cap on the device, or a `coloc set` lowering that this daemon
@@ -172,7 +181,19 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
     const Bytes fits = sat_add(cur, room);
     const Bytes asked = std::min(std::max(e.grant, round_up(in_use, config_.grant_step)), d.capacity);
     Bytes grant = std::min(asked, sat_sub(fits, jd.granted));
-    if (grant < in_use) grant = in_use;
+    // Its word, as a grant: within its job's limit (only memory in use may be granted past it).
+    if (const Bytes lim = limit_on(job, dev); lim != kNoLimit) grant = std::min(grant, sat_sub(lim, jd.granted));
+    if (grant < in_use) {
+      if (forced) {
+        grant = in_use;
+      } else {
+        log::limited(log::get("broker"), spdlog::level::warn, "resume uid " + std::to_string(c.uid),
+                     "job {} (pid {}): a re-registration no restart expected claims {} in use on {}; the driver does "
+                     "not confirm it, so it is granted {} (what fits) and the rest counts as used outside coloc",
+                     job.key.str(), c.pid, mib(in_use), d.uuid.str(), mib(grant));
+        in_use = grant;
+      }
+    }
     if (!jd.admitted) {
       jd.admitted = true;
       jd.admitted_at = now;
@@ -221,7 +242,7 @@ void Broker::resume(ClientId id, std::span<const ResumeEntry> ledger, Nanos now)
         o = std::min(o, sat_add(sat_sub(*config_.max_per_user, user_committed(c.uid)), unused_reservation));
       }
       if (o > 0) {
-        if (d.outside_known) d.outside = sat_sub(d.outside, o);  // it is coloc's again, as the in-use above
+        if (d.outside_known && forced) d.outside = sat_sub(d.outside, o);  // it is coloc's again, as the in-use above
         s.overhead_reading = o;
         book_overhead(c, slot, o, "booked before colocd restarted", now);
         s.overhead_estimated = true;

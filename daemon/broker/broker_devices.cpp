@@ -2,6 +2,8 @@
 // capacity, and the estimate of memory used outside coloc from colocd's own readings and from
 // clients' figures (outside.h).
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "broker/arith.h"
 #include "broker/broker.h"
@@ -85,19 +87,8 @@ void Broker::refresh_outside(uint32_t device, Bytes physical_free, Nanos now) {
   set_outside(device, outside, now);
 }
 
-bool Broker::list_matches(const Device& d) const {
-  bool holding = false;
-  for (auto [id, s] : d.attachments) {
-    const Client& c = clients_.at(id);
-    for (const ProcessFigure& p : d.processes)
-      if (p.pid == c.pid) return true;
-    if (ledger_in_use(c, s) > 0) holding = true;
-  }
-  return !holding;
-}
-
 Bytes Broker::listed_outside(const Device& d) const {
-  if (!d.processes_known || !list_matches(d)) return 0;
+  if (!d.processes_known || !d.processes_ours) return 0;
   std::set<int32_t> attached;
   for (auto [id, s] : d.attachments) attached.insert(clients_.at(id).pid);
   Bytes sum = 0;
@@ -106,32 +97,49 @@ Bytes Broker::listed_outside(const Device& d) const {
   return sum;
 }
 
-void Broker::reconcile_device(uint32_t device, const std::vector<ProcessFigure>* processes, Nanos now) {
+void Broker::reconcile_device(uint32_t device, const std::vector<ProcessFigure>* processes, Nanos now, bool ours) {
   if (device >= devices_.size()) return;
   Device& d = devices_[device];
   d.processes_known = processes != nullptr;
+  d.processes_ours = ours;
   if (!processes) {
     d.processes.clear();
     return;  // the driver cannot tell: keep what is booked
   }
   d.processes = *processes;
   if (d.attachments.empty()) return;
-  const bool matches = list_matches(d);
-  std::set<int32_t> seen;  // one process, one figure (its first attachment takes it)
-  const auto attachments = d.attachments;  // set_overhead may change the books
-  for (auto [id, slot] : attachments) {
-    auto it = clients_.find(id);
-    if (it == clients_.end() || it->second.pid <= 0) continue;
-    Client& c = it->second;
+  // Each process's attachments here, in order (normally one; a process with two connections has
+  // two, which share its figure).
+  std::map<int32_t, std::vector<std::pair<ClientId, uint32_t>>> by_pid;
+  for (auto [id, slot] : d.attachments)
+    if (const Client* c = find_client(id); c && c->pid > 0) by_pid[c->pid].emplace_back(id, slot);
+  for (auto& [pid, atts] : by_pid) {
     const ProcessFigure* figure = nullptr;
     for (const ProcessFigure& p : d.processes)
-      if (p.pid == c.pid) figure = &p;
-    const bool listed = figure && seen.insert(c.pid).second;
-    if (!listed && figure) continue;  // a second attachment of a listed process: its figure is taken
+      if (p.pid == pid) figure = &p;
+    const bool listed = figure != nullptr;
     // A driver that does not name an attached process cannot see it (another PID namespace): an
     // overhead estimated from its context footprint stands, and nothing is learnt of its claim.
-    if (!listed && (c.slots[slot].overhead_estimated || !matches)) continue;
-    reconcile_client(c, slot, listed, listed ? figure->used : 0, now);
+    if (!listed && !ours) continue;
+    if (listed && figure->used == kUnknown) {  // NVML_VALUE_NOT_AVAILABLE: keep what is booked
+      for (auto [id, slot] : atts) reconcile_client(clients_.at(id), slot, true, kUnknown, now);
+      continue;
+    }
+    // The figure goes to the attachments' ledgers in order; what is left over is driver overhead,
+    // the first one's.
+    Bytes left = listed ? figure->used : 0;
+    std::vector<Bytes> part(atts.size(), 0);
+    for (size_t i = 0; i < atts.size(); ++i) {
+      const Client& c = clients_.at(atts[i].first);
+      part[i] = std::min(left, ledger_in_use(c, atts[i].second));
+      left -= part[i];
+    }
+    part[0] += left;
+    for (size_t i = 0; i < atts.size(); ++i) {
+      Client& c = clients_.at(atts[i].first);
+      if (!listed && c.slots[atts[i].second].overhead_estimated) continue;
+      reconcile_client(c, atts[i].second, listed, part[i], now);
+    }
   }
 }
 
@@ -144,12 +152,19 @@ void Broker::reconcile_client(Client& c, uint32_t slot, bool listed, Bytes figur
   const Bytes cap = std::max(s.grant, s.floor);
   const bool known = figure != kUnknown;
   if (known) {
-    const Bytes f = std::min(figure, d.capacity);
-    const Bytes reading = sat_sub(ledger, f);
-    s.excess = settle_overhead(s.excess, s.excess_reading, reading);
+    // Beyond the driver's figure at two readings in a row: one reading can catch an allocation
+    // between its charge and its driver call (the page ahead of the driver), the next does not.
+    // A lie that comes and goes is not booked, and needs not be: claims stay within grants, so
+    // it hides no more than its own job's unused grant, which is committed (docs/daemon.md).
+    const Bytes reading = sat_sub(ledger, std::min(figure, d.capacity));
+    s.excess = std::min(reading, s.excess_reading);
     s.excess_reading = reading;
   }
-  const Bytes over = sat_sub(ledger, known ? std::max(cap, std::min(figure, d.capacity)) : cap);
+  // An overclaim: above both what it was granted and what the driver holds for it, by more than
+  // one context's charge (the ledger force-charges COLOC_CONTEXT_BYTES for a context the driver
+  // may make smaller), at two readings in a row.
+  const Bytes held = known ? std::max(cap, std::min(figure, d.capacity)) : cap;
+  const Bytes over = sat_sub(ledger, sat_add(held, kOverclaimSlack));
   const Bytes overclaim = std::min(over, s.overclaim_reading);
   s.overclaim_reading = over;
   if (overclaim > 0 && s.overclaim == 0) {
@@ -157,7 +172,7 @@ void Broker::reconcile_client(Client& c, uint32_t slot, bool listed, Bytes figur
     log::limited(log::get("broker"), spdlog::level::warn, "overclaim uid " + std::to_string(c.uid),
                  "job {} (pid {}): its stats page claims {} in use on device {}, but it holds at most {} (its grant "
                  "{}{}): colocd counts no more than it holds, and the rest as memory used outside coloc",
-                 job.key.str(), c.pid, mib(ledger), d.uuid.str(), mib(sat_sub(ledger, overclaim)), mib(cap),
+                 job.key.str(), c.pid, mib(ledger), d.uuid.str(), mib(held), mib(cap),
                  known ? ", the driver's figure " + mib(figure) : std::string());
   }
   s.overclaim = overclaim;

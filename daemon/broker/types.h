@@ -133,6 +133,10 @@ struct ResumeEntry {
   /// one, shows in `limit`.
   Bytes cap = kNoLimit;
   Bytes overhead = 0;     ///< the driver overhead the previous daemon had booked for it there (bytes)
+  /// What the driver holds for the process on the device, as colocd read it at the
+  /// re-registration (bytes; 0 when its list does not name the process; kUnknown when colocd
+  /// cannot tell: no per-process figures, or a list whose pids are not colocd's).
+  Bytes driver_used = kUnknown;
 };
 
 /// A reply the engine must send for a request that has one (Attach or Grow).

@@ -35,6 +35,12 @@ class ResumeState {
   Result<void> load();
   /// A process registered again (or exited): no longer expected.
   void settle(pid_t pid);
+  /// True when process `pid` of start time `start` (clock ticks since boot) was registered with
+  /// the previous colocd and has not re-registered yet.
+  bool is_expected(pid_t pid, uint64_t start) const {
+    auto it = expected_.find(pid);
+    return it != expected_.end() && it->second == start;
+  }
   /// Expected processes that have died meanwhile are dropped; returns how many remain.
   size_t expected();
 

@@ -728,9 +728,17 @@ void Server::on_register(Connection& c, const proto::Message& m) {
           ledger.back().capacity = mem->total;
           ledger.back().physical_free = mem->free;
           ledger.back().measured = true;
+          // What the driver holds for the process there: the most of its ledger that is known
+          // to be in use (Broker::resume).
+          if (auto procs = memory_reader_->processes(ledger.back().uuid); procs && pids_are_ours(*procs)) {
+            ledger.back().driver_used = 0;
+            for (const device::ProcessMemory& p : *procs)
+              if (p.pid == c.pid()) ledger.back().driver_used = p.used;
+          }
         }
     }
-    broker_.resume(id, ledger, t);
+    // A process the previous colocd had registered (its saved clients): its ledger is believed.
+    broker_.resume(id, ledger, t, start_time && resume_.is_expected(c.pid(), *start_time));
   }
   const broker::Client* client = broker_.find_client(id);
   const broker::Job& job = broker_.jobs().at(client->job);
@@ -1053,7 +1061,7 @@ void Server::reconcile_overheads(uint32_t device, Nanos t) {
   std::vector<broker::ProcessFigure> figures;
   figures.reserve(processes_[device]->size());
   for (const device::ProcessMemory& p : *processes_[device]) figures.push_back({p.pid, p.used});
-  broker_.reconcile_device(device, &figures, t);
+  broker_.reconcile_device(device, &figures, t, pids_are_ours(*processes_[device]));
 }
 
 void Server::on_sample() {

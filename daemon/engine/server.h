@@ -143,6 +143,11 @@ class Server {
   /// (reconcile_overheads uses it), else at most once a second; then updates the device's
   /// processes outside coloc (outside_, for status). Sampling timer only.
   void read_processes(uint32_t device, Nanos t);
+  /// True when most pids of a driver's process list are processes of colocd's own PID namespace
+  /// (or the list is empty): then they are the pids colocd knows its clients by, and a client the
+  /// list does not name holds nothing there. A driver that reports another namespace's pids
+  /// (colocd in a container of its own) names few of them. (kill(pid, 0): one system call each.)
+  static bool pids_are_ours(const std::vector<device::ProcessMemory>& procs);
   /// Reads, at most once a second, the devices NVML lists that no coloc process has attached
   /// since colocd started (no broker device): their memory into unmet_, and their processes,
   /// all outside coloc, into outside_. So `coloc status` shows a GPU used only outside coloc.

@@ -1,11 +1,21 @@
 // daemon/engine/server_outside.cpp — the driver's per-process list of each device, read on the
 // sampling timer: for reconcile_overheads (the driver overhead of coloc's processes) and for the
 // processes outside coloc that `coloc status` and `coloc top` list (device/outside_processes.h).
+#include <signal.h>
+
+#include <cerrno>
 #include <set>
 
 #include "engine/server.h"
 
 namespace coloc::engine {
+
+bool Server::pids_are_ours(const std::vector<device::ProcessMemory>& procs) {
+  size_t visible = 0;
+  for (const device::ProcessMemory& p : procs)
+    if (p.pid > 0 && (::kill(p.pid, 0) == 0 || errno == EPERM)) ++visible;
+  return 2 * visible > procs.size() || procs.empty();
+}
 
 void Server::read_processes(uint32_t device, Nanos t) {
   if (!memory_reader_ || device >= broker_.devices().size()) return;

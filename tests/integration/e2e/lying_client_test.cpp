@@ -261,3 +261,43 @@ TEST_CASE("e2e: a client claiming the whole device in its stats page cannot hide
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("e2e") {
+
+TEST_CASE("e2e: a forged stats page is not believed when its job re-registers after a colocd restart") {
+  if (simulated_only()) return;
+  Node n("16GiB");
+  // 10 GiB (+ context) used outside coloc.
+  auto outside = std::make_unique<Proc>(
+      std::vector<std::string>{cuprobe(), "init", "ctx", "0", "alloc", "10GiB", "o", "touch", n.file("o.up"), "hold-file",
+                               n.file("o.go")},
+      n.base_env());
+  REQUIRE(reached(*outside, n.file("o.up")));
+  // A job limited to 1 GiB whose page claims 15 GiB; then colocd dies and comes back: the job's
+  // re-registration carries the forged figure.
+  auto liar = n.run({"--job", "liar", "--mem", "1GiB"}, {cuprobe(), "init", "ctx", "0", "forge-in-use", "15GiB", "touch",
+                                                        n.file("l.up"), "hold-file", n.file("l.go")});
+  REQUIRE(reached(*liar, n.file("l.up")));
+  n.kill_daemon();
+  n.start_daemon();
+  REQUIRE_MESSAGE(wait_until([&] {
+                    json j = n.job("liar");
+                    return !j.is_null() && !j["devices"].empty() && j["devices"][0]["state"] == "running";
+                  }, 30s),
+                  n.status_text());
+  // It holds its context (the driver's figure), and that is all colocd counts or grants it.
+  json j = n.job("liar");
+  CHECK(j["granted"].get<uint64_t>() <= 1 * GiB);
+  CHECK(j["in_use"].get<uint64_t>() <= kContext);
+  // So an honest 2 GiB job still fits next to it (16 - 0.32 - 10.5 - 1 = 4.2 GiB).
+  auto honest = n.run({"--job", "honest", "--mem", "2GiB"}, {cuprobe(), "init", "ctx", "0", "alloc", "1GiB", "a"},
+                      {{"COLOC_WAIT_TIMEOUT", "20s"}});
+  ProcResult r = finish(*honest, 60s);
+  CHECK(step(r.out, "alloc")["rc_name"] == "CUDA_SUCCESS");
+  CHECK(n.status()["devices"][0]["over_committed"] == false);
+  for (const char* f : {"o.go", "l.go"}) write_file(n.file(f), "");
+  finish(*outside);
+  finish(*liar);
+}
+
+}  // TEST_SUITE

@@ -96,8 +96,9 @@ struct Bench {
     return id;
   }
   /// One reading of the driver's per-process list of device 0 (pid, bytes).
-  void processes(std::vector<ProcessFigure> list, uint32_t device = 0) {
-    broker.reconcile_device(device, &list, now);
+  /// `ours`: the pids are colocd's (false: another PID namespace's).
+  void processes(std::vector<ProcessFigure> list, uint32_t device = 0, bool ours = true) {
+    broker.reconcile_device(device, &list, now, ours);
     collect();
   }
 
