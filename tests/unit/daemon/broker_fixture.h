@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "broker/broker.h"
@@ -55,6 +56,8 @@ struct Bench {
   std::vector<Reply> replies;
   std::vector<Event> events;
 
+  int32_t next_pid = 4242;  ///< the pid of the next add() (add_pid sets it)
+
   explicit Bench(BrokerConfig cfg = no_headroom()) : broker(cfg, policy) { coloc::log::set_level("off"); }
 
   static BrokerConfig no_headroom() {
@@ -68,7 +71,7 @@ struct Bench {
     ClientSpec s;
     s.anchor = anchor;
     s.uid = uid;
-    s.pid = 4242;
+    s.pid = std::exchange(next_pid, 4242);
     s.job_id = job;
     s.priority = prio;
     s.on_full = on_full;
@@ -83,17 +86,8 @@ struct Bench {
 
   /// add(), with the process id `pid` (SO_PEERCRED's), for tests of the driver's per-process list.
   ClientId add_pid(const std::string& job, int32_t pid, Bytes limit = kNoLimit, uint32_t uid = 1000) {
-    ClientSpec s;
-    s.uid = uid;
-    s.pid = pid;
-    s.job_id = job;
-    s.limit = limit;
-    s.age = now;
-    Pages p;
-    ClientId id = broker.add_client(s, p.control.get(), p.stats.get(), now);
-    pages.emplace(id, std::move(p));
-    collect();
-    return id;
+    next_pid = pid;
+    return add(job, limit, Priority::kNormal, OnFull::kWait, uid);
   }
   /// One reading of the driver's per-process list of device 0 (pid, bytes).
   /// `ours`: the pids are colocd's (false: another PID namespace's).
