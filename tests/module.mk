@@ -44,8 +44,9 @@ test-$(1): $(PRODUCTS) $(TEST_PROGRAMS) $(BUILD)/tests/$(1)-tests
 endef
 $(foreach a,$(TEST_AREAS),$(eval $(call test_area,$(a))))
 
-# TSan needs to be told that tests fork; ASan keeps going past leaks in helper children.
-TEST_ENV := $(if $(filter tsan,$(SAN)),TSAN_OPTIONS='die_after_fork=0 halt_on_error=1 second_deadlock_stack=1 atexit_sleep_ms=0') \
+# TSan needs to be told that tests fork, and what it must not report of programs that are not
+# ours (tests/tsan.supp); ASan keeps going past leaks in helper children.
+TEST_ENV := $(if $(filter tsan,$(SAN)),TSAN_OPTIONS='die_after_fork=0 halt_on_error=1 second_deadlock_stack=1 atexit_sleep_ms=0 suppressions=$(abspath tests/tsan.supp)') \
             $(if $(filter asan,$(SAN)),ASAN_OPTIONS='detect_leaks=0' UBSAN_OPTIONS='print_stacktrace=1')
 
 # A plain `make test` keeps the run's output (the daemons' logs, the tests' measurements) in
