@@ -121,6 +121,7 @@ struct Device {
   /// another PID namespace's). The processes it lists that are not attached to the device are
   /// memory used outside coloc, whatever the ledgers say (refresh_outside's floor).
   std::vector<ProcessFigure> processes;
+  Nanos processes_at = 0;  ///< when that list was read (reconcile_device's `now`)
   bool processes_known = false;
   bool processes_ours = false;
   bool capacity_measured = false;  ///< capacity is colocd's own reading (NVML)
@@ -353,7 +354,11 @@ class Broker {
   /// allocations are in flight), a known estimate is not dropped to zero on their word: it is
   /// only capped by what the device shows used (so it reaches zero when the device shows nothing
   /// used). From then on the device is `measured`: clients' figures for it only prompt a new
-  /// reading (take_short_devices). Unknown device index: ignored.
+  /// reading (take_short_devices). The driver's list of processes not attached to the device
+  /// floors the estimate only when it was read with this figure (reconcile_device at the same
+  /// `now`, as the sample does): an older list may name a process that has ended since, and a
+  /// prompted reading in between keeps the floor the last sample set only through the estimate
+  /// it kept. Unknown device index: ignored.
   void refresh_outside(uint32_t device, Bytes physical_free, Nanos now);
   /// A reading of client `id`'s driver overhead on `slot` (bytes: the driver's per-process figure
   /// minus the client's ledger, see overhead.h), booked as settle_overhead says (a higher one at

@@ -82,8 +82,10 @@ void Broker::refresh_outside(uint32_t device, Bytes physical_free, Nanos now) {
   }
   // What the driver lists for processes that are not coloc's is outside, whatever the ledgers
   // say (a claim is bounded by its grant and the driver's figure, but the list is the driver's
-  // own word, and it holds even where the ledgers add up to more than the device shows).
-  outside = std::max(outside, std::min(listed_outside(d), used));
+  // own word, and it holds even where the ledgers add up to more than the device shows). Only a
+  // list read with this figure: one from an earlier reading may name a process that has ended
+  // since, whose memory the device no longer shows (its figure would stand for another's use).
+  if (d.processes_at == now) outside = std::max(outside, std::min(listed_outside(d), used));
   set_outside(device, outside, now);
 }
 
@@ -102,6 +104,7 @@ void Broker::reconcile_device(uint32_t device, const std::vector<ProcessFigure>*
   Device& d = devices_[device];
   d.processes_known = processes != nullptr;
   d.processes_ours = ours;
+  d.processes_at = now;
   if (!processes) {
     d.processes.clear();
     return;  // the driver cannot tell: keep what is booked

@@ -1058,6 +1058,9 @@ void Server::reconcile_overheads(uint32_t device, Nanos t) {
     broker_.reconcile_device(device, nullptr, t);
     return;
   }
+  // Not read this time (no process attached, read at most once a second: read_processes): the
+  // broker keeps the list it has, which, being older than this reading, floors nothing.
+  if (processes_read_[device] != t) return;
   std::vector<broker::ProcessFigure> figures;
   figures.reserve(processes_[device]->size());
   for (const device::ProcessMemory& p : *processes_[device]) figures.push_back({p.pid, p.used});

@@ -36,7 +36,7 @@ TEST_CASE("e2e: outside memory freed while no coloc job runs no longer blocks ad
                        n.file("go")});
   REQUIRE_MESSAGE(reached(*second, n.file("admitted"), 20s), n.status_text(), "\n", n.log());
   json dev = n.status()["devices"][0];
-  CHECK(dev["outside"] == 0);
+  CHECK_MESSAGE(dev["outside"] == 0, n.status_text(), "\n", n.log());
   write_file(n.file("go"), "");
   ProcResult r2 = finish(*second);
   CHECK(step(r2.out, "alloc")["rc_name"] == "CUDA_SUCCESS");

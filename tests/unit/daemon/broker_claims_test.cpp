@@ -124,6 +124,31 @@ TEST_CASE("claims: processes the driver lists that are not attached are outside,
   CHECK(b.broker.devices().at(0).outside == 2 * GiB - 512 * MiB);  // its figure beyond its ledger, until reconciled
 }
 
+TEST_CASE("claims: a process list older than the device's reading floors nothing: its processes may have ended") {
+  // The race e2e/outside_test.cpp met under ASan: the last sample's list names a process outside
+  // coloc (10 GiB) that has ended since; a reading prompted in between (a job's first context)
+  // shows only the job's context used. Floored by the old list, outside was min(10 GiB, used):
+  // the job's own context counted twice.
+  Bench b;
+  ClientId a = b.add_pid("a", 100, 8 * GiB);
+  REQUIRE(b.granted(b.attach(a, {{1, 16 * GiB, 512 * MiB}}, 16 * GiB)));
+  b.use(a, 0, 512 * MiB);
+  b.processes({{100, 512 * MiB}, {200, 10 * GiB}});
+  b.broker.refresh_outside(0, 16 * GiB - 512 * MiB - 10 * GiB, b.now);
+  b.collect();
+  REQUIRE(b.broker.devices().at(0).outside == 10 * GiB);
+  b.advance(50'000'000);  // pid 200 ends; no list read since
+  b.broker.refresh_outside(0, 16 * GiB - 512 * MiB, b.now);
+  b.collect();
+  CHECK(b.broker.devices().at(0).outside == 0);
+  // The next list, read with its figure, agrees.
+  b.advance(50'000'000);
+  b.processes({{100, 512 * MiB}});
+  b.broker.refresh_outside(0, 16 * GiB - 512 * MiB, b.now);
+  b.collect();
+  CHECK(b.broker.devices().at(0).outside == 0);
+}
+
 TEST_CASE("claims: a process list of another PID namespace is not used") {
   Bench b;
   ClientId a = b.add_pid("a", 100, 4 * GiB);
