@@ -63,6 +63,12 @@ TEST_CASE("colocd on a full state disk: reports are held and written when space 
     return;
   }
   d.start();
+  // The history's worker opens its database after colocd serves: the disk fills once it has (a
+  // database that cannot even be created stays off until a restart, a case this test is not for).
+  REQUIRE(wait_until([&] {
+    json h = admin_json(d, coloc::proto::AdminOp::kHistory);
+    return h["loaded"] == true && h["usable"] == true;
+  }, 20s));
   const std::string filler = disk.fill();
   // Three jobs end while the disk is full.
   for (const char* job : {"during-1", "during-2", "during-3"}) {
