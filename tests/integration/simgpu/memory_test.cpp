@@ -59,6 +59,13 @@ TEST_CASE("the memory of a process killed with SIGKILL is reclaimed") {
   CHECK(v[2]["free"] == 8 * GiB - 2 * 256 * MiB - 6 * GiB);
   CHECK(rc(v[3]) == "CUDA_ERROR_OUT_OF_MEMORY");
   victim.kill(SIGKILL);  // not reaped yet: a zombie, which counts as dead
+  // SIGKILL is asynchronous: the kernel tears the process down (its 6 GiB mapping too) before it
+  // is a zombie, and until then it is alive to anyone who asks.
+  REQUIRE(wait_until([&] {
+    const std::string stat = coloc::test::read_file("/proc/" + std::to_string(victim.pid()) + "/stat");
+    const size_t paren = stat.rfind(')');
+    return paren != std::string::npos && stat.size() > paren + 2 && stat[paren + 2] == 'Z';
+  }, 30s));
   v = run_probe(env, {"init", "ctx", "alloc", "6GiB", "meminfo"}, 4);
   CHECK(rc(v[2]) == "CUDA_SUCCESS");
   CHECK(v[3]["free"] == 8 * GiB - 256 * MiB - 6 * GiB);
