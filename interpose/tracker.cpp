@@ -417,7 +417,10 @@ void Tracker::run() {
         if ((m.streams >> i & 1) && streams_[i].pending) --streams_[i].pending;
       if (m.ev) give_event_locked(m.ctx, m.ev);
       pages::TrackStats& ts = stats().track[m.slot];
-      ts.busy_ns.fetch_add(busy, std::memory_order_relaxed);
+      // The interval's end first, then its length (pages.h: StatsPage::busy_until); an older page
+      // has no busy_until (the daemon reads it only from layout 7).
+      if (stats().layout_version >= pages::kBusyLayout) stats().busy_until[m.slot].store(now, std::memory_order_relaxed);
+      ts.busy_ns.fetch_add(busy, std::memory_order_release);
       ts.marks_done.fetch_add(1, std::memory_order_release);
       done_seq_.fetch_add(1, std::memory_order_release);
       futex_wake(done_seq_, true);  // window waiters wait with SignalWindow::wait_futex (shared)

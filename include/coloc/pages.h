@@ -88,14 +88,20 @@ inline constexpr uint32_t kSlots = proto::kMaxDevices;
 ///   6  StatsPage::est (the process's online prediction of its peak per slot, client writes).
 ///      Layout 6 for protocol v9; a client accepts all six. colocd reads no prediction from an
 ///      older page (the job is admitted on `--mem` or its history only).
+///   7  StatsPage::busy_until (the end of the last busy interval per slot, client writes). Layout
+///      7 for protocol v12; a client accepts all seven. colocd counts a job's device time as the
+///      union of its processes' busy intervals only from layout-7 pages (an older page's
+///      busy_ns is added as it comes, capped by the wall time as a whole).
 inline constexpr uint32_t kControlMagic = 0x50434c43u;  // "CLCP"
 inline constexpr uint32_t kStatsMagic = 0x53434c43u;    // "CLCS"
-inline constexpr uint16_t kLayoutVersion = 6;
+inline constexpr uint16_t kLayoutVersion = 7;
 inline constexpr uint16_t kMinLayoutVersion = 1;
 /// The page layout colocd makes for a client speaking protocol `version`.
 inline constexpr uint16_t layout_for_protocol(uint16_t version) {
-  return version >= 9 ? 6 : version >= 7 ? 5 : version >= 6 ? 4 : version >= 5 ? 3 : version >= 4 ? 2 : 1;
+  return version >= 12 ? 7 : version >= 9 ? 6 : version >= 7 ? 5 : version >= 6 ? 4 : version >= 5 ? 3 : version >= 4 ? 2 : 1;
 }
+/// The oldest layout with the end of each slot's last busy interval (StatsPage::busy_until).
+inline constexpr uint16_t kBusyLayout = 7;
 /// The oldest layout with the online prediction (StatsPage::est).
 inline constexpr uint16_t kEstimateLayout = 6;
 /// The oldest layout with launch gates (ControlPage::gates).
@@ -231,6 +237,14 @@ struct StatsPage {
   GateStats gates[kSlots];  ///< (layout 4) per slot; unused (zero) in older layouts
   TrackStats track[kSlots];  ///< (layout 5) per slot; unused (zero) in older layouts
   EstimateStats est[kSlots];  ///< (layout 6) per slot; unused (zero) in older layouts
+  /// (layout 7) Per slot: CLOCK_MONOTONIC ns at which the busy interval last added to
+  /// TrackStats::busy_ns ended (the completion's stamp); 0 = none yet. The tracker thread stores it
+  /// (relaxed) before it adds the interval's length to busy_ns (release), so a reader that loads
+  /// busy_ns (acquire) and then this sees an end at least as new as the intervals it counted. A
+  /// process's intervals on a slot are disjoint and in order, so the work added since the
+  /// reader's last look lies between the end it saw then and this one: colocd takes a job's device
+  /// time as the union of its processes' intervals by this (compute/device_time.h).
+  std::atomic<uint64_t> busy_until[kSlots];
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "page counters must be lock-free");
@@ -254,7 +268,8 @@ static_assert(sizeof(ControlPage) == 64 + 88 * kSlots && sizeof(ControlPage) <= 
 static_assert(sizeof(GateStats) == 64 && offsetof(StatsPage, gates) == 64 + 64 * kSlots);
 static_assert(sizeof(TrackStats) == 64 && offsetof(StatsPage, track) == 64 + 128 * kSlots);
 static_assert(sizeof(EstimateStats) == 32 && offsetof(StatsPage, est) == 64 + 192 * kSlots);
-static_assert(sizeof(StatsPage) == 64 + 224 * kSlots && sizeof(StatsPage) <= kPageSize);
+static_assert(offsetof(StatsPage, busy_until) == 64 + 224 * kSlots);
+static_assert(sizeof(StatsPage) == 64 + 232 * kSlots && sizeof(StatsPage) <= kPageSize);
 static_assert(std::atomic<uint16_t>::is_always_lock_free, "page half-words must be lock-free");
 
 }  // namespace coloc::pages

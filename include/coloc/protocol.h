@@ -98,6 +98,10 @@
 //         daemon leaves the flag and the field out. Pages are unchanged (layout 6). A v10 daemon
 //         refuses a v11 client with kVersion: clients then speak v10 (and their processes'
 //         steps are not reported).
+//     v12 Pages of layout 7: StatsPage::busy_until, the end of each slot's last busy interval, so
+//         colocd counts a job's device time as the union of its processes' intervals (pages.h).
+//         Messages are unchanged. A v11 daemon refuses a v12 client with kVersion: clients then
+//         speak v11 (and their job's device time is their busy_ns summed, capped by wall time).
 //
 // Validation
 //   decode() checks everything a peer could get wrong: the header, the exact size for the type and
@@ -118,7 +122,7 @@
 namespace coloc::proto {
 
 /// The version this header speaks, and the oldest one a daemon built from it still accepts.
-inline constexpr uint16_t kVersion = 11;
+inline constexpr uint16_t kVersion = 12;
 inline constexpr uint16_t kMinVersion = 1;
 
 /// First four bytes of every message: "COLC" in memory order on little-endian machines.
