@@ -20,6 +20,7 @@
 #include "devices.h"
 #include "driver.h"
 #include "gate.h"
+#include "graph_hooks.h"
 #include "tracker.h"
 #include "log.h"
 #include "no_destroy.h"
@@ -761,7 +762,8 @@ static int slot_of_stream(CUstream stream) {
   return -1;
 }
 
-static bool stream_capturing(CUstream stream, bool per_thread) {
+// Whether a launch into `stream` would only be captured (or fail for a capture elsewhere).
+static bool gate_capturing(CUstream stream, bool per_thread) {
   CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
   CUresult cr = per_thread ? call<Fn::cuStreamIsCapturing_ptsz>(stream, &cs) : call<Fn::cuStreamIsCapturing>(stream, &cs);
   return cr == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (cr == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE);
@@ -787,8 +789,11 @@ GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) 
   // A copy waits only for another job's turn (timeslice), and is tracked in the holder's (kWindow):
   // a pause and the window hold launches only.
   if (copy && state == uint32_t(pages::GateState::kPaused)) return {};
-  // A capture in progress is never disturbed: the launch only records into the graph.
-  if (stream_capturing(stream, per_thread)) return {};
+  // A capture in progress is never disturbed: the launch only records into the graph. The driver
+  // is asked only while a capture begun through our hooks has not ended (graph_hooks.h: every
+  // cuStreamBeginCapture* goes through them; a launch into the legacy stream that a GLOBAL capture
+  // elsewhere makes fail is such a case too), so a holder that never captures pays no query.
+  if (g_active_captures.load(std::memory_order_relaxed) > 0 && gate_capturing(stream, per_thread)) return {};
   const uint64_t released = released_[slot].load(std::memory_order_acquire);
   if (released && released == ((uint64_t(1) << 32) | g.seq.load(std::memory_order_acquire))) return {};
   pages::TrackStats& ts = stats().track[slot];

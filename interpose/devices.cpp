@@ -173,14 +173,19 @@ Where Devices::current() {
 int Devices::known_current_slot() {
   CUcontext ctx = nullptr;
   if (call<Fn::cuCtxGetCurrent>(&ctx) != CUDA_SUCCESS || !ctx) return -1;
-  if (tl_ctx.ctx == ctx && tl_ctx.epoch == epoch_.load(std::memory_order_acquire)) return tl_ctx.slot;
-  return lookup_context(ctx);
+  return known_slot_of(ctx);
 }
 
 int Devices::known_slot_of(CUcontext ctx) {
   if (!ctx) return -1;
-  if (tl_ctx.ctx == ctx && tl_ctx.epoch == epoch_.load(std::memory_order_acquire)) return tl_ctx.slot;
-  return lookup_context(ctx);
+  const uint32_t epoch = epoch_.load(std::memory_order_acquire);
+  if (tl_ctx.ctx == ctx && tl_ctx.epoch == epoch) return tl_ctx.slot;
+  // Cached as current() does (the epoch read before the lookup: a context forgotten meanwhile
+  // bumps it, so the entry is never trusted after that), so a launch at a gate finds its slot
+  // without the table's mutex from the second on.
+  const int slot = lookup_context(ctx);
+  if (slot >= 0) tl_ctx = CtxCache{ctx, slot, epoch};
+  return slot;
 }
 
 int Devices::slot_of_context(CUcontext ctx) {

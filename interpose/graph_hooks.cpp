@@ -314,13 +314,15 @@ CUresult begin_capture(CUstream stream, bool per_thread, CUgraph into, Rest... r
   MutexLock lock(g_mutex);
   Capture* c = find_capture_locked(key, stream_tid(key));
   if (!c) c = find_capture_locked(0, 0);
+  // Counted even when the table is full (and then never uncounted): the launch gate asks the
+  // driver whether a stream captures only while this is above 0 (daemon_broker.cpp).
+  g_active_captures.fetch_add(1, std::memory_order_relaxed);
   if (!c) {
     warn_full("stream captures");
     return r;
   }
   *c = Capture{key, stream_tid(key), slot, 0};
   (void)into;
-  g_active_captures.fetch_add(1, std::memory_order_relaxed);
   return r;
 }
 

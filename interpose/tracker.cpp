@@ -36,7 +36,6 @@ constexpr size_t kTrackerStack = 256u << 10;
 #endif
 static_assert(Tracker::kStreams == 64, "StreamRec masks are 64-bit");
 
-pid_t this_tid() { return pid_t(::syscall(SYS_gettid)); }
 
 bool default_stream(CUstream s) { return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD; }
 
@@ -97,7 +96,52 @@ Tracker& tracker() { return g_tracker.value; }
 
 // ---- the launching threads ------------------------------------------------------------------------
 
-int Tracker::find_stream(int slot, CUstream stream, bool per_thread, CUcontext ctx, pid_t tid) {
+namespace {
+
+/// This thread's last stream record (a hint: checked against the record's identity under rec_mu_).
+/// Its address is the thread's identity for its per-thread default stream.
+constinit thread_local int t_last_rec = -1;
+
+uintptr_t this_thread() { return reinterpret_cast<uintptr_t>(&t_last_rec); }
+
+/// The resolution of CLOCK_MONOTONIC_COARSE (ns), asked once (a race asks twice: the same answer;
+/// no function-local static, whose guard would pull newer glibc symbols in); UINT64_MAX when it
+/// has none.
+constinit std::atomic<uint64_t> g_coarse_res{0};
+uint64_t coarse_resolution() {
+  uint64_t res = g_coarse_res.load(std::memory_order_relaxed);
+  if (res) [[likely]] return res;
+  timespec r{};
+  res = ::clock_getres(CLOCK_MONOTONIC_COARSE, &r) == 0 ? uint64_t(r.tv_sec) * 1000000000ull + uint64_t(r.tv_nsec)
+                                                        : uint64_t(UINT64_MAX);
+  if (res == 0) res = 1;
+  g_coarse_res.store(res, std::memory_order_relaxed);
+  return res;
+}
+
+/// The clock for the age rule of a window of `window_ns`: the coarse clock (a few ns, no fence)
+/// when its resolution is within a quarter of the window, else CLOCK_MONOTONIC. The coarse clock
+/// lags by less than its resolution, so the age it gives is short by at most that: the rule holds
+/// within a quarter window more.
+uint64_t age_clock_ns(uint64_t window_ns) {
+  if (coarse_resolution() <= window_ns / 4) {
+    timespec ts;
+    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+  }
+  return monotonic_ns();
+}
+
+}  // namespace
+
+int Tracker::stream_locked(int slot, CUstream stream, bool per_thread, CUcontext ctx, uintptr_t thread) {
+  const int hint = t_last_rec;
+  if (hint >= 0 && hint < kStreams) {
+    const StreamRec& r = streams_[hint];
+    if (r.used && r.stream == stream && r.ctx == ctx && r.per_thread == per_thread && r.thread == thread &&
+        r.slot == slot)
+      return hint;
+  }
   int free_rec = -1, idle = -1;
   for (int i = 0; i < kStreams; ++i) {
     StreamRec& r = streams_[i];
@@ -105,7 +149,10 @@ int Tracker::find_stream(int slot, CUstream stream, bool per_thread, CUcontext c
       if (free_rec < 0) free_rec = i;
       continue;
     }
-    if (r.stream == stream && r.ctx == ctx && r.per_thread == per_thread && r.tid == tid) return i;
+    if (r.stream == stream && r.ctx == ctx && r.per_thread == per_thread && r.thread == thread) {
+      t_last_rec = i;
+      return i;
+    }
     if (idle < 0 && r.pending == 0 && r.launched == r.marked) idle = i;
   }
   int i = free_rec >= 0 ? free_rec : idle;
@@ -114,11 +161,12 @@ int Tracker::find_stream(int slot, CUstream stream, bool per_thread, CUcontext c
   r = StreamRec{};
   r.stream = stream;
   r.ctx = ctx;
-  r.tid = tid;
+  r.thread = thread;
   r.slot = slot;
   r.per_thread = per_thread;
   r.legacy = !per_thread && (stream == nullptr || stream == CU_STREAM_LEGACY);
   r.used = true;
+  t_last_rec = i;
   return i;
 }
 
@@ -146,14 +194,29 @@ void Tracker::give_event_locked(CUcontext ctx, CUevent ev) {
 
 void Tracker::publish_tail_locked(int slot) { stats().track[slot].tail.store(tails_[slot], std::memory_order_release); }
 
-void Tracker::set_marked_locked(StreamRec& r) {
-  if (r.launched > r.marked && r.slot >= 0 && r.slot < kSlotCount && tails_[r.slot]) --tails_[r.slot];
-  r.marked = r.launched;
+void Tracker::set_marked_locked(StreamRec& r, uint64_t upto) {
+  if (upto <= r.marked) return;
+  if (upto > r.launched) upto = r.launched;
+  r.marked = upto;
+  if (r.launched == r.marked && r.slot >= 0 && r.slot < kSlotCount && tails_[r.slot]) --tails_[r.slot];
 }
 
 bool Tracker::record_locked(int slot, CUcontext ctx, CUstream record_on, uint64_t mask, bool exchange_mode,
                             uint64_t extra) {
   if (count_ >= kMarks) return false;
+  // What the mark will cover: the launches counted now, all of them made before the record below
+  // (a launch is counted after its driver call). Launches counted meanwhile stay unmarked.
+  uint64_t upto[kStreams];
+  uint64_t covered = extra;
+  {
+    SpinLock g(rec_mu_);
+    for (int i = 0; i < kStreams; ++i) {
+      if (!(mask >> i & 1)) continue;
+      upto[i] = streams_[i].launched;
+      covered += upto[i] - streams_[i].marked;
+    }
+  }
+  if (covered == 0) return true;  // another thread's mark took them meanwhile
   CUevent ev = take_event_locked(ctx);
   if (!ev) return false;
   CUresult rc;
@@ -172,22 +235,32 @@ bool Tracker::record_locked(int slot, CUcontext ctx, CUstream record_on, uint64_
     call<Fn::cuEventDestroy_v2>(ev);
     return false;
   }
+  const uint64_t now = monotonic_ns();
   Mark& m = ring_[(head_ + count_) % kMarks];
   m = Mark{ev, ctx, slot, mask, extra, 0};
-  uint64_t first = UINT64_MAX;
-  for (int i = 0; i < kStreams; ++i) {
-    if (!(mask >> i & 1)) continue;
-    StreamRec& r = streams_[i];
-    m.launches += r.launched - r.marked;
-    if (r.launched > r.marked) first = r.first_unmarked_ns < first ? r.first_unmarked_ns : first;
-    set_marked_locked(r);
-    ++r.pending;
+  {
+    SpinLock g(rec_mu_);
+    uint64_t first = UINT64_MAX;
+    for (int i = 0; i < kStreams; ++i) {
+      if (!(mask >> i & 1)) continue;
+      StreamRec& r = streams_[i];
+      if (upto[i] > r.marked) {
+        m.launches += upto[i] - r.marked;
+        first = r.first_unmarked_ns < first ? r.first_unmarked_ns : first;
+      }
+      set_marked_locked(r, upto[i]);
+      if (r.launched > r.marked) r.first_unmarked_ns = now;  // counted after the snapshot: made by now
+      ++r.pending;
+    }
+    m.first_ns = first == UINT64_MAX ? now : first;
+    SlotTrack& st = slots_[slot];
+    if (st.pending++ == 0) st.busy_since_ns = m.first_ns > st.last_done_ns ? m.first_ns : st.last_done_ns;
+    pages::TrackStats& ts = stats().track[slot];
+    ts.last_launch_ns.store(now, std::memory_order_relaxed);  // no older than any launch it covers
+    ts.marks.fetch_add(1, std::memory_order_release);
+    publish_tail_locked(slot);
   }
-  m.first_ns = first == UINT64_MAX ? monotonic_ns() : first;
   ++count_;
-  ++slots_[slot].pending;
-  stats().track[slot].marks.fetch_add(1, std::memory_order_release);
-  publish_tail_locked(slot);
   start_thread_locked();
   wake_seq_.fetch_add(1, std::memory_order_seq_cst);
   if (sleeping_.load(std::memory_order_seq_cst)) futex_wake(wake_seq_, false);
@@ -197,58 +270,77 @@ bool Tracker::record_locked(int slot, CUcontext ctx, CUstream record_on, uint64_
 void Tracker::launched(int slot, CUstream stream, bool per_thread, CUresult rc) {
   if (slot < 0 || slot >= kSlotCount || rc != CUDA_SUCCESS) return;
   // The stream's identity: its handle, or the default stream it stands for.
-  const bool pts = default_stream(stream) && (stream == CU_STREAM_PER_THREAD || (per_thread && stream == nullptr));
+  const bool dflt = default_stream(stream);
+  const bool pts = dflt && (stream == CU_STREAM_PER_THREAD || (per_thread && stream == nullptr));
   CUcontext ctx = nullptr;
-  if (default_stream(stream)) call<Fn::cuCtxGetCurrent>(&ctx);
+  if (dflt) call<Fn::cuCtxGetCurrent>(&ctx);
   else call<Fn::cuStreamGetCtx>(stream, &ctx);
-  const CUstream key = pts ? CU_STREAM_PER_THREAD : default_stream(stream) ? CU_STREAM_LEGACY : stream;
-  const uint64_t now = monotonic_ns();
+  const CUstream key = pts ? CU_STREAM_PER_THREAD : dflt ? CU_STREAM_LEGACY : stream;
+  if (!used_.load(std::memory_order_relaxed)) used_.store(true, std::memory_order_relaxed);
+  const uint64_t window = control().compute[slot].window_ns.load(std::memory_order_relaxed);
   pages::TrackStats& ts = stats().track[slot];
-  ts.launches.fetch_add(1, std::memory_order_relaxed);
-  ts.last_launch_ns.store(now, std::memory_order_relaxed);
+  int i;
+  bool due = false;
+  {
+    SpinLock g(rec_mu_);
+    SlotTrack& st = slots_[slot];
+    ts.launches.store(ts.launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // (writers hold rec_mu_)
+    i = stream_locked(slot, key, pts, ctx, pts ? this_thread() : 0);
+    const bool idle = st.pending == 0 && st.launched == st.done;  // nothing of the slot's in flight before this launch
+    ++st.launched;
+    if (i >= 0) {
+      StreamRec& r = streams_[i];
+      if (r.launched == r.marked) {  // the first launch after a mark: the clock, the tail
+        const uint64_t now = monotonic_ns();
+        st.bound.launch(now, idle);
+        r.first_unmarked_ns = now;
+        ++tails_[slot];
+        publish_tail_locked(slot);
+        ts.last_launch_ns.store(now, std::memory_order_relaxed);
+      }
+      ++r.launched;
+      const uint64_t unmarked = r.launched - r.marked;
+      const uint64_t inflight = st.launched - st.done;
+      const uint64_t per = st.bound.per_launch_ns;
+      due = (r.pending == 0 && unmarked == 1) || unmarked >= kMarkEvery || st.bound.near_allowance(inflight) ||
+            (per && window && unmarked * per >= window / 4);
+    }
+  }
+  if (i >= 0 && !due) return;
   std::lock_guard<Mutex> g(mu_);
-  used_.store(true, std::memory_order_relaxed);
-  SlotTrack& st = slots_[slot];
-  int i = find_stream(slot, key, pts, ctx, pts ? this_tid() : 0);
-  ++st.launched;
   if (i < 0) {
     // Every stream record is busy: this launch gets a mark of its own now (a rare case; its cost
     // is one event record). When even that fails it is let go: counted done at once, so the
     // window's estimate does not keep it forever, and left out of the drain.
-    if (!record_locked(slot, ctx, key, 0, true, 1)) ++st.done;
+    if (!record_locked(slot, ctx, key, 0, true, 1)) {
+      SpinLock r(rec_mu_);
+      ++slots_[slot].done;
+    }
     return;
   }
-  StreamRec& r = streams_[i];
-  if (r.launched == r.marked) {
-    r.first_unmarked_ns = now;
-    ++tails_[slot];
-  }
-  ++r.launched;
-  const uint64_t unmarked = r.launched - r.marked;
-  const uint64_t window = control().compute[slot].window_ns.load(std::memory_order_relaxed);
-  const bool due = r.pending == 0 || unmarked >= kMarkEvery ||
-                   (st.per_launch_ns && window && unmarked * st.per_launch_ns >= window / 4);
-  if (!due) {
-    if (unmarked == 1) publish_tail_locked(slot);
-    return;
-  }
-  if (!record_locked(slot, ctx, key, uint64_t(1) << i, true)) publish_tail_locked(slot);
+  record_locked(slot, ctx, key, uint64_t(1) << i, true);  // (failed: the tail stays published)
 }
 
 bool Tracker::over_window(int slot, uint64_t window_ns) {
-  if (slot < 0 || slot >= kSlotCount) return false;
-  std::lock_guard<Mutex> g(mu_);
-  const SlotTrack& st = slots_[slot];
-  if (st.pending == 0 || window_ns == 0) return false;  // nothing would wake a waiter; or no bound
-  const uint64_t inflight = st.launched > st.done ? st.launched - st.done : 0;
-  if (st.per_launch_ns == 0) return inflight >= kFirstWindowLaunches;
-  return inflight * st.per_launch_ns > window_ns;
+  if (slot < 0 || slot >= kSlotCount || window_ns == 0) return false;
+  uint64_t busy_since;
+  {
+    SpinLock g(rec_mu_);
+    const SlotTrack& st = slots_[slot];
+    if (st.pending == 0) return false;  // nothing would wake a waiter
+    const uint64_t inflight = st.launched > st.done ? st.launched - st.done : 0;
+    if (st.bound.over(inflight, 0, 0, window_ns)) return true;
+    if (inflight == 0) return false;
+    busy_since = st.busy_since_ns;
+  }
+  return WindowBound::aged(busy_since, age_clock_ns(window_ns), window_ns);
 }
 
 void Tracker::after_fork_child() {
   mu_.reinit_in_child();
   for (StreamRec& r : streams_) r = StreamRec{};
   head_ = count_ = 0;
+  rec_mu_.reinit_in_child();
   for (SlotTrack& s : slots_) s = SlotTrack{};
   for (uint32_t& t : tails_) t = 0;
   pooled_ = 0;  // the parent's events (the child cannot use CUDA)
@@ -279,7 +371,7 @@ void* Tracker::thread_main(void* self) {
 void Tracker::abandon_locked(int i) {
   StreamRec& r = streams_[i];
   if (r.slot >= 0 && r.slot < kSlotCount) slots_[r.slot].done += r.launched - r.marked;
-  set_marked_locked(r);
+  set_marked_locked(r, r.launched);
 }
 
 void Tracker::nudge() {
@@ -301,12 +393,15 @@ void Tracker::forget_context(CUcontext ctx) {
     Mark& m = ring_[(head_ + k) % kMarks];
     if (m.ctx == ctx) m.ev = nullptr;
   }
-  for (int i = 0; i < kStreams; ++i)
-    if (streams_[i].used && streams_[i].ctx == ctx) {
-      abandon_locked(i);
-      if (streams_[i].pending == 0) streams_[i].used = false;
-    }
-  for (int slot = 0; slot < kSlotCount; ++slot) publish_tail_locked(slot);
+  {
+    SpinLock r(rec_mu_);
+    for (int i = 0; i < kStreams; ++i)
+      if (streams_[i].used && streams_[i].ctx == ctx) {
+        abandon_locked(i);
+        if (streams_[i].pending == 0) streams_[i].used = false;
+      }
+    for (int slot = 0; slot < kSlotCount; ++slot) publish_tail_locked(slot);
+  }
   // The thread may be waiting on one of its events right now: the application's destroy waits
   // until it is done (no call of ours may use a context after it is destroyed).
   while (syncing_ == ctx) {
@@ -334,22 +429,37 @@ bool Tracker::mark_tails() {
     if (state == uint32_t(pages::GateState::kWindow) && control().compute[slot].window_ns.load(std::memory_order_relaxed) != 0)
       continue;
     // Explicit streams one by one; the default streams of a context together, on its legacy stream.
-    uint64_t defaults_by_ctx = 0;
+    // (Under mu_ no other mark is recorded, so a record with unmarked launches keeps them, and its
+    // identity, until this loop marks it; its fields are read under rec_mu_ all the same.)
+    uint64_t defaults_by_ctx = 0, explicit_mask = 0;
     CUcontext dctx = nullptr;
-    for (int i = 0; i < kStreams; ++i) {
-      StreamRec& r = streams_[i];
-      if (!r.used || r.slot != slot || r.launched == r.marked) continue;
-      if (r.legacy || r.per_thread) {
-        if (!dctx) dctx = r.ctx;
-        if (r.ctx == dctx) defaults_by_ctx |= uint64_t(1) << i;
-        continue;
+    struct Pick {
+      CUstream stream;
+      CUcontext ctx;
+    } picks[kStreams];
+    {
+      SpinLock r(rec_mu_);
+      for (int i = 0; i < kStreams; ++i) {
+        const StreamRec& rec = streams_[i];
+        if (!rec.used || rec.slot != slot || rec.launched == rec.marked) continue;
+        if (rec.legacy || rec.per_thread) {
+          if (!dctx) dctx = rec.ctx;
+          if (rec.ctx == dctx) defaults_by_ctx |= uint64_t(1) << i;
+          continue;
+        }
+        explicit_mask |= uint64_t(1) << i;
+        picks[i] = {rec.stream, rec.ctx};
       }
+    }
+    for (int i = 0; i < kStreams; ++i) {
+      if (!(explicit_mask >> i & 1)) continue;
       // Capturing now: tried again at the next wake (a gate change, a nudge, or the slice);
       // meanwhile the tail holds the drain, so the daemon waits (at most its grace).
-      if (capturing(r.stream, false)) continue;
-      if (record_locked(slot, r.ctx, r.stream, uint64_t(1) << i, false)) {
+      if (capturing(picks[i].stream, false)) continue;
+      if (record_locked(slot, picks[i].ctx, picks[i].stream, uint64_t(1) << i, false)) {
         any = true;
       } else {  // the stream (or its context) is gone: so is the work it held
+        SpinLock r(rec_mu_);
         abandon_locked(i);
         publish_tail_locked(slot);
       }
@@ -360,6 +470,7 @@ bool Tracker::mark_tails() {
       if (record_locked(slot, dctx, CU_STREAM_LEGACY, defaults_by_ctx, false)) {
         any = true;
       } else {
+        SpinLock r(rec_mu_);
         for (int i = 0; i < kStreams; ++i)
           if (defaults_by_ctx >> i & 1) abandon_locked(i);
         publish_tail_locked(slot);
@@ -402,19 +513,22 @@ void Tracker::run() {
       if (!ring_[head_].ev) m.ev = nullptr;  // its context was destroyed meanwhile: so was the event
       head_ = (head_ + 1) % kMarks;
       --count_;
-      SlotTrack& st = slots_[m.slot];
-      if (st.pending) --st.pending;
-      const uint64_t start = m.first_ns > st.last_done_ns ? m.first_ns : st.last_done_ns;
-      const uint64_t busy = now > start ? now - start : 0;
-      st.last_done_ns = now;
-      st.done += m.launches;
-      if (st.done > st.launched) st.done = st.launched;
-      if (m.launches) {
-        const uint64_t per = busy / m.launches > 0 ? busy / m.launches : 1;
-        st.per_launch_ns = st.per_launch_ns ? (st.per_launch_ns * 3 + per) / 4 : per;  // EWMA, 1/4 weight: a phase change shows within a few marks
+      uint64_t busy;
+      {
+        SpinLock r(rec_mu_);
+        SlotTrack& st = slots_[m.slot];
+        if (st.pending) --st.pending;
+        const uint64_t start = m.first_ns > st.last_done_ns ? m.first_ns : st.last_done_ns;
+        busy = now > start ? now - start : 0;
+        st.last_done_ns = now;
+        // The slot's next mark in flight: its work began by now at the latest (the device ran this one's until now).
+        st.busy_since_ns = st.pending ? now : 0;
+        st.done += m.launches;
+        if (st.done > st.launched) st.done = st.launched;
+        st.bound.completed(now, m.launches, busy);
+        for (int i = 0; i < kStreams; ++i)
+          if ((m.streams >> i & 1) && streams_[i].pending) --streams_[i].pending;
       }
-      for (int i = 0; i < kStreams; ++i)
-        if ((m.streams >> i & 1) && streams_[i].pending) --streams_[i].pending;
       if (m.ev) give_event_locked(m.ctx, m.ev);
       pages::TrackStats& ts = stats().track[m.slot];
       // The interval's end first, then its length (pages.h: StatsPage::busy_until); an older page
