@@ -9,7 +9,8 @@
 // interposer hooks. For the end-to-end tests with colocd: "catch-signals" installs SIGINT/SIGTERM
 // handlers that only count, "signals" prints the counts, "spin PATH NS SECONDS BATCH SLEEP_MS" is a
 // training-like loop of coloc_spin kernels (spin_loop), "capture-spin SECONDS" captures graphs in
-// GLOBAL mode while another thread launches (capture_spin), "touch PATH" / "hold-file PATH" are
+// GLOBAL mode while another thread launches (capture_spin), "burst PATH COUNT NS STREAMS GRAPH
+// SYNC_EVERY" queues a training pass's launches asynchronously (burst_loop), "touch PATH" / "hold-file PATH" are
 // barriers, "fork-run STEP..." forks and runs the rest of the line in the child, "pthread-exit" ends the main
 // thread with pthread_exit. Exit status: 0 when every step ran (a CUDA error is a result, not a failure),
 // 2 for a malformed script.
@@ -257,6 +258,71 @@ CUresult spin_loop(const Args& a, State& s, json& out) {
   out["iterations"] = iterations;
   if (ge) cuGraphExecDestroy(ge);
   if (st) cuStreamDestroy_v2(st);
+  return r;
+}
+
+/// "burst PATH COUNT NS STREAMS GRAPH SYNC_EVERY": the launch pattern of a training pass, queued
+/// without waiting: COUNT launches through PATH (kernel: cuLaunchKernel of one coloc_spin; graph:
+/// cuGraphLaunch of a graph of GRAPH coloc_spin nodes in a chain, captured in GLOBAL mode), launch i
+/// lasting NS[i % n] ns (NS: a comma-separated list, so "20000,20000,20000000" mixes short and long
+/// kernels; a graph's nodes take NS[0]), onto the NULL stream (STREAMS 0) or round robin onto
+/// STREAMS streams of its own (CU_STREAM_NON_BLOCKING); a host synchronize (cuCtxSynchronize)
+/// after every SYNC_EVERY launches (0: only at the end). Prints the launches made and the seconds
+/// the whole took.
+CUresult burst_loop(const Args& a, State& s, json& out) {
+  const std::string path = a[0];
+  const uint64_t count = std::stoull(a[1]);
+  std::vector<unsigned long long> ns;
+  for (size_t at = 0; at <= a[2].size();) {
+    size_t comma = a[2].find(',', at);
+    if (comma == std::string::npos) comma = a[2].size();
+    ns.push_back(std::stoull(a[2].substr(at, comma - at)));
+    at = comma + 1;
+  }
+  const int streams = std::stoi(a[3]);
+  const int graph_size = std::stoi(a[4]);
+  const uint64_t sync_every = std::stoull(a[5]);
+  if (path != "kernel" && path != "graph") script_error("burst: PATH is kernel or graph");
+  if (streams < 0 || streams > 16) script_error("burst: STREAMS is 0 to 16");
+  if (path == "graph" && graph_size < 1) script_error("burst: GRAPH is at least 1 for PATH graph");
+  CUfunction f;
+  if (CUresult r = spin_function(s, &f); r != CUDA_SUCCESS) return r;
+  std::vector<CUstream> st(size_t(streams), nullptr);
+  for (CUstream& x : st)
+    if (CUresult r = cuStreamCreate(&x, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) return r;
+  CUgraphExec ge = nullptr;
+  if (path == "graph") {
+    CUstream cs;
+    if (CUresult r = cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) return r;
+    CUgraph g;
+    unsigned long long node_ns = ns[0];
+    void* params[] = {&node_ns};
+    if (CUresult r = cuStreamBeginCapture_v2(cs, CU_STREAM_CAPTURE_MODE_GLOBAL); r != CUDA_SUCCESS) return r;
+    for (int k = 0; k < graph_size; ++k)
+      if (CUresult r = cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, cs, params, nullptr); r != CUDA_SUCCESS) return r;
+    if (CUresult r = cuStreamEndCapture(cs, &g); r != CUDA_SUCCESS) return r;
+    if (CUresult r = cuGraphInstantiateWithFlags(&ge, g, 0); r != CUDA_SUCCESS) return r;
+    cuStreamDestroy_v2(cs);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t launched = 0;
+  CUresult r = CUDA_SUCCESS;
+  for (; launched < count && r == CUDA_SUCCESS; ++launched) {
+    CUstream on = streams ? st[launched % size_t(streams)] : nullptr;
+    if (path == "graph") {
+      r = cuGraphLaunch(ge, on);
+    } else {
+      unsigned long long d = ns[launched % ns.size()];
+      void* params[] = {&d};
+      r = cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, on, params, nullptr);
+    }
+    if (r == CUDA_SUCCESS && sync_every && (launched + 1) % sync_every == 0) r = cuCtxSynchronize();
+  }
+  if (r == CUDA_SUCCESS) r = cuCtxSynchronize();
+  out["launched"] = launched;
+  out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (ge) cuGraphExecDestroy(ge);
+  for (CUstream x : st) cuStreamDestroy_v2(x);
   return r;
 }
 
@@ -850,6 +916,7 @@ const std::vector<Step>& steps() {
       {"touch", 1, touch_step},
       {"spin", 5, spin_loop},
       {"capture-spin", 1, capture_spin},
+      {"burst", 6, burst_loop},
   };
   return kSteps;
 }

@@ -1,0 +1,136 @@
+// A job's first burst under the timeslice policy (issue 27, item 1), judged from SIMGPU_TRACE:
+// jobs that queue a whole pass of kernels asynchronously (interpose_client's burst step: hundreds
+// of launches, one host synchronize at the end) under `coloc policy all timeslice --quantum 50ms`.
+// The in-flight window holds from each job's first launch (interpose/tracker.h, "The bound"), so no
+// two jobs' kernels overlap at any time, the first second included, and the runs are those of the
+// timeslice tests (timeslice_test.cpp's check_sliced): one stream, two streams, graphs of 50
+// kernels, a mix of 20 us and 20 ms kernels, and a third job that joins mid-run. Before the bound
+// held from the first launch, each job's first 64 launches went through before any completion
+// (320 ms of 5 ms kernels), and the device alternated between the jobs every 2 ms for the first
+// second.
+#include <doctest/doctest.h>
+
+#include "e2e.h"
+#include "trace.h"
+
+using namespace coloc::test;
+using namespace coloc::test::e2e;
+namespace tr = coloc::test::trace;
+
+namespace {
+
+constexpr uint64_t kQuantumMs = 50;
+constexpr uint64_t kMs = 1'000'000;
+
+/// `coloc run --job NAME -- interpose_client init ctx 0 burst PATH COUNT NS STREAMS GRAPH 0`.
+std::unique_ptr<Proc> burst(const Node& n, const std::string& name, const std::string& path, int count,
+                            const std::string& ns, int streams = 0, int graph = 0) {
+  return n.run({"--job", name},
+               {client(), "init", "ctx", "0", "burst", path, std::to_string(count), ns, std::to_string(streams),
+                std::to_string(graph), "0"},
+               {{"SIMGPU_TRACE", n.file("trace.csv")}});
+}
+
+void set_timeslice(const Node& n) {
+  ProcResult r = n.cli({"policy", "all", "timeslice", "--quantum", std::to_string(kQuantumMs) + "ms"});
+  REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
+}
+
+/// Each job's burst step ran to the end: `counts[i]` launches for jobs[i] (the last count for the rest).
+void finish_all(std::vector<std::unique_ptr<Proc>>& jobs, std::vector<int> counts) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    auto& j = jobs[i];
+    const int count = counts[i < counts.size() ? i : counts.size() - 1];
+    ProcResult r = finish(*j, 120s);
+    json b = step(r.out, "burst");
+    INFO(describe(r));
+    REQUIRE(!b.is_null());
+    CHECK(b["rc_name"] == "CUDA_SUCCESS");
+    CHECK(b["launched"] == count);
+  }
+}
+
+/// No overlap anywhere (the first second included: the first kernels are where a first burst
+/// overlapped), and the timeslice tests' bar for the runs: of the interior runs, at least 80% are
+/// at least half a quantum long, of at least `min_runs` interior runs.
+void check_no_overlap_and_runs(const std::vector<tr::Kernel>& ks, size_t min_runs = 3) {
+  REQUIRE(!ks.empty());
+  const uint64_t t0 = ks.front().start;
+  std::vector<tr::Kernel> first_second;
+  for (const tr::Kernel& k : ks)
+    if (k.start < t0 + 1000 * kMs) first_second.push_back(k);
+  CHECK(tr::overlaps(first_second, 0) == 0);
+  CHECK(tr::overlaps(ks, 0) == 0);
+  auto runs = tr::interior(tr::runs(ks, 0));
+  REQUIRE(runs.size() >= min_runs);
+  size_t long_runs = 0;
+  for (const tr::Run& r : runs) long_runs += r.end - r.start >= kQuantumMs * kMs / 2;
+  INFO("interior runs: ", runs.size(), ", of at least half the quantum: ", long_runs);
+  CHECK(long_runs * 10 >= runs.size() * 8);
+}
+
+}  // namespace
+
+TEST_SUITE("e2e") {
+TEST_CASE("first burst: two jobs queueing 300 kernels of 5 ms on the NULL stream never overlap, from the first launch") {
+  if (simulated_only()) return;
+  Node n;
+  set_timeslice(n);
+  std::vector<std::unique_ptr<Proc>> jobs;
+  for (const char* name : {"fa", "fb"}) jobs.push_back(burst(n, name, "kernel", 300, "5000000"));
+  finish_all(jobs, {300});
+  auto ks = tr::kernels(n.file("trace.csv"));
+  CHECK(ks.size() == 600);
+  check_no_overlap_and_runs(ks);
+}
+
+TEST_CASE("first burst: two jobs of two streams each never overlap, from the first launch") {
+  if (simulated_only()) return;
+  Node n;
+  set_timeslice(n);
+  std::vector<std::unique_ptr<Proc>> jobs;
+  for (const char* name : {"sa", "sb"}) jobs.push_back(burst(n, name, "kernel", 300, "5000000", 2));
+  finish_all(jobs, {300});
+  check_no_overlap_and_runs(tr::kernels(n.file("trace.csv")));
+}
+
+TEST_CASE("first burst: a job of 50-kernel graphs beside a job of kernels never overlap, from the first launch") {
+  if (simulated_only()) return;
+  Node n;
+  set_timeslice(n);
+  std::vector<std::unique_ptr<Proc>> jobs;
+  // 100 launches of a graph of 50 kernels of 300 us (15 ms a launch, 1.5 s in all) and 300 kernels
+  // of 5 ms (1.5 s).
+  jobs.push_back(burst(n, "graphs", "graph", 100, "300000", 0, 50));
+  jobs.push_back(burst(n, "kernels", "kernel", 300, "5000000"));
+  finish_all(jobs, {100, 300});
+  check_no_overlap_and_runs(tr::kernels(n.file("trace.csv")));
+}
+
+TEST_CASE("first burst: jobs mixing 20 us and 20 ms kernels never overlap, from the first launch") {
+  if (simulated_only()) return;
+  Node n;
+  set_timeslice(n);
+  std::vector<std::unique_ptr<Proc>> jobs;
+  // Nine short kernels, then a long one: 60 x 20 ms and 540 x 20 us (1.2 s) each.
+  const std::string mix = "20000,20000,20000,20000,20000,20000,20000,20000,20000,20000000";
+  for (const char* name : {"ma", "mb"}) jobs.push_back(burst(n, name, "kernel", 600, mix));
+  finish_all(jobs, {600});
+  check_no_overlap_and_runs(tr::kernels(n.file("trace.csv")));
+}
+
+TEST_CASE("first burst: a third job joining mid-run does not overlap the two that hold turns") {
+  if (simulated_only()) return;
+  Node n;
+  set_timeslice(n);
+  std::vector<std::unique_ptr<Proc>> jobs;
+  for (const char* name : {"ja", "jb"}) jobs.push_back(burst(n, name, "kernel", 300, "5000000"));
+  // Once both have run on the device, the third queues its burst.
+  REQUIRE(wait_until([&] { return tr::busy(tr::kernels(n.file("trace.csv")), 0).size() >= 2; }, 30s, 10ms));
+  jobs.push_back(burst(n, "jc", "kernel", 300, "5000000"));
+  finish_all(jobs, {300});
+  auto ks = tr::kernels(n.file("trace.csv"));
+  CHECK(tr::busy(ks, 0).size() == 3);
+  check_no_overlap_and_runs(ks);
+}
+}
