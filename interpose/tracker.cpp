@@ -302,8 +302,9 @@ void Tracker::launched(int slot, CUstream stream, bool per_thread, CUresult rc) 
       const uint64_t unmarked = r.launched - r.marked;
       const uint64_t inflight = st.launched - st.done;
       const uint64_t per = st.bound.per_launch_ns;
-      due = (r.pending == 0 && unmarked == 1) || unmarked >= kMarkEvery || st.bound.near_allowance(inflight) ||
-            (per && window && unmarked * per >= window / 4);
+      // (A window without a bound has no allowance to grow: no marks for it.)
+      due = (r.pending == 0 && unmarked == 1) || unmarked >= kMarkEvery ||
+            (window && (st.bound.near_allowance(inflight) || (per && unmarked * per >= window / 4)));
     }
   }
   if (i >= 0 && !due) return;

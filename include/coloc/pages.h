@@ -132,7 +132,9 @@ struct SlotGate {
 /// (layout 5) One device's compute settings (daemon writes).
 struct SlotCompute {
   /// The in-flight window in kWindow: estimated device time (ns) the job may have queued on the
-  /// device; 0 = no bound.
+  /// device; 0 = no bound. The client holds to it from its first launch, before it has an
+  /// estimate, and stops when its oldest unfinished work has run longer than this (the rules:
+  /// interpose/tracker.h, "The bound").
   std::atomic<uint64_t> window_ns;
   /// CLOCK_MONOTONIC ns at which this job's turn on the device ends (timeslice holder), else 0.
   /// Informational: the daemon, not the client, ends the turn.
