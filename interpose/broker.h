@@ -51,6 +51,7 @@ inline constexpr int kMaxDevices = int(pages::kSlots);
 struct GateTicket {
   int slot = -1;       ///< the launch's device slot, when known
   bool track = false;  ///< the slot's gate is kWindow: count the launch and mark it (tracker.h)
+  CUcontext ctx = nullptr;  ///< the launch stream's context, when the gate asked (the tracker's key)
 };
 
 /// libcoloc.so's control page: one page, page-aligned, zero-initialised (gate RUN, no slot attached).

@@ -754,12 +754,13 @@ void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap
 
 // The slot of a launch or copy into `stream`: its context's (the current context's for the
 // default streams); -1 when the context is one the hooks never saw.
-static int slot_of_stream(CUstream stream) {
+// `*ctx`: that context (null when the driver did not say), so the tracker need not ask again.
+static int slot_of_stream(CUstream stream, CUcontext* ctx) {
   const bool default_stream = stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
-  if (default_stream) return devices().known_current_slot();
-  CUcontext ctx = nullptr;
-  if (call<Fn::cuStreamGetCtx>(stream, &ctx) == CUDA_SUCCESS) return devices().known_slot_of(ctx);
-  return -1;
+  *ctx = nullptr;
+  const CUresult r = default_stream ? call<Fn::cuCtxGetCurrent>(ctx) : call<Fn::cuStreamGetCtx>(stream, ctx);
+  if (r != CUDA_SUCCESS) *ctx = nullptr;
+  return *ctx ? devices().known_slot_of(*ctx) : -1;
 }
 
 // Whether a launch into `stream` would only be captured (or fail for a capture elsewhere).
@@ -777,7 +778,8 @@ GateTicket DaemonBroker::copy_wait(CUstream stream, bool per_thread) { return pa
 
 GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) {
   if (mode_.load(std::memory_order_acquire) != Mode::daemon || gate_override_.load(std::memory_order_acquire)) return {};
-  int slot = slot_of_stream(stream);
+  CUcontext ctx = nullptr;
+  int slot = slot_of_stream(stream, &ctx);
   // A context the hooks never saw (so no slot is known, and finding one could wait for an
   // admission inside a launch): the first closed gate holds it (a pause closes every slot).
   for (int s = 0; s < kMaxDevices && (slot < 0 || slot >= kMaxDevices); ++s)
@@ -807,7 +809,7 @@ GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) 
   };
   const uint64_t window = control().compute[slot].window_ns.load(std::memory_order_relaxed);
   if (state == uint32_t(pages::GateState::kWindow) && (copy || !tracker().over_window(slot, window)) && go_tracked())
-    return {slot, true};  // the holder, under its window: go (tracked)
+    return {slot, true, ctx};  // the holder, under its window: go (tracked)
   const uint64_t t0 = monotonic_ns();
   // The time waited goes to the cause of each part of the wait (a holder over its window whose
   // turn then ends waits first for the window, then for a quantum); the launch counts once under
@@ -873,11 +875,11 @@ GateTicket DaemonBroker::pass_gate(CUstream stream, bool per_thread, bool copy) 
   ts.last_launch_ns.store(t1, std::memory_order_relaxed);
   ts.waiting.fetch_sub(1, std::memory_order_seq_cst);
   if (counted[uint32_t(pages::GateState::kWindow)]) ts.window_waits.fetch_add(1, std::memory_order_relaxed);
-  return {slot, track};
+  return {slot, track, ctx};
 }
 
 void DaemonBroker::launched(const GateTicket& t, CUstream stream, bool per_thread, CUresult rc) {
-  tracker().launched(t.slot, stream, per_thread, rc);
+  tracker().launched(t.slot, stream, per_thread, rc, t.ctx);
   stats().launching.fetch_sub(1, std::memory_order_release);  // tracked: the drain sees it from here on
 }
 

@@ -267,14 +267,15 @@ bool Tracker::record_locked(int slot, CUcontext ctx, CUstream record_on, uint64_
   return true;
 }
 
-void Tracker::launched(int slot, CUstream stream, bool per_thread, CUresult rc) {
+void Tracker::launched(int slot, CUstream stream, bool per_thread, CUresult rc, CUcontext ctx) {
   if (slot < 0 || slot >= kSlotCount || rc != CUDA_SUCCESS) return;
   // The stream's identity: its handle, or the default stream it stands for.
   const bool dflt = default_stream(stream);
   const bool pts = dflt && (stream == CU_STREAM_PER_THREAD || (per_thread && stream == nullptr));
-  CUcontext ctx = nullptr;
-  if (dflt) call<Fn::cuCtxGetCurrent>(&ctx);
-  else call<Fn::cuStreamGetCtx>(stream, &ctx);
+  if (!ctx) {
+    if (dflt) call<Fn::cuCtxGetCurrent>(&ctx);
+    else call<Fn::cuStreamGetCtx>(stream, &ctx);
+  }
   const CUstream key = pts ? CU_STREAM_PER_THREAD : dflt ? CU_STREAM_LEGACY : stream;
   if (!used_.load(std::memory_order_relaxed)) used_.store(true, std::memory_order_relaxed);
   const uint64_t window = control().compute[slot].window_ns.load(std::memory_order_relaxed);

@@ -111,8 +111,9 @@ class Tracker {
   static constexpr int kMarks = 256;
 
   /// After a launch on `slot` (its gate kWindow) into `stream` (`per_thread`: a _ptsz entry
-  /// point) that returned `rc`: counts it (when it succeeded) and records a mark when due.
-  void launched(int slot, CUstream stream, bool per_thread, CUresult rc);
+  /// point) that returned `rc`: counts it (when it succeeded) and records a mark when due. `ctx`:
+  /// the stream's context as the gate found it (null: asked here).
+  void launched(int slot, CUstream stream, bool per_thread, CUresult rc, CUcontext ctx = nullptr);
   /// Whether `slot`'s work in flight is at or over the window `window_ns` (0: no bound) by the
   /// rules of "The bound" above, with a mark in flight that will say when it shrinks. False when
   /// nothing can wake a waiter (no mark in flight): the window is then not enforced.
