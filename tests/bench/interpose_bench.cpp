@@ -135,8 +135,9 @@ int measure_launch(uint64_t launches) {
   check(cuModuleGetFunction(&spin, mod, "coloc_spin"), "cuModuleGetFunction");
   unsigned long long ns = 0;
   void* params[] = {&ns};
-  // Untimed: the turn, the tracker thread's start, the first completions (before them, a window of
-  // 64 launches holds the next one until the first completes).
+  // Untimed: the turn, the tracker thread's start, the first completions (the window's slow start:
+  // one launch in flight until the first completes, then doubling per round trip, so some of these
+  // wait for the window in every round: the report's window waits count them).
   for (int i = 0; i < 1000; ++i) check(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
   check(cuCtxSynchronize(), "cuCtxSynchronize");
   double best = 1e30;
