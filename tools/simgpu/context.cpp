@@ -26,16 +26,39 @@ Context::~Context() {
   Driver::get().shared->remove_context(device.physical, engine_entry_);
 }
 
-uint64_t Context::enqueue_locked(Stream& s, Work w) {
+uint64_t Context::enqueue_locked(Stream& s, Work w, bool frees_slot) {
   if (!executor_.joinable()) executor_ = std::thread([this] { run_executor(); });
   const uint64_t seq = next_seq_++;
-  queue_.push_back(Op{std::move(w), seq, s.id, now_ns()});
+  queue_.push_back(Op{std::move(w), seq, s.id, now_ns(), frees_slot});
   s.last_seq = seq;
   return seq;
 }
 
+bool Context::take_slot_locked(std::unique_lock<std::mutex>& lk, Stream& s) {
+  const uint32_t depth = Driver::get().config.queue_depth;
+  slot_cv_.wait(lk, [&] {
+    if (s.capture.load(std::memory_order_relaxed)) return true;
+    auto it = slots_.find(s.id);
+    return it == slots_.end() || it->second < depth;
+  });
+  if (s.capture.load(std::memory_order_relaxed)) return false;
+  ++slots_[s.id];
+  return true;
+}
+
+void Context::give_slot_locked(const Stream& s) {
+  auto it = slots_.find(s.id);
+  if (it == slots_.end()) return;
+  if (--it->second == 0) slots_.erase(it);
+  slot_cv_.notify_all();
+}
+
 CUresult Context::submit(Stream& s, Work w) {
   std::unique_lock<std::mutex> lk(mu);
+  if (take_slot_locked(lk, s) && (&s == &null_stream && implicit_capture(*this))) {
+    give_slot_locked(s);
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
   if (Graph* g = s.capture.load(std::memory_order_relaxed)) {
     if (s.capture_invalid.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     if (!std::holds_alternative<KernelWork>(w) && !std::holds_alternative<CopyWork>(w) &&
@@ -46,9 +69,8 @@ CUresult Context::submit(Stream& s, Work w) {
     g->nodes.push_back(std::move(w));
     return CUDA_SUCCESS;
   }
-  if (&s == &null_stream && implicit_capture(*this)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   if (auto* k = std::get_if<KernelWork>(&w)) k->launch_id = Driver::get().next_launch_id.fetch_add(1);
-  enqueue_locked(s, std::move(w));
+  enqueue_locked(s, std::move(w), true);
   lk.unlock();
   work_cv_.notify_one();
   return CUDA_SUCCESS;
@@ -56,6 +78,7 @@ CUresult Context::submit(Stream& s, Work w) {
 
 CUresult Context::launch_graph(Stream& s, const GraphExec& g) {
   std::unique_lock<std::mutex> lk(mu);
+  const bool slot = take_slot_locked(lk, s);
   if (Graph* cap = s.capture.load(std::memory_order_relaxed)) {
     if (s.capture_invalid.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     if (g.mem_device) {
@@ -65,18 +88,31 @@ CUresult Context::launch_graph(Stream& s, const GraphExec& g) {
     cap->nodes.insert(cap->nodes.end(), g.nodes.begin(), g.nodes.end());
     return CUDA_SUCCESS;
   }
-  if (&s == &null_stream && implicit_capture(*this)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  if (&s == &null_stream && implicit_capture(*this)) {
+    if (slot) give_slot_locked(s);
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
   if (g.mem_device) {
     std::vector<uintptr_t> auto_free;
-    if (CUresult rc = g.mem_device->graph_pool.launch(g.mem_exec, &auto_free); rc != CUDA_SUCCESS) return rc;
-    for (uintptr_t p : auto_free) enqueue_locked(s, GraphFreeWork{g.mem_device, p});
+    if (CUresult rc = g.mem_device->graph_pool.launch(g.mem_exec, &auto_free); rc != CUDA_SUCCESS) {
+      if (slot) give_slot_locked(s);
+      return rc;
+    }
+    for (uintptr_t p : auto_free) enqueue_locked(s, GraphFreeWork{g.mem_device, p}, false);
   }
+  // The whole launch takes one slot, freed when its last op completes.
+  const size_t ops = g.nodes.size() + (g.mem_device ? 1 : 0);
+  if (ops == 0) {
+    if (slot) give_slot_locked(s);
+    return CUDA_SUCCESS;
+  }
+  size_t n = 0;
   for (const Work& node : g.nodes) {
     Work w = node;
     if (auto* k = std::get_if<KernelWork>(&w)) k->launch_id = Driver::get().next_launch_id.fetch_add(1);
-    enqueue_locked(s, std::move(w));
+    enqueue_locked(s, std::move(w), ++n == ops);
   }
-  if (g.mem_device) enqueue_locked(s, GraphEndWork{g.mem_device, g.mem_exec});
+  if (g.mem_device) enqueue_locked(s, GraphEndWork{g.mem_device, g.mem_exec}, true);
   lk.unlock();
   work_cv_.notify_one();
   return CUDA_SUCCESS;
@@ -118,13 +154,17 @@ CUresult Context::query(Stream& s) {
 
 CUresult Context::record(Event& e, Stream& s) {
   std::unique_lock<std::mutex> lk(mu);
+  const bool slot = take_slot_locked(lk, s);
   if (s.capture.load(std::memory_order_relaxed)) {
     if (s.capture_invalid.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     s.capture_invalid.store(true, std::memory_order_relaxed);
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
-  if (&s == &null_stream && implicit_capture(*this)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
-  e.seq = enqueue_locked(s, EventWork{&e});
+  if (&s == &null_stream && implicit_capture(*this)) {
+    if (slot) give_slot_locked(s);
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
+  e.seq = enqueue_locked(s, EventWork{&e}, true);
   lk.unlock();
   work_cv_.notify_one();
   return CUDA_SUCCESS;
@@ -207,6 +247,11 @@ void Context::run_executor() {
     if (auto* ev = std::get_if<EventWork>(&op.work); ev && ev->event->seq == op.seq) ev->event->time_ns = clock_ns_;
     completed_ = op.seq;
     done_cv_.notify_all();
+    if (op.frees_slot) {
+      auto it = slots_.find(op.stream);
+      if (it != slots_.end() && --it->second == 0) slots_.erase(it);
+      slot_cv_.notify_all();
+    }
   }
 }
 
