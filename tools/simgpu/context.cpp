@@ -29,6 +29,8 @@ Context::~Context() {
 uint64_t Context::enqueue_locked(Stream& s, Work w, bool frees_slot) {
   if (!executor_.joinable()) executor_ = std::thread([this] { run_executor(); });
   const uint64_t seq = next_seq_++;
+  // Published for proxy turns while this process is stopped (shared_state.h).
+  if (auto* k = std::get_if<KernelWork>(&w)) Driver::get().shared->add_queued_ns(device.physical, engine_entry_, k->duration_ns);
   queue_.push_back(Op{std::move(w), seq, s.id, now_ns(), frees_slot});
   s.last_seq = seq;
   return seq;
@@ -237,6 +239,7 @@ void Context::run_executor() {
       shared.release_engine(device.physical, engine_entry_, clock_ns_);
       holding_ = false;
     }
+    if (queue_.empty()) credit_.clear(), credit_next_ = 0;  // more proxy time than work: unused
     work_cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and everything ran
     Op op = std::move(queue_.front());
@@ -262,11 +265,13 @@ void Context::execute(Op& op) {
     if (sticky_ == CUDA_SUCCESS) sticky_ = CUDA_ERROR_ILLEGAL_ADDRESS;
   };
   // On this context's timeline an operation starts after the one before it and after it was
-  // submitted.
-  clock_ns_ = std::max({clock_ns_, op.submitted_ns, now_ns() - kMaxLagNs});
+  // submitted; while proxy turns remain (this process was stopped), the host's clock is no bound.
+  const bool replay = credit_next_ < credit_.size();
+  clock_ns_ = std::max({clock_ns_, op.submitted_ns, replay ? 0 : now_ns() - kMaxLagNs});
   if (auto* k = std::get_if<KernelWork>(&op.work)) {
     if (k->kind == KernelKind::fill && !drv.device_range_live(k->fill_ptr, k->fill_count * sizeof(float))) {
       fault();  // the buffer was freed after the launch: an illegal address on a GPU
+      own_ns_ += k->duration_ns;  // counted as run, so that proxy turns do not run it
       return;
     }
     run_kernel(*k, op.stream);
@@ -299,7 +304,7 @@ void Context::execute(Op& op) {
     ge->device->graph_pool.launch_done(ge->exec);
   }
   // Copies and memsets take the host time they took; an event record takes none.
-  clock_ns_ = std::max(clock_ns_, now_ns() - kMaxLagNs);
+  if (!replay) clock_ns_ = std::max(clock_ns_, now_ns() - kMaxLagNs);
 }
 
 void Context::run_kernel(const KernelWork& k, uint32_t stream) {
@@ -308,9 +313,35 @@ void Context::run_kernel(const KernelWork& k, uint32_t stream) {
   const uint64_t slice = drv.config.timeslice_ns;
   uint64_t remaining = k.duration_ns;
   bool started = false;
+  auto trace = [&](uint64_t start, uint64_t end) {
+    if (drv.trace.enabled()) drv.trace.write({drv.pid, device.physical, id, stream, k.launch_id, k.name, start, end});
+  };
   for (;;) {
+    if (credit_next_ < credit_.size()) {
+      // Device time run for this context while its process was stopped: the kernel ran then.
+      SharedState::Interval& c = credit_[credit_next_];
+      const uint64_t start = std::max(c.start_ns, clock_ns_);
+      if (start >= c.end_ns) {
+        ++credit_next_;
+        continue;
+      }
+      const uint64_t end = start + std::min(remaining, c.end_ns - start);
+      if (!started && k.kind == KernelKind::fill)
+        fill_memory(k.fill_ptr, std::bit_cast<uint32_t>(k.fill_value), 4, k.fill_count);
+      started = true;
+      remaining -= end - start;
+      clock_ns_ = end;
+      c.start_ns = end;
+      trace(start, end);
+      if (remaining == 0) {
+        sleep_until_ns(end);  // not complete before the device's clock reaches its end
+        return;
+      }
+      continue;
+    }
     if (!holding_) {
-      const uint64_t left = shared.acquire_engine(device.physical, engine_entry_);
+      uint64_t left = 0;
+      if (!shared.acquire_engine(device.physical, engine_entry_, &left, &credit_)) continue;  // credit first
       holding_ = true;
       // Carry on where the last owner stopped, if that is after this kernel could start.
       clock_ns_ = std::max({clock_ns_, left, now_ns() - kMaxLagNs});
@@ -318,24 +349,39 @@ void Context::run_kernel(const KernelWork& k, uint32_t stream) {
     } else {
       clock_ns_ = std::max(clock_ns_, now_ns() - kMaxLagNs);
       if (clock_ns_ >= slice_end_ns_) {
-        if (shared.yield_engine(device.physical, engine_entry_, clock_ns_)) {
+        uint64_t resume = clock_ns_;
+        if (shared.yield_engine(device.physical, engine_entry_, clock_ns_, &resume)) {
           holding_ = false;  // preempted: the kernel continues in the next slice this context gets
           continue;
         }
+        clock_ns_ = std::max(clock_ns_, resume);  // after the turns run for stopped processes
         slice_end_ns_ = clock_ns_ + slice;
       }
     }
     const uint64_t start = clock_ns_;
+    // slice_end_ns_ > start here; saturate instead of overflowing on huge durations.
+    const uint64_t until = remaining >= slice_end_ns_ - start ? slice_end_ns_ : start + remaining;
+    if (!shared.begin_slice(device.physical, engine_entry_, until, own_ns_ + (until - start))) {
+      holding_ = false;  // taken from this process while it was stopped
+      continue;
+    }
     if (!started && k.kind == KernelKind::fill)
       fill_memory(k.fill_ptr, std::bit_cast<uint32_t>(k.fill_value), 4, k.fill_count);
     started = true;
-    // slice_end_ns_ > start here; saturate instead of overflowing on huge durations.
-    const uint64_t until = remaining >= slice_end_ns_ - start ? slice_end_ns_ : start + remaining;
     sleep_until_ns(until);
-    const uint64_t end = std::max(until, now_ns() - kMaxLagNs);
-    remaining -= std::min(remaining, end - start);
+    const uint64_t now = now_ns();
+    uint64_t end = std::max(until, now - kMaxLagNs);
+    // Woken late: if the process was stopped meanwhile, the engine may have been taken after
+    // this slice, which then ended on time.
+    if (end > until && !shared.owns_engine(device.physical, engine_entry_)) {
+      end = until;
+      holding_ = false;
+    }
+    const uint64_t ran = std::min(remaining, end - start);
+    remaining -= ran;
+    own_ns_ += ran;
     clock_ns_ = end;
-    if (drv.trace.enabled()) drv.trace.write({drv.pid, device.physical, id, stream, k.launch_id, k.name, start, end});
+    trace(start, end);
     if (remaining == 0) return;
   }
 }

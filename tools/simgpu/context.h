@@ -8,6 +8,9 @@
 // shared_state.h), then sleeps until its end, slice by slice: at the end of each
 // SIMGPU_TIMESLICE_US slice it hands the engine over if another context is waiting. With nothing
 // queued it gives the engine up. Copies and memsets run on the host and do not take the engine.
+// While this process is stopped, others run its turns by proxy (shared_state.h); once it runs
+// again, the executor first completes its kernels on those turns (credit_), at the device times
+// they ran, and only then takes the engine for the rest.
 // Synchronize calls wait on a condition variable for the sequence number they need.
 //
 // Each stream holds at most SIMGPU_QUEUE_DEPTH submissions queued or running (a kernel, a copy,
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "cuda_api.h"
+#include "shared_state.h"
 
 namespace simgpu {
 
@@ -242,6 +246,11 @@ class Context {
   bool holding_ = false;       ///< owns the device's engine
   uint64_t clock_ns_ = 0;      ///< this context's device timeline: end of its last operation
   uint64_t slice_end_ns_ = 0;  ///< end of the current slice, on that timeline
+  uint64_t own_ns_ = 0;        ///< kernel time this context ran itself (SharedState::begin_slice)
+  /// Device time run for this context by proxy while its process was stopped, not yet used by
+  /// its kernels (SharedState::acquire_engine), in device order.
+  std::vector<SharedState::Interval> credit_;
+  size_t credit_next_ = 0;     ///< the first interval of credit_ not used up
 };
 
 }  // namespace simgpu

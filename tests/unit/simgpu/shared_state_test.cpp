@@ -154,24 +154,36 @@ TEST_CASE("shared state: a process dying inside the mutex leaves books the next 
   CHECK_FALSE(s->charge(0, 1));
 }
 
+// acquire_engine for a process that is never stopped: the device clock it carries on from.
+uint64_t acquire(SharedState& s, int entry) {
+  uint64_t clock = 0;
+  std::vector<SharedState::Interval> credit;
+  s.acquire_engine(0, entry, &clock, &credit);  // true: nobody here is ever stopped
+  return clock;
+}
+bool yield(SharedState& s, int entry, uint64_t clock) {
+  uint64_t resume;
+  return s.yield_engine(0, entry, clock, &resume);
+}
+
 TEST_CASE("shared state: engine turns go round-robin among runnable contexts") {
   TempDir tmp("simgpu-state");
   auto s = open_state(tmp / "s", {{"A", 8 * GiB}});
   int a = s->add_context(0), b = s->add_context(0);
   REQUIRE(a >= 0);
   REQUIRE(b >= 0);
-  s->acquire_engine(0, a);
-  CHECK_FALSE(s->yield_engine(0, a, 100));  // nobody else wants it: keep going
+  acquire(*s, a);
+  CHECK_FALSE(yield(*s, a, 100));  // nobody else wants it: keep going
   std::atomic<bool> b_owns{false};
   std::atomic<uint64_t> b_clock{0};
   std::thread t([&] {
-    b_clock = s->acquire_engine(0, b);
+    b_clock = acquire(*s, b);
     b_owns = true;
   });
   // b waits until a hands over at the end of its slice.
   CHECK(wait_until([&] { return locked(*s, [&](simgpu::shm::Layout& l) { return l.devices[0].contexts[b].runnable == 1; }); }, 5s));
   CHECK_FALSE(b_owns.load());
-  CHECK(s->yield_engine(0, a, 200));
+  CHECK(yield(*s, a, 200));
   t.join();
   CHECK(b_owns.load());
   CHECK(owner(*s) == b);
@@ -179,7 +191,7 @@ TEST_CASE("shared state: engine turns go round-robin among runnable contexts") {
   // a is still runnable: b's release hands the engine straight to a.
   s->release_engine(0, b, 300);
   CHECK(owner(*s) == a);
-  CHECK(s->acquire_engine(0, a) == 300);
+  CHECK(acquire(*s, a) == 300);
   s->release_engine(0, a, 400);
   CHECK(owner(*s) == simgpu::shm::kNone);
   s->remove_context(0, a);
@@ -196,14 +208,14 @@ TEST_CASE("shared state: a waiter takes the engine over from an owner that died"
     auto mine = SharedState::open(dir, {{"A", 8 * GiB}}, &error, &why);
     if (!mine) _exit(1);
     int e = mine->add_context(0);
-    mine->acquire_engine(0, e);
+    acquire(*mine, e);
     _exit(0);  // dies owning the engine
   });
   REQUIRE(owner(*s) != simgpu::shm::kNone);
   int mine = s->add_context(0);
   std::atomic<bool> owns{false};
   std::thread t([&] {
-    s->acquire_engine(0, mine);
+    acquire(*s, mine);
     owns = true;
   });
   CHECK(wait_until([&] { return owns.load(); }, 5s));
