@@ -519,7 +519,8 @@ bool SharedState::begin_slice(int device, int entry, uint64_t until_ns, uint64_t
   Lock l(*this);
   shm::Device& d = layout_->devices[device];
   if (slot_ < 0 || d.contexts[entry].process != slot_) return true;  // released at exit: run unowned
-  if (d.owner != entry) return false;
+  // Marked stopped: the engine was taken from it, even if the round robin has given it back since.
+  if (d.owner != entry || d.contexts[entry].stopped) return false;
   d.busy_until = until_ns;
   d.contexts[entry].own_ns = own_ns;
   return true;
@@ -528,7 +529,7 @@ bool SharedState::begin_slice(int device, int entry, uint64_t until_ns, uint64_t
 bool SharedState::owns_engine(int device, int entry) {
   Lock l(*this);
   shm::Device& d = layout_->devices[device];
-  return slot_ < 0 || d.contexts[entry].process != slot_ || d.owner == entry;
+  return slot_ < 0 || d.contexts[entry].process != slot_ || (d.owner == entry && !d.contexts[entry].stopped);
 }
 
 bool SharedState::yield_engine(int device, int entry, uint64_t clock_ns, uint64_t* resume_ns) {
@@ -536,7 +537,9 @@ bool SharedState::yield_engine(int device, int entry, uint64_t clock_ns, uint64_
   shm::Device& d = layout_->devices[device];
   *resume_ns = clock_ns;
   if (slot_ < 0 || d.contexts[entry].process != slot_) return false;
-  if (d.owner != entry) return true;  // lost it (e.g. reclaimed as dead by mistake): acquire again
+  // Lost it (e.g. reclaimed as dead by mistake, or taken while this process was stopped, even if
+  // given back since): acquire again.
+  if (d.owner != entry || d.contexts[entry].stopped) return true;
   d.clock_ns = std::max(d.clock_ns, clock_ns);
   int next = next_turn_locked(d, entry);
   if (next == kNone || next == entry) {

@@ -186,7 +186,8 @@ class SharedState {
   /// once it ends. False when the engine was taken from it (its process was seen stopped): the
   /// slice must not run; the caller acquires again.
   bool begin_slice(int device, int entry, uint64_t until_ns, uint64_t own_ns);
-  /// True while `entry` owns the engine (or this process's slot is released: run unowned).
+  /// True while `entry` owns the engine and was not seen stopped since it last acquired it (or this
+  /// process's slot is released: run unowned).
   bool owns_engine(int device, int entry);
   /// Called by the owner at the end of a slice, its clock at `clock_ns`: gives stopped entries
   /// their turns (proxy), then hands the engine to the next runnable entry in cyclic order, if
