@@ -78,5 +78,10 @@ if [ -x "$B/bin/colocd" ] && $PY -c 'import torch; assert torch.cuda.is_availabl
   check ops tests/gpu/ops.sh "$B"
 fi
 
+step "simgpu's assumption: how many launches one stream queues before a launch blocks"
+if $PY -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  check queue-depth $PY tests/gpu/queue_depth.py
+fi
+
 echo; echo "failures: $failures"
 exit $((failures > 0))

@@ -51,6 +51,13 @@ constexpr char kNoopPtx[] =
     "  ret;\n"
     "}\n";
 
+// CLOCK_MONOTONIC in ns (steady_clock is CLOCK_MONOTONIC on Linux): comparable with SIMGPU_TRACE.
+uint64_t mono_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+
 struct Buffer {
   CUdeviceptr ptr = 0;
   size_t bytes = 0;
@@ -600,6 +607,7 @@ int main(int argc, char** argv) {
     json out = {{"step", p.def->name}};
     CUresult rc = p.def->run(probe, p.args, out);
     const char* name = nullptr;
+    out["mono_ns"] = mono_ns();  // when the step returned, on the trace's clock (CLOCK_MONOTONIC)
     out["rc"] = int(rc);
     out["rc_name"] = cuGetErrorName(rc, &name) == CUDA_SUCCESS && name ? name : "UNKNOWN";
     std::printf("%s\n", out.dump().c_str());

@@ -130,6 +130,14 @@ bool load_config(const EnvLookup& env, unsigned uid, Config* out, std::string* e
       return false;
     }
   }
+  if (auto v = env("SIMGPU_QUEUE_DEPTH")) {
+    uint64_t depth;
+    if (!parse_integer(*v, 1, 1'000'000, &depth)) {
+      *error = "SIMGPU_QUEUE_DEPTH \"" + *v + "\": expected a whole number of operations from 1 to 1000000";
+      return false;
+    }
+    c.queue_depth = uint32_t(depth);
+  }
   if (auto v = env("SIMGPU_TRACE")) c.trace_path = *v;
   if (auto v = env("SIMGPU_FAST")) {
     std::string_view f = trim(*v);

@@ -6,6 +6,8 @@
 //   SIMGPU_CONTEXT_BYTES  device memory one context costs (a size); default 512 MiB
 //   SIMGPU_TIMESLICE_US   longest time slice of a context on a device, µs, 1..10^7; default 2000
 //   SIMGPU_KERNEL_NS      duration of kernels other than coloc_spin, ns, 0..10^12; default 10000
+//   SIMGPU_QUEUE_DEPTH    pending operations one stream holds before a launch blocks, 1..10^6;
+//                         default 1024 (an assumption, see README "Configuration")
 //   SIMGPU_TRACE          path of the kernel-slice CSV trace; unset or empty: no trace
 //   SIMGPU_FAST           1: launches complete at once (see README); 0 or unset: off
 //   CUDA_VISIBLE_DEVICES  indices or UUIDs ("GPU-…", unique prefixes allowed), as the driver reads it
@@ -43,6 +45,12 @@ struct Config {
   uint64_t context_bytes = 512ull << 20;  ///< device memory charged per context
   uint64_t timeslice_ns = 2'000'000;      ///< longest slice of a context on a device
   uint64_t kernel_ns = 10'000;            ///< duration of kernels other than coloc_spin
+  /// Operations (kernels, graph launches, copies, memsets, event records) one stream holds
+  /// queued or running; submitting one more blocks the host thread until one completes. 1..10^6.
+  /// The default is an assumption: no public figure exists; users report that launches into one
+  /// stream start blocking after about 1,000 pending kernels (NVIDIA developer forums,
+  /// "CUDA stream are blocked when launch lots of kernels (>1000)", 2018), so 1024.
+  uint32_t queue_depth = 1024;
   std::string trace_path;                 ///< empty: no trace
   bool fast = false;                      ///< SIMGPU_FAST
   std::optional<std::string> visible;     ///< CUDA_VISIBLE_DEVICES when set

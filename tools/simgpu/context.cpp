@@ -26,16 +26,41 @@ Context::~Context() {
   Driver::get().shared->remove_context(device.physical, engine_entry_);
 }
 
-uint64_t Context::enqueue_locked(Stream& s, Work w) {
+uint64_t Context::enqueue_locked(Stream& s, Work w, bool frees_slot) {
   if (!executor_.joinable()) executor_ = std::thread([this] { run_executor(); });
   const uint64_t seq = next_seq_++;
-  queue_.push_back(Op{std::move(w), seq, s.id, now_ns()});
+  // Published for proxy turns while this process is stopped (shared_state.h).
+  if (auto* k = std::get_if<KernelWork>(&w)) Driver::get().shared->add_queued_ns(device.physical, engine_entry_, k->duration_ns);
+  queue_.push_back(Op{std::move(w), seq, s.id, now_ns(), frees_slot});
   s.last_seq = seq;
   return seq;
 }
 
+bool Context::take_slot_locked(std::unique_lock<std::mutex>& lk, Stream& s) {
+  const uint32_t depth = Driver::get().config.queue_depth;
+  slot_cv_.wait(lk, [&] {
+    if (s.capture.load(std::memory_order_relaxed)) return true;
+    auto it = slots_.find(s.id);
+    return it == slots_.end() || it->second < depth;
+  });
+  if (s.capture.load(std::memory_order_relaxed)) return false;
+  ++slots_[s.id];
+  return true;
+}
+
+void Context::give_slot_locked(const Stream& s) {
+  auto it = slots_.find(s.id);
+  if (it == slots_.end()) return;
+  if (--it->second == 0) slots_.erase(it);
+  slot_cv_.notify_all();
+}
+
 CUresult Context::submit(Stream& s, Work w) {
   std::unique_lock<std::mutex> lk(mu);
+  if (take_slot_locked(lk, s) && (&s == &null_stream && implicit_capture(*this))) {
+    give_slot_locked(s);
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
   if (Graph* g = s.capture.load(std::memory_order_relaxed)) {
     if (s.capture_invalid.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     if (!std::holds_alternative<KernelWork>(w) && !std::holds_alternative<CopyWork>(w) &&
@@ -46,9 +71,8 @@ CUresult Context::submit(Stream& s, Work w) {
     g->nodes.push_back(std::move(w));
     return CUDA_SUCCESS;
   }
-  if (&s == &null_stream && implicit_capture(*this)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   if (auto* k = std::get_if<KernelWork>(&w)) k->launch_id = Driver::get().next_launch_id.fetch_add(1);
-  enqueue_locked(s, std::move(w));
+  enqueue_locked(s, std::move(w), true);
   lk.unlock();
   work_cv_.notify_one();
   return CUDA_SUCCESS;
@@ -56,6 +80,7 @@ CUresult Context::submit(Stream& s, Work w) {
 
 CUresult Context::launch_graph(Stream& s, const GraphExec& g) {
   std::unique_lock<std::mutex> lk(mu);
+  const bool slot = take_slot_locked(lk, s);
   if (Graph* cap = s.capture.load(std::memory_order_relaxed)) {
     if (s.capture_invalid.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     if (g.mem_device) {
@@ -65,18 +90,31 @@ CUresult Context::launch_graph(Stream& s, const GraphExec& g) {
     cap->nodes.insert(cap->nodes.end(), g.nodes.begin(), g.nodes.end());
     return CUDA_SUCCESS;
   }
-  if (&s == &null_stream && implicit_capture(*this)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  if (&s == &null_stream && implicit_capture(*this)) {
+    if (slot) give_slot_locked(s);
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
   if (g.mem_device) {
     std::vector<uintptr_t> auto_free;
-    if (CUresult rc = g.mem_device->graph_pool.launch(g.mem_exec, &auto_free); rc != CUDA_SUCCESS) return rc;
-    for (uintptr_t p : auto_free) enqueue_locked(s, GraphFreeWork{g.mem_device, p});
+    if (CUresult rc = g.mem_device->graph_pool.launch(g.mem_exec, &auto_free); rc != CUDA_SUCCESS) {
+      if (slot) give_slot_locked(s);
+      return rc;
+    }
+    for (uintptr_t p : auto_free) enqueue_locked(s, GraphFreeWork{g.mem_device, p}, false);
   }
+  // The whole launch takes one slot, freed when its last op completes.
+  const size_t ops = g.nodes.size() + (g.mem_device ? 1 : 0);
+  if (ops == 0) {
+    if (slot) give_slot_locked(s);
+    return CUDA_SUCCESS;
+  }
+  size_t n = 0;
   for (const Work& node : g.nodes) {
     Work w = node;
     if (auto* k = std::get_if<KernelWork>(&w)) k->launch_id = Driver::get().next_launch_id.fetch_add(1);
-    enqueue_locked(s, std::move(w));
+    enqueue_locked(s, std::move(w), ++n == ops);
   }
-  if (g.mem_device) enqueue_locked(s, GraphEndWork{g.mem_device, g.mem_exec});
+  if (g.mem_device) enqueue_locked(s, GraphEndWork{g.mem_device, g.mem_exec}, true);
   lk.unlock();
   work_cv_.notify_one();
   return CUDA_SUCCESS;
@@ -118,13 +156,17 @@ CUresult Context::query(Stream& s) {
 
 CUresult Context::record(Event& e, Stream& s) {
   std::unique_lock<std::mutex> lk(mu);
+  const bool slot = take_slot_locked(lk, s);
   if (s.capture.load(std::memory_order_relaxed)) {
     if (s.capture_invalid.load(std::memory_order_relaxed)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     s.capture_invalid.store(true, std::memory_order_relaxed);
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
-  if (&s == &null_stream && implicit_capture(*this)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
-  e.seq = enqueue_locked(s, EventWork{&e});
+  if (&s == &null_stream && implicit_capture(*this)) {
+    if (slot) give_slot_locked(s);
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
+  e.seq = enqueue_locked(s, EventWork{&e}, true);
   lk.unlock();
   work_cv_.notify_one();
   return CUDA_SUCCESS;
@@ -197,6 +239,7 @@ void Context::run_executor() {
       shared.release_engine(device.physical, engine_entry_, clock_ns_);
       holding_ = false;
     }
+    if (queue_.empty()) credit_.clear(), credit_next_ = 0;  // more proxy time than work: unused
     work_cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and everything ran
     Op op = std::move(queue_.front());
@@ -207,6 +250,11 @@ void Context::run_executor() {
     if (auto* ev = std::get_if<EventWork>(&op.work); ev && ev->event->seq == op.seq) ev->event->time_ns = clock_ns_;
     completed_ = op.seq;
     done_cv_.notify_all();
+    if (op.frees_slot) {
+      auto it = slots_.find(op.stream);
+      if (it != slots_.end() && --it->second == 0) slots_.erase(it);
+      slot_cv_.notify_all();
+    }
   }
 }
 
@@ -217,11 +265,13 @@ void Context::execute(Op& op) {
     if (sticky_ == CUDA_SUCCESS) sticky_ = CUDA_ERROR_ILLEGAL_ADDRESS;
   };
   // On this context's timeline an operation starts after the one before it and after it was
-  // submitted.
-  clock_ns_ = std::max({clock_ns_, op.submitted_ns, now_ns() - kMaxLagNs});
+  // submitted; while proxy turns remain (this process was stopped), the host's clock is no bound.
+  const bool replay = credit_next_ < credit_.size();
+  clock_ns_ = std::max({clock_ns_, op.submitted_ns, replay ? 0 : now_ns() - kMaxLagNs});
   if (auto* k = std::get_if<KernelWork>(&op.work)) {
     if (k->kind == KernelKind::fill && !drv.device_range_live(k->fill_ptr, k->fill_count * sizeof(float))) {
       fault();  // the buffer was freed after the launch: an illegal address on a GPU
+      own_ns_ += k->duration_ns;  // counted as run, so that proxy turns do not run it
       return;
     }
     run_kernel(*k, op.stream);
@@ -254,7 +304,7 @@ void Context::execute(Op& op) {
     ge->device->graph_pool.launch_done(ge->exec);
   }
   // Copies and memsets take the host time they took; an event record takes none.
-  clock_ns_ = std::max(clock_ns_, now_ns() - kMaxLagNs);
+  if (!replay) clock_ns_ = std::max(clock_ns_, now_ns() - kMaxLagNs);
 }
 
 void Context::run_kernel(const KernelWork& k, uint32_t stream) {
@@ -263,9 +313,35 @@ void Context::run_kernel(const KernelWork& k, uint32_t stream) {
   const uint64_t slice = drv.config.timeslice_ns;
   uint64_t remaining = k.duration_ns;
   bool started = false;
+  auto trace = [&](uint64_t start, uint64_t end) {
+    if (drv.trace.enabled()) drv.trace.write({drv.pid, device.physical, id, stream, k.launch_id, k.name, start, end});
+  };
   for (;;) {
+    if (credit_next_ < credit_.size()) {
+      // Device time run for this context while its process was stopped: the kernel ran then.
+      SharedState::Interval& c = credit_[credit_next_];
+      const uint64_t start = std::max(c.start_ns, clock_ns_);
+      if (start >= c.end_ns) {
+        ++credit_next_;
+        continue;
+      }
+      const uint64_t end = start + std::min(remaining, c.end_ns - start);
+      if (!started && k.kind == KernelKind::fill)
+        fill_memory(k.fill_ptr, std::bit_cast<uint32_t>(k.fill_value), 4, k.fill_count);
+      started = true;
+      remaining -= end - start;
+      clock_ns_ = end;
+      c.start_ns = end;
+      trace(start, end);
+      if (remaining == 0) {
+        sleep_until_ns(end);  // not complete before the device's clock reaches its end
+        return;
+      }
+      continue;
+    }
     if (!holding_) {
-      const uint64_t left = shared.acquire_engine(device.physical, engine_entry_);
+      uint64_t left = 0;
+      if (!shared.acquire_engine(device.physical, engine_entry_, &left, &credit_)) continue;  // credit first
       holding_ = true;
       // Carry on where the last owner stopped, if that is after this kernel could start.
       clock_ns_ = std::max({clock_ns_, left, now_ns() - kMaxLagNs});
@@ -273,24 +349,39 @@ void Context::run_kernel(const KernelWork& k, uint32_t stream) {
     } else {
       clock_ns_ = std::max(clock_ns_, now_ns() - kMaxLagNs);
       if (clock_ns_ >= slice_end_ns_) {
-        if (shared.yield_engine(device.physical, engine_entry_, clock_ns_)) {
+        uint64_t resume = clock_ns_;
+        if (shared.yield_engine(device.physical, engine_entry_, clock_ns_, &resume)) {
           holding_ = false;  // preempted: the kernel continues in the next slice this context gets
           continue;
         }
+        clock_ns_ = std::max(clock_ns_, resume);  // after the turns run for stopped processes
         slice_end_ns_ = clock_ns_ + slice;
       }
     }
     const uint64_t start = clock_ns_;
+    // slice_end_ns_ > start here; saturate instead of overflowing on huge durations.
+    const uint64_t until = remaining >= slice_end_ns_ - start ? slice_end_ns_ : start + remaining;
+    if (!shared.begin_slice(device.physical, engine_entry_, until, own_ns_ + (until - start))) {
+      holding_ = false;  // taken from this process while it was stopped
+      continue;
+    }
     if (!started && k.kind == KernelKind::fill)
       fill_memory(k.fill_ptr, std::bit_cast<uint32_t>(k.fill_value), 4, k.fill_count);
     started = true;
-    // slice_end_ns_ > start here; saturate instead of overflowing on huge durations.
-    const uint64_t until = remaining >= slice_end_ns_ - start ? slice_end_ns_ : start + remaining;
     sleep_until_ns(until);
-    const uint64_t end = std::max(until, now_ns() - kMaxLagNs);
-    remaining -= std::min(remaining, end - start);
+    const uint64_t now = now_ns();
+    uint64_t end = std::max(until, now - kMaxLagNs);
+    // Woken late: if the process was stopped meanwhile, the engine may have been taken after
+    // this slice, which then ended on time.
+    if (end > until && !shared.owns_engine(device.physical, engine_entry_)) {
+      end = until;
+      holding_ = false;
+    }
+    const uint64_t ran = std::min(remaining, end - start);
+    remaining -= ran;
+    own_ns_ += ran;
     clock_ns_ = end;
-    if (drv.trace.enabled()) drv.trace.write({drv.pid, device.physical, id, stream, k.launch_id, k.name, start, end});
+    trace(start, end);
     if (remaining == 0) return;
   }
 }

@@ -8,7 +8,15 @@
 // shared_state.h), then sleeps until its end, slice by slice: at the end of each
 // SIMGPU_TIMESLICE_US slice it hands the engine over if another context is waiting. With nothing
 // queued it gives the engine up. Copies and memsets run on the host and do not take the engine.
+// While this process is stopped, others run its turns by proxy (shared_state.h); once it runs
+// again, the executor first completes its kernels on those turns (credit_), at the device times
+// they ran, and only then takes the engine for the rest.
 // Synchronize calls wait on a condition variable for the sequence number they need.
+//
+// Each stream holds at most SIMGPU_QUEUE_DEPTH submissions queued or running (a kernel, a copy,
+// a memset, an event record, a cuMemFreeAsync, or a whole graph launch each take one slot); a
+// submission into a full stream blocks the calling host thread until the stream's oldest one
+// completes, as a real driver's launch into a full stream does.
 #pragma once
 
 #include <atomic>
@@ -18,10 +26,12 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
 #include "cuda_api.h"
+#include "shared_state.h"
 
 namespace simgpu {
 
@@ -206,15 +216,24 @@ class Context {
     uint64_t seq;
     uint32_t stream;
     uint64_t submitted_ns;  ///< when the host submitted it (CLOCK_MONOTONIC)
+    bool frees_slot;        ///< the last op of a submission: completing it frees a slot of `stream`
   };
-  uint64_t enqueue_locked(Stream& s, Work w);
+  /// Enqueues `w` on `s`; `frees_slot` marks the last op of a submission that took a slot.
+  uint64_t enqueue_locked(Stream& s, Work w, bool frees_slot);
+  /// Blocks (releasing mu) until `s` has a free slot (SIMGPU_QUEUE_DEPTH), then takes it. A
+  /// capturing stream queues nothing and takes none (returns false then; true when one was taken).
+  bool take_slot_locked(std::unique_lock<std::mutex>& lk, Stream& s);
+  /// Gives back a slot taken by take_slot_locked whose submission was refused.
+  void give_slot_locked(const Stream& s);
   void run_executor();
   void execute(Op& op);
   void run_kernel(const KernelWork& k, uint32_t stream);
   CUresult sticky_locked() const { return sticky_; }
 
-  std::condition_variable work_cv_, done_cv_;
+  std::condition_variable work_cv_, done_cv_, slot_cv_;
   std::deque<Op> queue_;
+  /// Slots taken per stream id (submissions queued or running); absent means none.
+  std::unordered_map<uint32_t, uint32_t> slots_;
   uint64_t next_seq_ = 1;
   uint64_t completed_ = 0;  ///< every operation with seq <= completed_ ran
   CUresult sticky_ = CUDA_SUCCESS;
@@ -227,6 +246,11 @@ class Context {
   bool holding_ = false;       ///< owns the device's engine
   uint64_t clock_ns_ = 0;      ///< this context's device timeline: end of its last operation
   uint64_t slice_end_ns_ = 0;  ///< end of the current slice, on that timeline
+  uint64_t own_ns_ = 0;        ///< kernel time this context ran itself (SharedState::begin_slice)
+  /// Device time run for this context by proxy while its process was stopped, not yet used by
+  /// its kernels (SharedState::acquire_engine), in device order.
+  std::vector<SharedState::Interval> credit_;
+  size_t credit_next_ = 0;     ///< the first interval of credit_ not used up
 };
 
 }  // namespace simgpu

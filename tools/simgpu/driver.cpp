@@ -97,6 +97,7 @@ CUresult Driver::init_once() {
                 : why == OpenFailure::full ? CUDA_ERROR_OUT_OF_MEMORY
                                            : CUDA_ERROR_OPERATING_SYSTEM,
                 error);
+  shared->set_timeslice_ns(config.timeslice_ns);
 
   char* real = realpath(config.state_dir.c_str(), nullptr);
   std::string dir = real ? real : config.state_dir;

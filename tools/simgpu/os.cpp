@@ -39,6 +39,20 @@ uint64_t process_start_time(pid_t pid) {
   return t;
 }
 
+bool process_stopped(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[1024];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // comm may hold spaces and parentheses
+  return p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+}
+
 uint64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -19,6 +19,10 @@ inline bool process_alive(pid_t pid, uint64_t start_time) {
   return start_time != 0 && process_start_time(pid) == start_time;
 }
 
+/// True when process `pid` is stopped: state 'T' (SIGSTOP, SIGTSTP, ...) or 't' (stopped by a
+/// tracer) in /proc/<pid>/stat. False when it runs, sleeps, or does not exist.
+bool process_stopped(pid_t pid);
+
 /// CLOCK_MONOTONIC in nanoseconds.
 uint64_t now_ns();
 

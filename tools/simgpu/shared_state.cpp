@@ -71,7 +71,8 @@ void init_layout(shm::Layout* l, const std::vector<DeviceSpec>& devices) {
     d.capacity = devices[i].bytes;
     std::snprintf(d.name, sizeof d.name, "%s", devices[i].name.c_str());
     d.owner = kNone;
-    for (auto& c : d.contexts) c = {kNone, 0};
+    for (auto& c : d.contexts) c = shm::ContextEntry{kNone, 0, 0, 0, 0, 0, kNone, 0};
+    for (auto& p : d.proxy) p = shm::ProxySlice{kNone, 0, 0, 0};
   }
   // Readers look only after taking the creation flock we hold, which orders these stores.
   l->magic = shm::kMagic;
@@ -266,7 +267,7 @@ void SharedState::reclaim_process_locked(int slot) {
     bool changed = false;
     for (int e = 0; e < shm::kMaxContexts; ++e) {
       if (dev.contexts[e].process != slot) continue;
-      dev.contexts[e] = {kNone, 0};
+      reset_entry_locked(dev, e, kNone);
       changed = true;
     }
     if (dev.owner != kNone && dev.contexts[dev.owner].process == kNone) {
@@ -354,7 +355,7 @@ int SharedState::add_context(int device) {
   shm::Device& d = layout_->devices[device];
   for (int e = 0; e < shm::kMaxContexts; ++e) {
     if (d.contexts[e].process != kNone) continue;
-    d.contexts[e] = {slot_, 0};
+    reset_entry_locked(d, e, slot_);
     return e;
   }
   return -1;
@@ -364,50 +365,188 @@ void SharedState::remove_context(int device, int entry) {
   Lock l(*this);
   shm::Device& d = layout_->devices[device];
   if (slot_ < 0 || d.contexts[entry].process != slot_) return;
-  d.contexts[entry] = {kNone, 0};
+  reset_entry_locked(d, entry, kNone);
   if (d.owner == entry) {
     d.owner = next_runnable_locked(d, entry);
     wake(d);
   }
 }
 
-uint64_t SharedState::acquire_engine(int device, int entry) {
+void SharedState::add_queued_ns(int device, int entry, uint64_t ns) {
+  __atomic_fetch_add(&layout_->devices[device].contexts[entry].queued_ns, ns, __ATOMIC_RELAXED);
+}
+
+void SharedState::reset_entry_locked(shm::Device& d, int entry, int32_t process) {
+  if (d.contexts[entry].last_proxy != kNone)
+    for (auto& p : d.proxy)
+      if (p.entry == entry) p = shm::ProxySlice{kNone, 0, 0, 0};
+  shm::ContextEntry& e = d.contexts[entry];
+  e.process = process;
+  e.runnable = 0;
+  __atomic_store_n(&e.queued_ns, 0, __ATOMIC_RELAXED);
+  e.own_ns = e.proxy_ns = e.runnable_ns = 0;
+  e.last_proxy = kNone;
+  e.stopped = 0;
+}
+
+bool SharedState::entry_stopped_locked(const shm::Device& d, int entry) {
+  const int32_t slot = d.contexts[entry].process;
+  if (slot == kNone || slot == slot_) return false;  // this process runs
+  return process_stopped(layout_->processes[slot].pid);
+}
+
+bool SharedState::proxy_turn_locked(shm::Device& d, int entry) {
+  shm::ContextEntry& e = d.contexts[entry];
+  const uint64_t queued = __atomic_load_n(&e.queued_ns, __ATOMIC_RELAXED);
+  const uint64_t done = e.own_ns + e.proxy_ns;
+  if (queued <= done) return false;
+  const uint64_t len = std::min(timeslice_ns_, queued - done);
+  const uint64_t start = std::max(d.clock_ns, e.runnable_ns);
+  shm::ProxySlice* last = e.last_proxy != kNone ? &d.proxy[e.last_proxy] : nullptr;
+  if (last && last->entry == entry && last->end_ns == start) {
+    last->end_ns = start + len;  // contiguous with its previous turn: one slice
+  } else {
+    int free_slice = -1;
+    for (int i = 0; i < shm::kMaxProxySlices; ++i)
+      if (d.proxy[i].entry == kNone) {
+        free_slice = i;
+        break;
+      }
+    if (free_slice < 0) return false;  // full: its work waits until it runs again
+    d.proxy[free_slice] = shm::ProxySlice{entry, 0, start, start + len};
+    e.last_proxy = free_slice;
+  }
+  e.proxy_ns += len;
+  e.stopped = 1;
+  d.clock_ns = start + len;
+  return true;
+}
+
+int SharedState::next_turn_locked(shm::Device& d, int after) {
+  for (int k = 1; k <= shm::kMaxContexts; ++k) {
+    const int j = (after + k) % shm::kMaxContexts;
+    if (d.contexts[j].process == kNone || !d.contexts[j].runnable) continue;
+    if (!entry_stopped_locked(d, j)) return j;
+    d.contexts[j].stopped = 1;
+    proxy_turn_locked(d, j);
+  }
+  return kNone;
+}
+
+void SharedState::catch_up_locked(shm::Device& d, uint64_t now, int also) {
+  std::vector<int> stopped;
+  for (int j = 0; j < shm::kMaxContexts; ++j)
+    if (d.contexts[j].process != kNone && d.contexts[j].runnable && (j == also || entry_stopped_locked(d, j)))
+      stopped.push_back(j);
+  bool any = true;
+  while (any && d.clock_ns < now) {
+    any = false;
+    for (int j : stopped) {
+      if (d.clock_ns >= now) break;
+      any = proxy_turn_locked(d, j) || any;
+    }
+  }
+}
+
+bool SharedState::collect_locked(shm::Device& d, int entry, std::vector<Interval>* credit) {
+  shm::ContextEntry& e = d.contexts[entry];
+  if (!e.stopped) return false;
+  if (d.owner == kNone) catch_up_locked(d, now_ns(), entry);
+  const size_t before = credit->size();
+  for (auto& p : d.proxy) {
+    if (p.entry != entry) continue;
+    credit->push_back({p.start_ns, p.end_ns});
+    p = shm::ProxySlice{kNone, 0, 0, 0};
+  }
+  std::sort(credit->begin() + ptrdiff_t(before), credit->end(),
+            [](const Interval& a, const Interval& b) { return a.start_ns < b.start_ns; });
+  e.last_proxy = kNone;
+  e.stopped = 0;
+  return credit->size() > before;
+}
+
+bool SharedState::acquire_engine(int device, int entry, uint64_t* clock_ns, std::vector<Interval>* credit) {
   Lock l(*this);
   shm::Device& d = layout_->devices[device];
-  if (slot_ < 0 || d.contexts[entry].process != slot_) return 0;  // released at exit: run unowned
-  d.contexts[entry].runnable = 1;
+  *clock_ns = 0;
+  if (slot_ < 0 || d.contexts[entry].process != slot_) return true;  // released at exit: run unowned
+  if (collect_locked(d, entry, credit)) return false;
+  if (!d.contexts[entry].runnable) {
+    d.contexts[entry].runnable = 1;
+    d.contexts[entry].runnable_ns = now_ns();
+  }
   uint64_t last_check = now_ns();
   for (;;) {
-    if (d.owner == kNone) d.owner = entry;
-    if (d.owner == entry) return d.clock_ns;
+    if (d.owner == kNone) {
+      catch_up_locked(d, now_ns(), kNone);  // stopped entries' work ran while the device was free
+      d.owner = entry;
+    }
+    if (d.owner == entry) {
+      *clock_ns = d.clock_ns;
+      return true;
+    }
     uint32_t seen = d.wake.load(std::memory_order_acquire);
     l.unlock();
     futex_wait(&d.wake, seen, kOwnerCheckNs);
     l.lock();
-    if (slot_ < 0 || d.contexts[entry].process != slot_) return 0;
+    if (slot_ < 0 || d.contexts[entry].process != slot_) return true;
+    if (collect_locked(d, entry, credit)) return false;  // this process was stopped while waiting
     uint64_t now = now_ns();
     if (now - last_check >= kOwnerCheckNs && d.owner != kNone) {
       last_check = now;
-      int owner_slot = d.contexts[d.owner].process;
+      const int owner = d.owner;
+      int owner_slot = d.contexts[owner].process;
       if (owner_slot == kNone) {
         d.owner = kNone;  // an owner entry nobody holds: take over on the next turn
         continue;
       }
       const shm::Process& p = layout_->processes[owner_slot];
-      if (owner_slot != slot_ && !process_alive(p.pid, p.start_time)) reclaim_process_locked(owner_slot);
+      if (owner_slot != slot_ && !process_alive(p.pid, p.start_time)) {
+        reclaim_process_locked(owner_slot);
+      } else if (entry_stopped_locked(d, owner)) {
+        // A stopped owner keeps the device no longer than the slice it began; its later turns
+        // are run by proxy.
+        d.clock_ns = std::max(d.clock_ns, d.busy_until);
+        d.contexts[owner].stopped = 1;
+        d.owner = next_turn_locked(d, owner);
+        wake(d);
+      }
     }
   }
 }
 
-bool SharedState::yield_engine(int device, int entry, uint64_t clock_ns) {
+bool SharedState::begin_slice(int device, int entry, uint64_t until_ns, uint64_t own_ns) {
   Lock l(*this);
   shm::Device& d = layout_->devices[device];
+  if (slot_ < 0 || d.contexts[entry].process != slot_) return true;  // released at exit: run unowned
+  // Marked stopped: the engine was taken from it, even if the round robin has given it back since.
+  if (d.owner != entry || d.contexts[entry].stopped) return false;
+  d.busy_until = until_ns;
+  d.contexts[entry].own_ns = own_ns;
+  return true;
+}
+
+bool SharedState::owns_engine(int device, int entry) {
+  Lock l(*this);
+  shm::Device& d = layout_->devices[device];
+  return slot_ < 0 || d.contexts[entry].process != slot_ || (d.owner == entry && !d.contexts[entry].stopped);
+}
+
+bool SharedState::yield_engine(int device, int entry, uint64_t clock_ns, uint64_t* resume_ns) {
+  Lock l(*this);
+  shm::Device& d = layout_->devices[device];
+  *resume_ns = clock_ns;
   if (slot_ < 0 || d.contexts[entry].process != slot_) return false;
-  if (d.owner != entry) return true;  // lost it (e.g. reclaimed as dead by mistake): acquire again
-  int next = next_runnable_locked(d, entry);
-  if (next == kNone || next == entry) return false;
-  d.owner = next;
+  // Lost it (e.g. reclaimed as dead by mistake, or taken while this process was stopped, even if
+  // given back since): acquire again.
+  if (d.owner != entry || d.contexts[entry].stopped) return true;
   d.clock_ns = std::max(d.clock_ns, clock_ns);
+  int next = next_turn_locked(d, entry);
+  if (next == kNone || next == entry) {
+    *resume_ns = d.clock_ns;
+    return false;
+  }
+  d.owner = next;
   wake(d);
   return true;
 }
@@ -419,7 +558,7 @@ void SharedState::release_engine(int device, int entry, uint64_t clock_ns) {
   d.contexts[entry].runnable = 0;
   if (d.owner == entry) {
     d.clock_ns = std::max(d.clock_ns, clock_ns);
-    d.owner = next_runnable_locked(d, entry);
+    d.owner = next_turn_locked(d, entry);
     wake(d);
   }
 }

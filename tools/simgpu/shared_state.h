@@ -20,6 +20,22 @@
 // Giving the engine up records the device clock (see Context::run_kernel) so that the next owner
 // carries on from it: the wake-up latency of a hand-over is not idle device time.
 //
+// Stopped processes (SIGSTOP, a debugger: state T or t in /proc/PID/stat). A real GPU runs the
+// work a stopped process already submitted, around the others' work. Here a stopped process's
+// executor cannot run, so the others run its turns on its behalf (proxy turns): each context
+// entry publishes the kernel time it has queued (queued_ns, added at submission without the
+// mutex) and run itself (own_ns, set as each of its slices begins, begin_slice); whoever picks the
+// next owner (yield_engine, release_engine, a waiter taking over) and finds a runnable entry whose
+// process is stopped gives it its turn on the device timeline instead: a slice of up to one
+// timeslice of its pending time (queued - own - proxy), recorded in the device's proxy table, the
+// device clock moved past it. A waiter that finds the owner stopped takes the engine from it after
+// the slice it had begun (busy_until). A device left free while a stopped entry has pending time
+// is caught up (its turns booked from the clock to now) by the next acquire_engine. When the
+// stopped process runs again, its next acquire_engine hands it the slices run for it (credit);
+// it completes its kernels on those slices (their trace lines are written then, with the device
+// times they ran at) before it takes the engine again. A stopped process alone on a device is
+// not noticed (nobody is there to look) and resumes its work where it stopped.
+//
 // The file carries a magic and layout version; a file made for another SIMGPU_DEVICES
 // configuration is re-created when no live process holds it (every user keeps a shared flock on
 // it), and is an error otherwise.
@@ -42,14 +58,29 @@ namespace shm {
 
 inline constexpr uint64_t kMagic = 0x31305550474d4953ull;  // "SIMGPU01"
 /// Bump whenever the layout below changes.
-inline constexpr uint32_t kLayoutVersion = 2;
+inline constexpr uint32_t kLayoutVersion = 3;
 inline constexpr int kMaxProcesses = 1024;
 inline constexpr int kMaxContexts = 256;  ///< context entries per device, over all processes
 inline constexpr int32_t kNone = -1;
 
+inline constexpr int kMaxProxySlices = 4096;  ///< proxy turns a device holds uncollected
+
 struct ContextEntry {
   int32_t process;    ///< process slot index, kNone when the entry is free
   uint32_t runnable;  ///< 1 while the context has work and wants (or holds) the engine
+  uint64_t queued_ns; ///< kernel time submitted so far (ns; __atomic adds by its process, no mutex)
+  uint64_t own_ns;    ///< kernel time it ran itself, counting the slice it has begun (ns)
+  uint64_t proxy_ns;  ///< kernel time run on its behalf while its process was stopped (ns)
+  uint64_t runnable_ns;  ///< when it last became runnable (CLOCK_MONOTONIC): proxy turns start later
+  int32_t last_proxy;    ///< its latest slice in Device::proxy (merged into when contiguous), or kNone
+  uint32_t stopped;      ///< 1: seen stopped; it collects its proxy slices at its next acquire
+};
+
+/// A slice of the device run on behalf of a stopped context entry; entry kNone when unused.
+struct ProxySlice {
+  int32_t entry;
+  uint32_t reserved;
+  uint64_t start_ns, end_ns;  ///< on the device's timeline (CLOCK_MONOTONIC)
 };
 
 struct Device {
@@ -59,7 +90,9 @@ struct Device {
   int32_t owner;                ///< context entry owning the engine, or kNone
   std::atomic<uint32_t> wake;   ///< futex word, bumped on every ownership change
   uint64_t clock_ns;            ///< the device's clock when its last owner gave it up (CLOCK_MONOTONIC)
+  uint64_t busy_until;          ///< end of the slice the owner has begun (begin_slice)
   ContextEntry contexts[kMaxContexts];
+  ProxySlice proxy[kMaxProxySlices];
 };
 
 struct Process {
@@ -131,17 +164,36 @@ class SharedState {
   std::vector<ProcessUse> processes(int device);
 
   // ---- engine time-sharing ----
+  /// A slice of the device's timeline (ns, CLOCK_MONOTONIC).
+  struct Interval {
+    uint64_t start_ns, end_ns;
+  };
+  /// The longest turn of a context (SIMGPU_TIMESLICE_US), used for proxy turns. Set once after open.
+  void set_timeslice_ns(uint64_t ns) { timeslice_ns_ = ns; }
+  /// Adds `ns` of kernel time to what `entry` has queued (no lock; called at submission).
   /// Takes a context entry on `device` for one of this process's contexts; -1 when all taken.
   int add_context(int device);
   /// Frees the entry (giving up the engine if it owned it).
   void remove_context(int device, int entry);
-  /// Marks the entry runnable and blocks until it owns the engine. Returns the device clock its
-  /// previous owner left (ns, CLOCK_MONOTONIC; 0 if none).
-  uint64_t acquire_engine(int device, int entry);
-  /// Called by the owner at the end of a slice: if another entry is runnable, hands the engine to
-  /// the next one in cyclic order, leaving the device clock at `clock_ns`, and returns true (the
-  /// caller stays runnable and must acquire again); returns false when nobody else wants it.
-  bool yield_engine(int device, int entry, uint64_t clock_ns);
+  void add_queued_ns(int device, int entry, uint64_t ns);
+  /// Marks the entry runnable and blocks until it owns the engine: returns true and sets *clock_ns
+  /// to the device clock its previous owner left (ns, CLOCK_MONOTONIC; 0 if none). Returns false
+  /// without the engine when turns were run on the entry's behalf while its process was stopped:
+  /// they are appended to *credit in device order; the caller completes its work on them and
+  /// calls again.
+  bool acquire_engine(int device, int entry, uint64_t* clock_ns, std::vector<Interval>* credit);
+  /// The owner begins a slice that ends at `until_ns`, having run `own_ns` of kernel time in all
+  /// once it ends. False when the engine was taken from it (its process was seen stopped): the
+  /// slice must not run; the caller acquires again.
+  bool begin_slice(int device, int entry, uint64_t until_ns, uint64_t own_ns);
+  /// True while `entry` owns the engine and was not seen stopped since it last acquired it (or this
+  /// process's slot is released: run unowned).
+  bool owns_engine(int device, int entry);
+  /// Called by the owner at the end of a slice, its clock at `clock_ns`: gives stopped entries
+  /// their turns (proxy), then hands the engine to the next runnable entry in cyclic order, if
+  /// any, and returns true (the caller stays runnable and must acquire again); returns false when
+  /// nobody else wants it, with *resume_ns the clock to carry on from (past any proxy turns).
+  bool yield_engine(int device, int entry, uint64_t clock_ns, uint64_t* resume_ns);
   /// The entry has nothing queued: not runnable, and the engine goes to the next runnable entry.
   void release_engine(int device, int entry, uint64_t clock_ns);
 
@@ -164,6 +216,22 @@ class SharedState {
   void reclaim_dead_if_due_locked();
   void reclaim_process_locked(int slot);
   int next_runnable_locked(shm::Device& d, int after);
+  // The next runnable entry after `after` in cyclic order whose process is not stopped, giving
+  // each stopped one passed on the way a proxy turn; kNone when none.
+  int next_turn_locked(shm::Device& d, int after);
+  // Whether the entry's process (another than this one) is stopped.
+  bool entry_stopped_locked(const shm::Device& d, int entry);
+  // Runs one turn of `entry` by proxy at the device clock; false when it has nothing pending or
+  // the proxy table is full.
+  bool proxy_turn_locked(shm::Device& d, int entry);
+  // With the device free: books the turns of stopped runnable entries (and of `also`, whose
+  // process was stopped until now) from the device clock up to `now`.
+  void catch_up_locked(shm::Device& d, uint64_t now, int also);
+  // If `entry` was seen stopped: catches up a free device, hands over its proxy slices (appended
+  // to *credit), clears the mark. True when any slice was handed over.
+  bool collect_locked(shm::Device& d, int entry, std::vector<Interval>* credit);
+  // Frees the proxy slices of `entry` (its context is gone) and resets its counters.
+  void reset_entry_locked(shm::Device& d, int entry, int32_t process);
   void wake(shm::Device& d);
 
   shm::Layout* layout_ = nullptr;
@@ -172,6 +240,7 @@ class SharedState {
   pid_t pid_ = 0;
   uint64_t start_time_ = 0;
   std::atomic<uint64_t> last_reclaim_ns_{0};
+  uint64_t timeslice_ns_ = 2'000'000;
   std::string path_;
 };
 

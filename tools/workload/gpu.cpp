@@ -115,6 +115,7 @@ Gpu::~Gpu() {
   const Driver* drv = loaded_driver();  // loaded: this Gpu was made
   if (!drv) return;
   // On the way out: report nothing, free what we can.
+  if (second_) drv->cuStreamDestroy(second_);
   if (stream_) drv->cuStreamDestroy(stream_);
   if (module_) drv->cuModuleUnload(module_);
   if (context_) drv->cuDevicePrimaryCtxRelease(device_);
@@ -137,5 +138,19 @@ void Gpu::spin(uint64_t ns) {
 }
 
 void Gpu::synchronize() { check(driver().cuStreamSynchronize(stream_), "cuStreamSynchronize"); }
+
+void Gpu::spin_on(unsigned stream, uint64_t ns) {
+  const Driver& drv = driver();
+  if (stream != 0 && !second_) check(drv.cuStreamCreate(&second_, CU_STREAM_DEFAULT), "cuStreamCreate");
+  unsigned long long duration = ns;
+  void* args[] = {&duration};
+  check(drv.cuLaunchKernel(spin_, 1, 1, 1, 1, 1, 1, 0, stream ? second_ : stream_, args, nullptr),
+        "cuLaunchKernel(coloc_spin)");
+}
+
+void Gpu::synchronize_all() {
+  synchronize();
+  if (second_) check(driver().cuStreamSynchronize(second_), "cuStreamSynchronize");
+}
 
 }  // namespace coloc::workload

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "device_memory.h"
+#include "pattern.h"
 #include "trainer.h"
 
 namespace coloc::workload {
@@ -17,7 +18,7 @@ namespace coloc::workload {
 /// cuGetErrorName / cuGetErrorString, or its number when the driver does not know it.
 std::string cuda_error_text(CUresult result);
 
-class Gpu final : public DeviceMemory, public Compute {
+class Gpu final : public DeviceMemory, public Compute, public StreamCompute {
  public:
   /// cuInit, cuDeviceGet(ordinal), retains the device's primary context and makes it current (as
   /// cudart does: cuDevicePrimaryCtxRetain + cuCtxSetCurrent), loads the embedded fatbin
@@ -37,6 +38,11 @@ class Gpu final : public DeviceMemory, public Compute {
   void spin(uint64_t ns) override;
   /// cuStreamSynchronize. Throws CudaError.
   void synchronize() override;
+  /// coloc_spin(ns) on stream 0 (the one above) or 1 (a second stream, created on first use).
+  /// Throws CudaError.
+  void spin_on(unsigned stream, uint64_t ns) override;
+  /// cuStreamSynchronize of each stream. Throws CudaError.
+  void synchronize_all() override;
 
   int ordinal() const { return ordinal_; }
   /// cuDeviceGetName.
@@ -51,6 +57,7 @@ class Gpu final : public DeviceMemory, public Compute {
   CUmodule module_ = nullptr;
   CUfunction spin_ = nullptr;
   CUstream stream_ = nullptr;
+  CUstream second_ = nullptr;  ///< created by the first spin_on(1, ...)
   std::string name_;
   uint64_t total_bytes_ = 0;
 };

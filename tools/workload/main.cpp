@@ -6,6 +6,7 @@
 //   coloc-train --trace FILE [--time-scale X] [--loops N] [--size-scale X]
 //   coloc-train --gpu-util PCT --iter-ms MS [--kernel-us US] [--iters N | --duration S]
 //   coloc-train --lucid MODEL/DATASET/BATCH[/amp] [--lucid-dir DIR] ...
+//   coloc-train --pattern async [--kernels K] [--streams 1|2] [--sync-every N] [--step-ms MS] [--iters N | --duration S]
 //   (--gpu-util/--iter-ms or --lucid also combine with --model/--model-file: a duty cycle)
 //
 // Prints one JSON line on stdout at the end:
@@ -32,6 +33,7 @@
 #include "errors.h"
 #include "gpu.h"
 #include "lucid.h"
+#include "pattern.h"
 #include "../../estimator/model.h"
 #include "../../estimator/model_spec.h"
 #include "trace.h"
@@ -57,6 +59,8 @@ struct Options {
   double gpu_util = 0, iter_ms = 0, kernel_us = 500, duration_s = 0;
   std::string lucid, lucid_dir, host_model = "serial";
   bool duty = false;  // a duty cycle was asked for (set by validate)
+  std::string pattern;  // --pattern: "async" (pattern.h)
+  AsyncPattern async;
 };
 
 // The memory a model-less duty-cycle job holds for its whole run (one cuMemAlloc).
@@ -94,6 +98,29 @@ void only_for(const CLI::App& app, const char* mode, std::initializer_list<const
 
 // Checks everything but the files (trace, spec, Lucid data), which main() reads next. Sets o.duty.
 void validate(Options& o, const CLI::App& app) {
+  const bool pattern_opts = app.count("--kernels") || app.count("--streams") || app.count("--sync-every") ||
+                            app.count("--step-ms") || app.count("--seed");
+  if (!app.count("--pattern")) {
+    if (pattern_opts) throw InputError("--kernels, --streams, --sync-every, --step-ms and --seed apply only to --pattern async");
+  } else {
+    if (o.pattern != "async") throw InputError("unknown --pattern '" + o.pattern + "' (async)");
+    if (!o.model.empty() || !o.model_file.empty() || !o.trace.empty() || app.count("--gpu-util") || app.count("--iter-ms") ||
+        app.count("--lucid"))
+      throw InputError("--pattern async launches its own kernels: it does not combine with --model, --model-file, --trace or a duty cycle");
+    only_for(app, "--model and --model-file", {"--batch", "--seq", "--dtype", "--optimizer", "--tflops"});
+    only_for(app, "--model", {"--image", "--classes"});
+    only_for(app, "--trace", {"--time-scale", "--loops", "--size-scale"});
+    only_for(app, "a duty cycle", {"--kernel-us", "--host-model", "--lucid-dir"});
+    if (o.device < 0 || o.device > INT32_MAX) throw InputError("--device must be a device ordinal (0, 1, ...)");
+    if (std::string why = check_async(o.async); !why.empty()) throw InputError(why);
+    if (o.iters < 1) throw InputError("--iters must be at least 1 (got " + std::to_string(o.iters) + ")");
+    if (app.count("--duration")) {
+      if (app.count("--iters")) throw InputError("give --iters or --duration, not both");
+      if (!std::isfinite(o.duration_s) || !(o.duration_s > 0) || o.duration_s > kMaxDurationS)
+        throw InputError("--duration must be a positive number of seconds, at most 86400");
+    }
+    return;
+  }
   const bool duty_opts = app.count("--gpu-util") || app.count("--iter-ms");
   o.duty = duty_opts || app.count("--lucid");
   const int modes = !o.model.empty() + !o.model_file.empty() + !o.trace.empty();
@@ -303,6 +330,52 @@ void run_duty(const Options& o, const Duty& duty, const std::string& job, Outcom
   }
 }
 
+// The asynchronous pattern (pattern.h): K kernels of mixed durations per iteration on one or two
+// streams, a synchronize every --sync-every iterations; one fixed allocation, as a duty cycle has.
+void run_pattern(const Options& o, const std::string& job, Outcome& out) {
+  const std::vector<PatternKernel> iteration = async_iteration(o.async);
+  out.extra["pattern"] = o.pattern;
+  out.extra["kernels_per_iter"] = o.async.kernels;
+  out.extra["streams"] = o.async.streams;
+  out.extra["sync_every"] = o.async.sync_every;
+  out.extra["step_ms"] = o.async.step_ms;
+  out.extra["seed"] = o.async.seed;
+  json mix = json::object();
+  for (unsigned c = 0; c < 3; ++c) {
+    uint64_t n = 0, ns = 0, lo = UINT64_MAX, hi = 0;
+    for (const PatternKernel& k : iteration)
+      if (k.cls == c) ++n, ns += k.ns, lo = std::min(lo, k.ns), hi = std::max(hi, k.ns);
+    mix[kKernelMix[c].name] = {{"kernels", n}, {"ms", std::round(double(ns) / 1e3) / 1000},
+                               {"min_us", n ? json(std::round(double(lo) / 10) / 100) : json(nullptr)},
+                               {"max_us", n ? json(std::round(double(hi) / 10) / 100) : json(nullptr)}};
+  }
+  out.extra["mix"] = mix;
+  std::optional<Gpu> gpu;
+  CUdeviceptr mem = 0;
+  guarded(out, [&] {
+    gpu.emplace(int(o.device));
+    out.extra["device"] = gpu->ordinal();
+    out.extra["device_name"] = gpu->name();
+    out.extra["device_total_bytes"] = gpu->total_bytes();
+    mem = gpu->allocate(kDutyJobBytes);
+    out.peak_bytes = kDutyJobBytes;
+    MonotonicClock clock;
+    const LoopPlan plan = loop_plan(o, Duty{});
+    run_async_loop(clock, plan, o.async, iteration, *gpu,
+                   [&](size_t i, double ms) { progress_line(o, job, i, plan_total(plan), ms, ""); }, out.loop);
+    gpu->release(mem);
+    mem = 0;
+  });
+  out.extra["kernels"] = uint64_t(out.loop.iter_ms.size()) * uint64_t(o.async.kernels);
+  if (mem) {
+    try {
+      gpu->release(mem);
+    } catch (...) {
+      // After an error: the process exit returns the memory anyway.
+    }
+  }
+}
+
 std::string default_job() {
   if (const char* j = std::getenv("COLOC_JOB"); j && *j) return j;
   return "coloc-train-" + std::to_string(getpid());
@@ -353,6 +426,16 @@ MODES
       The duty cycle of a configuration Lucid measured alone on a real GPU (lucid-solo.csv in
       --lucid-dir, default $COLOC_LUCID_DIR or tools/workload/lucid): PCT = its gpu_util, MS =
       1000 x BATCH / speed (speed is samples/s). E.g. ResNet18/CIFAR-10/32 = 58.7% of 18.1 ms.
+  --pattern async [--kernels K] [--streams 1|2] [--sync-every N] [--step-ms MS] [--seed N]
+      The launch pattern of real training: each iteration queues a forward pass of ceil(K/3)
+      kernels and a backward pass of the rest (each forward kernel in reverse, twice: input and
+      weight gradients), asynchronously, and the host synchronizes only after every N iterations
+      (default K 400, 1 stream, N 1). Durations are mixed: by count 80% short (10-50 us), 15%
+      medium (100-400 us), 5% long GEMM-like (1-4 ms), drawn with --seed (default 1), then scaled
+      so one iteration's kernels sum to MS (default 100 ms) -- an assumption, not measured data
+      (tools/workload/README.md). --streams 2 puts the weight-gradient kernels on a second stream.
+      An iteration's time is its synchronize group's wall time divided by N. A GPU-bound job of
+      about S seconds alone: --pattern async --duration S (or --iters S*1000/MS).
   --duration SECONDS runs iterations until that much wall time passed (instead of --iters).
 
 PRESETS
@@ -363,7 +446,8 @@ OUTPUT
   iters: iterations (loops) completed; iter_ms_p50: median wall time of one iteration, measured.
   peak_bytes: the peak of bytes held from the driver through cuMemAlloc (allocator segments, or
   live trace segments) -- what the driver sees, not counting the CUDA context.
-  Extra fields: lucid, gpu_util, iter_ms, device_ms, host_ms, host_model, kernel_us (duty cycle), model,
+  Extra fields: pattern, kernels_per_iter, streams, sync_every, step_ms, seed, mix (per class:
+  kernels, ms, min_us, max_us of one iteration) (--pattern); lucid, gpu_util, iter_ms, device_ms, host_ms, host_model, kernel_us (duty cycle), model,
   params, batch, dtype, optimizer, static_bytes, peak_allocated_bytes, kernels, trace,
   time_scale, size_scale, device, device_name, device_total_bytes, segments_allocated,
   cache_flushes; then duration_s, wall_ms, loop_ms (the iterations alone) and iters_per_s
@@ -423,6 +507,12 @@ int main(int argc, char** argv) {
   app.add_option("--lucid-dir", o.lucid_dir, "directory of lucid-solo.csv (default $COLOC_LUCID_DIR or tools/workload/lucid)");
   app.add_option("--host-model", o.host_model, "duty cycle: serial (host work after the sync) | overlap (beside the kernels) (default serial)");
   app.add_option("--duration", o.duration_s, "run iterations until SECONDS of wall time passed (instead of --iters)");
+  app.add_option("--pattern", o.pattern, "async: the launch pattern of real training (see MODES)");
+  app.add_option("--kernels", o.async.kernels, "--pattern async: kernels per iteration, 3-100000 (default 400)");
+  app.add_option("--streams", o.async.streams, "--pattern async: 1 or 2 streams (default 1)");
+  app.add_option("--sync-every", o.async.sync_every, "--pattern async: synchronize every N iterations, 1-10000 (default 1)");
+  app.add_option("--step-ms", o.async.step_ms, "--pattern async: device time of one iteration, ms (default 100)");
+  app.add_option("--seed", o.async.seed, "--pattern async: seed of the kernel durations (default 1)");
   app.add_flag("--progress", o.progress, "one line per iteration on stderr");
   app.add_flag("--list-models", o.list_models, "list the presets with their parameter counts and exit");
 
@@ -466,7 +556,8 @@ int main(int argc, char** argv) {
   const std::string job = o.job.empty() ? default_job() : o.job;
   Outcome out;
   auto t0 = std::chrono::steady_clock::now();
-  if (model) run_model(o, *model, duty, job, out);
+  if (!o.pattern.empty()) run_pattern(o, job, out);
+  else if (model) run_model(o, *model, duty, job, out);
   else if (trace) run_trace(o, *trace, job, out);
   else run_duty(o, duty, job, out);
 

@@ -28,7 +28,7 @@ $(KERNELS_OBJ): $(KERNELS_FATBIN)
 # The pure parts (models, caching allocator, traces, specs, the training loop) have no driver calls,
 # so the unit tests link them without libcuda; the driver glue and main() only go into the binary.
 WORKLOAD_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(addprefix tools/workload/, \
-                        caching_allocator.cpp duty.cpp lucid.cpp trace.cpp trainer.cpp))
+                        caching_allocator.cpp duty.cpp lucid.cpp pattern.cpp trace.cpp trainer.cpp))
 # The model description (estimator/model.*, model_spec.*) comes from libcolocest: estimator/module.mk
 # adds it to coloc-train's prerequisites, after these objects.
 # --lucid reads lucid-solo.csv from the copy in the source tree unless told otherwise.

@@ -85,6 +85,7 @@ TEST_CASE("load_config: defaults and every variable") {
   CHECK(c.context_bytes == 512 * MiB);
   CHECK(c.timeslice_ns == 2'000'000);
   CHECK(c.kernel_ns == 10'000);
+  CHECK(c.queue_depth == 1024);
   CHECK(c.trace_path.empty());
   CHECK_FALSE(c.fast);
   CHECK_FALSE(c.visible.has_value());
@@ -94,6 +95,7 @@ TEST_CASE("load_config: defaults and every variable") {
                                       {"SIMGPU_CONTEXT_BYTES", "300MiB"},
                                       {"SIMGPU_TIMESLICE_US", "500"},
                                       {"SIMGPU_KERNEL_NS", "0"},
+                                      {"SIMGPU_QUEUE_DEPTH", "8"},
                                       {"SIMGPU_TRACE", "/tmp/t.csv"},
                                       {"SIMGPU_FAST", "1"},
                                       {"CUDA_VISIBLE_DEVICES", ""}}),
@@ -103,6 +105,7 @@ TEST_CASE("load_config: defaults and every variable") {
   CHECK(c.context_bytes == 300 * MiB);
   CHECK(c.timeslice_ns == 500'000);
   CHECK(c.kernel_ns == 0);
+  CHECK(c.queue_depth == 8);
   CHECK(c.trace_path == "/tmp/t.csv");
   CHECK(c.fast);
   CHECK(c.visible == std::string());
@@ -116,7 +119,8 @@ TEST_CASE("load_config: malformed values are errors that name the variable") {
     const char* value;
   } cases[] = {{"SIMGPU_DEVICES", "80XiB"},        {"SIMGPU_CONTEXT_BYTES", "lots"}, {"SIMGPU_TIMESLICE_US", "0"},
                {"SIMGPU_TIMESLICE_US", "2ms"},     {"SIMGPU_TIMESLICE_US", "-5"},    {"SIMGPU_KERNEL_NS", "1e4"},
-               {"SIMGPU_KERNEL_NS", "99999999999999"}, {"SIMGPU_FAST", "yes"}};
+               {"SIMGPU_KERNEL_NS", "99999999999999"}, {"SIMGPU_FAST", "yes"},
+               {"SIMGPU_QUEUE_DEPTH", "0"},     {"SIMGPU_QUEUE_DEPTH", "1000001"}, {"SIMGPU_QUEUE_DEPTH", "many"}};
   for (const Case& k : cases) {
     CAPTURE(k.var);
     CAPTURE(k.value);

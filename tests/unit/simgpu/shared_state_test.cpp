@@ -9,8 +9,10 @@
 
 #include <atomic>
 #include <thread>
+#include <tuple>
 
 #include "tests/support/proc.h"
+#include "tools/simgpu/os.h"
 #include "tools/simgpu/shared_state.h"
 
 using coloc::test::TempDir;
@@ -154,24 +156,36 @@ TEST_CASE("shared state: a process dying inside the mutex leaves books the next 
   CHECK_FALSE(s->charge(0, 1));
 }
 
+// acquire_engine for a process that is never stopped: the device clock it carries on from.
+uint64_t acquire(SharedState& s, int entry) {
+  uint64_t clock = 0;
+  std::vector<SharedState::Interval> credit;
+  s.acquire_engine(0, entry, &clock, &credit);  // true: nobody here is ever stopped
+  return clock;
+}
+bool yield(SharedState& s, int entry, uint64_t clock) {
+  uint64_t resume;
+  return s.yield_engine(0, entry, clock, &resume);
+}
+
 TEST_CASE("shared state: engine turns go round-robin among runnable contexts") {
   TempDir tmp("simgpu-state");
   auto s = open_state(tmp / "s", {{"A", 8 * GiB}});
   int a = s->add_context(0), b = s->add_context(0);
   REQUIRE(a >= 0);
   REQUIRE(b >= 0);
-  s->acquire_engine(0, a);
-  CHECK_FALSE(s->yield_engine(0, a, 100));  // nobody else wants it: keep going
+  acquire(*s, a);
+  CHECK_FALSE(yield(*s, a, 100));  // nobody else wants it: keep going
   std::atomic<bool> b_owns{false};
   std::atomic<uint64_t> b_clock{0};
   std::thread t([&] {
-    b_clock = s->acquire_engine(0, b);
+    b_clock = acquire(*s, b);
     b_owns = true;
   });
   // b waits until a hands over at the end of its slice.
   CHECK(wait_until([&] { return locked(*s, [&](simgpu::shm::Layout& l) { return l.devices[0].contexts[b].runnable == 1; }); }, 5s));
   CHECK_FALSE(b_owns.load());
-  CHECK(s->yield_engine(0, a, 200));
+  CHECK(yield(*s, a, 200));
   t.join();
   CHECK(b_owns.load());
   CHECK(owner(*s) == b);
@@ -179,7 +193,7 @@ TEST_CASE("shared state: engine turns go round-robin among runnable contexts") {
   // a is still runnable: b's release hands the engine straight to a.
   s->release_engine(0, b, 300);
   CHECK(owner(*s) == a);
-  CHECK(s->acquire_engine(0, a) == 300);
+  CHECK(acquire(*s, a) == 300);
   s->release_engine(0, a, 400);
   CHECK(owner(*s) == simgpu::shm::kNone);
   s->remove_context(0, a);
@@ -196,19 +210,80 @@ TEST_CASE("shared state: a waiter takes the engine over from an owner that died"
     auto mine = SharedState::open(dir, {{"A", 8 * GiB}}, &error, &why);
     if (!mine) _exit(1);
     int e = mine->add_context(0);
-    mine->acquire_engine(0, e);
+    acquire(*mine, e);
     _exit(0);  // dies owning the engine
   });
   REQUIRE(owner(*s) != simgpu::shm::kNone);
   int mine = s->add_context(0);
   std::atomic<bool> owns{false};
   std::thread t([&] {
-    s->acquire_engine(0, mine);
+    acquire(*s, mine);
     owns = true;
   });
   CHECK(wait_until([&] { return owns.load(); }, 5s));
   t.join();
   CHECK(owner(*s) == mine);
+}
+
+TEST_CASE("shared state: a stopped owner loses the engine after its slice; its turns are then run by proxy") {
+  TempDir tmp("simgpu-state");
+  const std::string dir = tmp / "s";
+  auto s = open_state(dir, {{"A", 8 * GiB}});
+  s->set_timeslice_ns(2'000'000);
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::string error;
+    simgpu::OpenFailure why;
+    auto mine = SharedState::open(dir, {{"A", 8 * GiB}}, &error, &why);
+    if (!mine) _exit(1);
+    int e = mine->add_context(0);
+    mine->add_queued_ns(0, e, 100'000'000);  // 100 ms of kernels queued
+    acquire(*mine, e);
+    const uint64_t now = simgpu::now_ns();
+    if (!mine->begin_slice(0, e, now + 1'000'000, 1'000'000)) _exit(2);  // a 1 ms slice begun
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(3);
+    raise(SIGSTOP);  // stopped owning the engine
+    _exit(0);
+  }
+  close(ready[1]);
+  char c;
+  REQUIRE(read(ready[0], &c, 1) == 1);
+  close(ready[0]);
+  int status;
+  REQUIRE(waitpid(child, &status, WUNTRACED) == child);
+  REQUIRE(WIFSTOPPED(status));
+  const int theirs = owner(*s);
+  REQUIRE(theirs != simgpu::shm::kNone);
+  const uint64_t busy_until = locked(*s, [](simgpu::shm::Layout& l) { return l.devices[0].busy_until; });
+  // A waiter takes the engine over (it checks the owner every 20 ms), after the owner's slice.
+  int mine = s->add_context(0);
+  uint64_t clock = 0;
+  std::vector<SharedState::Interval> credit;
+  CHECK(s->acquire_engine(0, mine, &clock, &credit));
+  CHECK(credit.empty());
+  CHECK(owner(*s) == mine);
+  CHECK(clock >= busy_until);
+  // At the end of its slice the stopped entry gets its turn: 2 ms on the device timeline, run for
+  // it, and the waiter carries on after it.
+  uint64_t resume = 0;
+  CHECK_FALSE(s->yield_engine(0, mine, clock + 2'000'000, &resume));
+  CHECK(resume == clock + 4'000'000);
+  auto proxy = locked(*s, [&](simgpu::shm::Layout& l) {
+    std::vector<std::pair<uint64_t, uint64_t>> v;
+    for (const auto& p : l.devices[0].proxy)
+      if (p.entry == theirs) v.emplace_back(p.start_ns, p.end_ns);
+    return std::make_tuple(v, l.devices[0].contexts[theirs].proxy_ns, l.devices[0].contexts[theirs].stopped);
+  });
+  REQUIRE(std::get<0>(proxy).size() == 1);
+  CHECK(std::get<0>(proxy)[0] == std::make_pair(clock + 2'000'000, clock + 4'000'000));
+  CHECK(std::get<1>(proxy) == 2'000'000);
+  CHECK(std::get<2>(proxy) == 1);
+  kill(child, SIGKILL);
+  REQUIRE(waitpid(child, &status, 0) == child);
 }
 
 TEST_CASE("shared state: another device configuration is refused while in use, re-created after") {
