@@ -58,6 +58,10 @@ struct Usage {
   Nanos last_activity = 0;  ///< CLOCK_MONOTONIC ns of its last launch or gate wait there
   uint64_t busy_ns = 0;   ///< device time of its completed work there (host-stamped)
   uint64_t launches = 0;  ///< launches it made there in kWindow (tracked), since its processes began
+  uint64_t completed = 0; ///< marks of its work there that completed (TrackStats::marks_done, summed)
+  /// Some process of the job there is stopped (SIGSTOP, Ctrl-Z, a debugger, a scheduler's
+  /// suspend: /proc/PID/stat state 'T' or 't'), as the engine last read it (its sampling timer).
+  bool stopped = false;
 };
 
 /// A job on a device under a controlling policy, at one tick.

@@ -71,11 +71,11 @@ int write_gates(pages::ControlPage& page, pages::GateState state) {
 }
 
 void Gates::add_client(ClientId id, JobSerial job, pages::ControlPage* page, uint16_t layout,
-                       const pages::StatsPage* stats) {
+                       const pages::StatsPage* stats, int pid) {
   auto [it, fresh] = clients_.try_emplace(id);
   ClientEntry& c = it->second;
   if (!fresh) uncount_ungated(c);
-  c = ClientEntry{job, page, stats, layout};
+  c = ClientEntry{job, page, stats, layout, pid, false};
   if (c.layout < pages::kGatedLayout) ++ungated_[c.job];
   apply(c);
 }
@@ -115,6 +115,8 @@ std::map<std::pair<JobSerial, Uuid>, Usage> Gates::usages() const {
       u.last_activity = std::max<Nanos>(u.last_activity, t.last_launch_ns.load(std::memory_order_relaxed));
       u.busy_ns += t.busy_ns.load(std::memory_order_relaxed);
       u.launches += t.launches.load(std::memory_order_relaxed);
+      u.completed += t.marks_done.load(std::memory_order_relaxed);
+      u.stopped |= c.stopped;
     }
   }
   return out;

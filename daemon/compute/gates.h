@@ -48,7 +48,14 @@ class Gates {
   /// remove_client; `stats` may be null) of layout `layout`. Its gates are written at once from
   /// its job's state.
   void add_client(ClientId id, JobSerial job, pages::ControlPage* page, uint16_t layout,
-                  const pages::StatsPage* stats = nullptr);
+                  const pages::StatsPage* stats = nullptr, int pid = 0);
+  /// Reads whether each tracked client's process is stopped through `is_stopped(pid)` (the engine
+  /// reads /proc/PID/stat on its sampling timer); usages() then shows it (Usage::stopped).
+  template <class IsStopped>
+  void read_stopped(IsStopped&& is_stopped) {
+    for (auto& [id, c] : clients_)
+      c.stopped = c.pid > 0 && c.stats && c.layout >= pages::kTrackedLayout && is_stopped(c.pid);
+  }
   /// Rewrites every client's gates from the job states and the scheduler (after a tick, an
   /// attach, a policy change); writes only what changed. Returns how many slots changed.
   int refresh();
@@ -84,6 +91,8 @@ class Gates {
     pages::ControlPage* page = nullptr;
     const pages::StatsPage* stats = nullptr;
     uint16_t layout = 0;
+    int pid = 0;           ///< its process (0: unknown)
+    bool stopped = false;  ///< its process was stopped at the last read_stopped()
   };
   struct JobEntry {
     PausedBy paused = PausedBy::kNobody;

@@ -756,7 +756,8 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   // Its connection dropped and its job ended meanwhile: a pause holds for the job it starts anew.
   if (resume && !saved && gates_.inherit(job.serial, job.key, t))
     lg->info("job {}: still paused (a process of it came back after its connection dropped)", job.key.str());
-  gates_.add_client(id, job.serial, c.pages->control(), pages::layout_for_protocol(m.h.version), c.pages->stats());
+  gates_.add_client(id, job.serial, c.pages->control(), pages::layout_for_protocol(m.h.version), c.pages->stats(),
+                    c.pid());
   compute_dirty_ = true;
   by_client_[id] = &c;
   by_pid_[c.pid()].push_back(&c);

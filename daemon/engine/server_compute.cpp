@@ -1,10 +1,13 @@
 // daemon/engine/server_compute.cpp — the engine's glue to the compute side: the scheduler's timer,
 // feeding it each job's usage from the stats pages (compute/gates.h), and writing the gates it
 // asks for. The decisions are compute/scheduler.h's.
+#include <fcntl.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <set>
 
 #include "engine/server.h"
@@ -92,7 +95,30 @@ void Server::compute_tick(Nanos t) {
 
 namespace coloc::engine {
 
+namespace {
+/// Whether process `pid` is stopped (SIGSTOP, a job-control stop, a debugger's trace stop):
+/// /proc/PID/stat's state, the field after the command's closing parenthesis, is 'T' or 't'. A
+/// process that cannot be read (gone, another pid namespace) is not.
+bool process_stopped(int pid) {
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[512];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  const char* paren = std::strrchr(buf, ')');
+  if (!paren || paren[1] != ' ') return false;
+  return paren[2] == 'T' || paren[2] == 't';
+}
+}  // namespace
+
 void Server::compute_sample(Nanos t) {
+  // Stopped processes (compute/priority_policy.h: a stalled high job): one small read per tracked
+  // client per sampling round.
+  gates_.read_stopped(process_stopped);
   std::map<compute::ShareWindow::Key, uint64_t> busy;
   for (const auto& [key, u] : gates_.usages()) busy.emplace(key, u.busy_ns);
   share_window_.sample(t, busy, [&](const broker::Uuid& dev) { return scheduler_.policy(dev); });
