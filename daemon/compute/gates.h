@@ -21,6 +21,7 @@
 
 #include "broker/types.h"
 #include "coloc/pages.h"
+#include "compute/device_time.h"
 #include "compute/scheduler.h"
 
 namespace coloc::compute {
@@ -62,6 +63,10 @@ class Gates {
   /// Every (job, device) with a tracked client attached (layout >= kTrackedLayout), with the
   /// job's work there summed over those clients: one pass over the clients (the scheduler's tick).
   std::map<std::pair<JobSerial, Uuid>, Usage> usages() const;
+  /// Each tracked client's device time figures (busy_ns, and busy_until from layout-7 pages) per
+  /// (job, device), for compute/device_time.h; only client `only`'s when given.
+  std::map<std::pair<JobSerial, Uuid>, std::vector<DeviceTime::Figures>> busy_figures(
+      std::optional<ClientId> only = std::nullopt) const;
   /// The client left: its page is no longer written.
   void remove_client(ClientId id);
   /// The job ended at `now` (monotonic ns). Its pause, if any, is kept for kEndedPauseNs for

@@ -119,9 +119,17 @@ void Server::compute_sample(Nanos t) {
   // Stopped processes (compute/priority_policy.h: a stalled high job): one small read per tracked
   // client per sampling round.
   gates_.read_stopped(process_stopped);
+  // Each job's device time (the union of its processes' intervals: device_time_), not the sum.
   std::map<compute::ShareWindow::Key, uint64_t> busy;
-  for (const auto& [key, u] : gates_.usages()) busy.emplace(key, u.busy_ns);
+  for (const auto& [key, u] : gates_.usages()) busy.emplace(key, device_time_.total(key));
   share_window_.sample(t, busy, [&](const broker::Uuid& dev) { return scheduler_.policy(dev); });
+}
+
+void Server::look_device_time(Nanos t, std::optional<broker::ClientId> only) {
+  for (const auto& [key, figs] : gates_.busy_figures(only)) {
+    auto rec = recorders_.find(key.first);
+    device_time_.look(t, key, figs, rec != recorders_.end() ? rec->second.mono_start() : t);
+  }
 }
 
 double Server::gpu_share(broker::JobSerial job, const broker::Uuid& dev) const {
