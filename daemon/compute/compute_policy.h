@@ -86,6 +86,7 @@ struct ControlView {
   double slowdown = 0;     ///< the worst high job's smoothed slowdown against its baseline (0.05 = 5%)
   double target = 0;       ///< the target slowdown (fraction)
   uint64_t probes = 0;     ///< baselines taken by holding the others
+  uint32_t stalled = 0;    ///< high jobs stalled now (stopped, or no completion for a grace): away for the gates
   Nanos window = 0;        ///< the throttled jobs' in-flight window while they run (ns)
 };
 

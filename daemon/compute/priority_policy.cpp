@@ -391,6 +391,7 @@ ControlView PriorityPolicy::view() const {
   v.slowdown = shown_;
   v.target = target_;
   v.probes = probes_;
+  for (const auto& [job, h] : highs_) v.stalled += h.stalled;
   v.window = v.active ? be_window() : 0;
   return v;
 }

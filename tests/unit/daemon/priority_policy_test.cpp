@@ -389,12 +389,14 @@ TEST_CASE("priority controller: a stopped high job throttles nobody; once contin
   const Nanos be0 = p.job(2).done;
   p.run(3 * kS);
   // The device is the best-effort job's within the engine's look at the process state.
+  CHECK(p.policy.view().stalled == 1);
   CHECK(p.job(2).gate == GS::kWindow);
   CHECK(p.job(2).done - be0 >= Nanos(2.5 * double(kS)));
   CHECK(p.policy.next_control(p.now) == p.now + PriorityPolicy::kAwayTickNs);
   // SIGCONT: its tracker sees its completions again; the others yield within its next bursts.
   p.job(1).stopped = false;
   p.run(2 * kS);
+  CHECK(p.policy.view().stalled == 0);
   const double after = speed_vs_solo(p, 1, 5 * kS);
   INFO("speed vs solo before the stop " << before << ", after " << after);
   CHECK(after >= 0.85);
