@@ -138,14 +138,14 @@ TEST_CASE("report compute: a job of two processes counts its device time once: n
   Node n;
   ProcResult p = n.cli({"policy", "all", "timeslice", "--quantum", "50ms"});
   REQUIRE_MESSAGE(p.exit_code == 0, describe(p));
-  const std::string spin2 = client() + " init ctx 0 spin kernel 2000000 2.5 10 0";
+  const std::string spin2 = client() + " init ctx 0 spin kernel 2000000 3 10 0";
   auto pair = n.run({"--job", "pair"}, {"bash", "-c", spin2 + " & " + spin2 + "; wait"});
-  auto solo = spin(n, "solo", 2.5);
+  auto solo = spin(n, "solo", 3);
   // While both run: their GPU SHAREs add up to about the whole device at most (each is the share
   // of the time since the job started, so the two windows differ by the jobs' starts: a little
   // room), not the ~1.5 that counting the pair's two ranks twice gives.
   double most = 0;
-  int seen = 0;
+  int seen = 0, shown_for = 0;
   wait_until([&] {
     json s = n.status();
     double sum = 0;
@@ -158,7 +158,9 @@ TEST_CASE("report compute: a job of two processes counts its device time once: n
       sum += j["devices"][0]["gpu_share"].get<double>();
       ++shown;
     }
-    if (shown == 2) {
+    // From the second second on: earlier, each share is over a few tenths of a second, and the
+    // jobs' starts apart weigh in it.
+    if (shown == 2 && ++shown_for > 10) {
       most = std::max(most, sum);
       ++seen;
     }
@@ -168,13 +170,14 @@ TEST_CASE("report compute: a job of two processes counts its device time once: n
   finish(*solo);
   INFO("the most the two jobs' GPU SHAREs added up to: ", most, " (", seen, " looks)");
   CHECK(seen >= 3);
-  CHECK(most <= 1.15);
+  CHECK(most <= 1.1);
   json rp = n.report("pair"), rs = n.report("solo");
   REQUIRE(rp["devices"].size() == 1);
   REQUIRE(rs["devices"].size() == 1);
   const double wall = rp["duration_s"].get<double>(), gpu = rp["devices"][0]["gpu_time_s"].get<double>();
   const double solo_gpu = rs["devices"][0]["gpu_time_s"].get<double>();
-  INFO("pair: ", gpu, " s of device time in ", wall, " s; solo: ", solo_gpu, " s in ", rs["duration_s"].get<double>(), " s");
+  MESSAGE("pair: ", gpu, " s of device time in ", wall, " s; solo: ", solo_gpu, " s in ", rs["duration_s"].get<double>(),
+          " s; the most their GPU SHAREs added up to: ", most);
   CHECK(rp["processes"].size() >= 2);
   CHECK(gpu > 0.2);
   CHECK(gpu <= wall);

@@ -177,7 +177,7 @@ TEST_CASE("timeslice: a job that held the device alone gets turns again within a
       break;
     }
   REQUIRE(early_back != UINT64_MAX);
-  INFO("early back ", double(early_back - late_first) / 1e6, " ms after late's first kernel");
+  MESSAGE("early back ", double(early_back - late_first) / 1e6, " ms after late's first kernel");
   CHECK(early_back - late_first <= 5 * kQuantumMs * kMs);
   // Shares while both ran: equal within the tolerance of the weights' case.
   REQUIRE(late_last > late_first + 500 * kMs);
@@ -186,7 +186,7 @@ TEST_CASE("timeslice: a job that held the device alone gets turns again within a
   for (auto& [pid, t] : b) total += t;
   REQUIRE(total > 0);
   const double e = double(b[early_pid]) / double(total);
-  INFO("early's share while both ran: ", e);
+  MESSAGE("early's share while both ran: ", e);
   CHECK(e >= 0.35);
   CHECK(e <= 0.65);
 }
