@@ -50,12 +50,13 @@ class Gates {
   /// its job's state.
   void add_client(ClientId id, JobSerial job, pages::ControlPage* page, uint16_t layout,
                   const pages::StatsPage* stats = nullptr, int pid = 0);
-  /// Reads whether each tracked client's process is stopped through `is_stopped(pid)` (the engine
-  /// reads /proc/PID/stat on its sampling timer); usages() then shows it (Usage::stopped).
+  /// Reads whether each tracked client's process is stopped through `is_stopped(pid, job)` (the
+  /// engine reads /proc/PID/stat on its sampling timer, for the jobs whose state matters);
+  /// usages() then shows it (Usage::stopped).
   template <class IsStopped>
   void read_stopped(IsStopped&& is_stopped) {
     for (auto& [id, c] : clients_)
-      c.stopped = c.pid > 0 && c.stats && c.layout >= pages::kTrackedLayout && is_stopped(c.pid);
+      c.stopped = c.pid > 0 && c.stats && c.layout >= pages::kTrackedLayout && is_stopped(c.pid, c.job);
   }
   /// Rewrites every client's gates from the job states and the scheduler (after a tick, an
   /// attach, a policy change); writes only what changed. Returns how many slots changed.

@@ -117,8 +117,11 @@ bool process_stopped(int pid) {
 
 void Server::compute_sample(Nanos t) {
   // Stopped processes (compute/priority_policy.h: a stalled high job): one small read per tracked
-  // client per sampling round.
-  gates_.read_stopped(process_stopped);
+  // client of a high-priority job per sampling round (no other job's state is used).
+  gates_.read_stopped([this](int pid, broker::JobSerial job) {
+    auto it = broker_.jobs().find(job);
+    return it != broker_.jobs().end() && it->second.priority == proto::Priority::kHigh && process_stopped(pid);
+  });
   // Each job's device time (the union of its processes' intervals: device_time_), not the sum.
   std::map<compute::ShareWindow::Key, uint64_t> busy;
   for (const auto& [key, u] : gates_.usages()) busy.emplace(key, device_time_.total(key));

@@ -180,11 +180,11 @@ TEST_CASE("gates: usages show a job's completions and whether a process of it is
   REQUIRE(u.count({10, d}));
   CHECK(u[{10, d}].completed == 12);
   CHECK(!u[{10, d}].stopped);
-  g.read_stopped([](int pid) { return pid == 102; });
+  g.read_stopped([](int pid, uint64_t) { return pid == 102; });
   u = g.usages();
   CHECK(u[{10, d}].stopped);  // one of its processes is
   CHECK(!u[{11, d}].stopped);
-  g.read_stopped([](int) { return false; });
+  g.read_stopped([](int, uint64_t) { return false; });
   CHECK(!g.usages()[{10, d}].stopped);
 
   auto f = g.busy_figures();
