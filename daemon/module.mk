@@ -22,6 +22,7 @@ DAEMON_CORE_SRCS := \
   daemon/compute/scheduler.cpp \
   daemon/compute/policy_store.cpp \
   daemon/compute/share_window.cpp \
+  daemon/compute/device_time.cpp \
   daemon/report/timeline.cpp \
   daemon/report/job_recorder.cpp \
   daemon/report/report_store.cpp \

@@ -58,6 +58,10 @@ struct Usage {
   Nanos last_activity = 0;  ///< CLOCK_MONOTONIC ns of its last launch or gate wait there
   uint64_t busy_ns = 0;   ///< device time of its completed work there (host-stamped)
   uint64_t launches = 0;  ///< launches it made there in kWindow (tracked), since its processes began
+  uint64_t completed = 0; ///< marks of its work there that completed (TrackStats::marks_done, summed)
+  /// Some process of the job there is stopped (SIGSTOP, Ctrl-Z, a debugger, a scheduler's
+  /// suspend: /proc/PID/stat state 'T' or 't'), as the engine last read it (its sampling timer).
+  bool stopped = false;
 };
 
 /// A job on a device under a controlling policy, at one tick.
@@ -82,6 +86,7 @@ struct ControlView {
   double slowdown = 0;     ///< the worst high job's smoothed slowdown against its baseline (0.05 = 5%)
   double target = 0;       ///< the target slowdown (fraction)
   uint64_t probes = 0;     ///< baselines taken by holding the others
+  uint32_t stalled = 0;    ///< high jobs stalled now (stopped, or no completion for a grace): away for the gates
   Nanos window = 0;        ///< the throttled jobs' in-flight window while they run (ns)
 };
 

@@ -71,11 +71,11 @@ int write_gates(pages::ControlPage& page, pages::GateState state) {
 }
 
 void Gates::add_client(ClientId id, JobSerial job, pages::ControlPage* page, uint16_t layout,
-                       const pages::StatsPage* stats) {
+                       const pages::StatsPage* stats, int pid) {
   auto [it, fresh] = clients_.try_emplace(id);
   ClientEntry& c = it->second;
   if (!fresh) uncount_ungated(c);
-  c = ClientEntry{job, page, stats, layout};
+  c = ClientEntry{job, page, stats, layout, pid, false};
   if (c.layout < pages::kGatedLayout) ++ungated_[c.job];
   apply(c);
 }
@@ -115,11 +115,33 @@ std::map<std::pair<JobSerial, Uuid>, Usage> Gates::usages() const {
       u.last_activity = std::max<Nanos>(u.last_activity, t.last_launch_ns.load(std::memory_order_relaxed));
       u.busy_ns += t.busy_ns.load(std::memory_order_relaxed);
       u.launches += t.launches.load(std::memory_order_relaxed);
+      u.completed += t.marks_done.load(std::memory_order_relaxed);
+      u.stopped |= c.stopped;
     }
   }
   return out;
 }
 
+std::map<std::pair<JobSerial, Uuid>, std::vector<DeviceTime::Figures>> Gates::busy_figures(
+    std::optional<ClientId> only) const {
+  std::map<std::pair<JobSerial, Uuid>, std::vector<DeviceTime::Figures>> out;
+  for (const auto& [id, c] : clients_) {
+    if (only && id != *only) continue;
+    if (!c.page || !c.stats || c.layout < pages::kTrackedLayout) continue;
+    for (uint32_t s = 0; s < pages::kSlots; ++s) {
+      Uuid d;
+      if (!slot_uuid(*c.page, s, &d)) continue;
+      DeviceTime::Figures f;
+      f.client = id;
+      // busy_ns first (acquire), then busy_until: an end at least as new as the work counted
+      // (pages.h: StatsPage::busy_until).
+      f.busy_ns = c.stats->track[s].busy_ns.load(std::memory_order_acquire);
+      if (c.layout >= pages::kBusyLayout) f.busy_until = c.stats->busy_until[s].load(std::memory_order_relaxed);
+      out[{c.job, d}].push_back(f);
+    }
+  }
+  return out;
+}
 
 void Gates::uncount_ungated(const ClientEntry& c) {
   if (c.layout >= pages::kGatedLayout) return;

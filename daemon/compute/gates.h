@@ -21,6 +21,7 @@
 
 #include "broker/types.h"
 #include "coloc/pages.h"
+#include "compute/device_time.h"
 #include "compute/scheduler.h"
 
 namespace coloc::compute {
@@ -48,13 +49,25 @@ class Gates {
   /// remove_client; `stats` may be null) of layout `layout`. Its gates are written at once from
   /// its job's state.
   void add_client(ClientId id, JobSerial job, pages::ControlPage* page, uint16_t layout,
-                  const pages::StatsPage* stats = nullptr);
+                  const pages::StatsPage* stats = nullptr, int pid = 0);
+  /// Reads whether each tracked client's process is stopped through `is_stopped(pid, job)` (the
+  /// engine reads /proc/PID/stat on its sampling timer, for the jobs whose state matters);
+  /// usages() then shows it (Usage::stopped).
+  template <class IsStopped>
+  void read_stopped(IsStopped&& is_stopped) {
+    for (auto& [id, c] : clients_)
+      c.stopped = c.pid > 0 && c.stats && c.layout >= pages::kTrackedLayout && is_stopped(c.pid, c.job);
+  }
   /// Rewrites every client's gates from the job states and the scheduler (after a tick, an
   /// attach, a policy change); writes only what changed. Returns how many slots changed.
   int refresh();
   /// Every (job, device) with a tracked client attached (layout >= kTrackedLayout), with the
   /// job's work there summed over those clients: one pass over the clients (the scheduler's tick).
   std::map<std::pair<JobSerial, Uuid>, Usage> usages() const;
+  /// Each tracked client's device time figures (busy_ns, and busy_until from layout-7 pages) per
+  /// (job, device), for compute/device_time.h; only client `only`'s when given.
+  std::map<std::pair<JobSerial, Uuid>, std::vector<DeviceTime::Figures>> busy_figures(
+      std::optional<ClientId> only = std::nullopt) const;
   /// The client left: its page is no longer written.
   void remove_client(ClientId id);
   /// The job ended at `now` (monotonic ns). Its pause, if any, is kept for kEndedPauseNs for
@@ -84,6 +97,8 @@ class Gates {
     pages::ControlPage* page = nullptr;
     const pages::StatsPage* stats = nullptr;
     uint16_t layout = 0;
+    int pid = 0;           ///< its process (0: unknown)
+    bool stopped = false;  ///< its process was stopped at the last read_stopped()
   };
   struct JobEntry {
     PausedBy paused = PausedBy::kNobody;

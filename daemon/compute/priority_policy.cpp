@@ -59,6 +59,11 @@ namespace coloc::compute {
 //   kAwayMin 20 ms: a high job idle for over twice its usual gap (and at least 20 ms) has left
 //     the device for a while: the others run until it is back.
 //   kMaxGap 1 s: longer idle spells are pauses, not the gaps of an iteration.
+//   kStallNs 1 s: a high job's tracker marks its work at least every kMarkEvery (32) launches and
+//     at each burst's start (interpose/tracker.h), so a job that runs sees a completion every few
+//     kernels; a second with work outstanding and none completed is a stopped or hung job, not a
+//     long iteration (a kernel that alone runs over 1 s lets the others in beside it until it
+//     completes: a slowdown for the high job, never a freeze of the device).
 namespace {
 constexpr int kCeilingWindows = 10;
 constexpr int kStuckWindows = 3;
@@ -103,6 +108,7 @@ void PriorityPolicy::begin_measure(Nanos now) {
   for (auto& [job, h] : highs_) {
     h.start = {now, h.launches};
     h.bounds.clear();
+    h.stalled_window = h.stalled;
   }
 }
 
@@ -113,8 +119,15 @@ void PriorityPolicy::begin_probe(Nanos now) {
 }
 
 bool PriorityPolicy::away(const High& h, Nanos now) {
+  if (h.stalled) return true;
   const Nanos gap = h.gap ? h.gap : kUnknownGap;
   return !h.busy && now > h.idle_since && now - h.idle_since > std::max(kAwayMin, 2 * gap);
+}
+
+bool PriorityPolicy::all_stalled() const {
+  for (const auto& [job, h] : highs_)
+    if (!h.stalled) return false;
+  return !highs_.empty();
 }
 
 bool PriorityPolicy::all_away(Nanos now) const {
@@ -128,8 +141,8 @@ Nanos PriorityPolicy::close_at(Nanos now) const {
   const Nanos w = be_window();
   Nanos close = broker::kNever;
   for (const auto& [job, h] : highs_) {
+    if (away(h, now)) continue;  // no bound from it (idle long, or stalled)
     if (h.busy) return 0;
-    if (away(h, now)) continue;  // no bound from it
     const Nanos gap = h.gap ? h.gap : kUnknownGap;
     const Nanos use = Nanos(allow_ * double(gap));
     close = std::min(close, h.idle_since + (use > w ? use - w : 0));
@@ -142,6 +155,7 @@ void PriorityPolicy::end_window(Nanos now) {
   bool any = false, phase_change = false;
   bool unmeasured = false;  // a high job with no baseline that is active now
   for (auto& [job, h] : highs_) {
+    if (h.stalled_window) continue;  // stopped or hung for part of the window: no rate of it
     const double r = rate(h, now, h.launches);
     unmeasured |= h.base <= 0 && r > 0;
     if (h.base_period && h.period &&
@@ -258,6 +272,13 @@ std::vector<GateWish> PriorityPolicy::control(Nanos now, const std::vector<Devic
     auto [it, fresh] = highs_.try_emplace(j->job);
     High& h = it->second;
     const Usage& u = j->usage;
+    // Stalled: stopped, or work outstanding for kStallNs without a completion; until it completes
+    // work again (priority_policy.h).
+    const bool progress = u.drained || u.completed != h.completed || fresh;
+    if (progress) h.progress_at = now;
+    h.completed = u.completed;
+    h.stalled = u.stopped || (h.stalled && !progress) || (!u.drained && now - h.progress_at >= kStallNs);
+    h.stalled_window |= h.stalled;
     if (fresh) {
       newcomer = true;
       h.launches = u.launches;
@@ -287,13 +308,17 @@ std::vector<GateWish> PriorityPolicy::control(Nanos now, const std::vector<Devic
       const Nanos took = now - measure_start_;
       bool enough = took >= kMinProbe;
       for (const auto& [job, h] : highs_)
-        enough &= int(h.bounds.size()) > kProbeIters || (h.bounds.empty() && h.busy);
+        enough &= h.stalled || int(h.bounds.size()) > kProbeIters || (h.bounds.empty() && h.busy);
+      // Every high job stalled: nothing to measure, and holding the others would hold the device
+      // idle (the probe ends now; a job without a baseline is probed once it is back: end_window).
+      if (all_stalled()) enough = true;
       if (!enough && took < kMaxProbe) break;
       bool first = false;
       for (auto& [job, h] : highs_) {
         // A job's first iterations on the device are slow (allocations, first launches, cuDNN's
         // autotuning): its first baseline leaves its first iteration out, and a second one is
         // taken kSettleProbe later, when any longer warm-up is over.
+        if (h.stalled_window) continue;  // stopped or hung during the probe: no baseline from it
         if (h.baselines == 0 && h.bounds.size() >= 3) h.bounds.pop_front();
         const double r = rate(h, now, h.launches);
         if (r > 0) {
@@ -366,6 +391,7 @@ ControlView PriorityPolicy::view() const {
   v.slowdown = shown_;
   v.target = target_;
   v.probes = probes_;
+  for (const auto& [job, h] : highs_) v.stalled += h.stalled;
   v.window = v.active ? be_window() : 0;
   return v;
 }

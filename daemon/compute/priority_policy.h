@@ -48,6 +48,15 @@
 // followed by a hold-down; the actuator shapes *when* the others run (in the high jobs' gaps)
 // rather than only how much, so a well-tuned allow costs the high job almost nothing.
 //
+// A stalled high job. A high job whose processes are stopped (Usage::stopped: SIGSTOP, Ctrl-Z, a
+// debugger, Slurm's suspend), or that has had work outstanding for kStallNs without a completion,
+// is *stalled*: its tracker cannot report a drain (a stopped process's tracker does not run, a
+// hung kernel never completes), so were it taken as busy it would hold the others throttled for as
+// long as it stays so. A stalled job counts as away for the others' gates (they run while every
+// high job is away or stalled), and its measurement windows say nothing of its rate (a probe does
+// not wait for it; a window with a stall in it is not compared with the baseline). It stays
+// stalled until it completes work again (a completion, or a drain), whatever its state says.
+//
 // Several high jobs: the gaps are the times all of them are idle, and the target holds for each
 // (the worst one drives the loop). Without a high job nobody is throttled; without others the
 // high jobs are not even tracked.
@@ -104,6 +113,7 @@ class PriorityPolicy final : public SharePolicy {
   static constexpr Nanos kUnknownGap = 2'000'000;
   static constexpr Nanos kAwayMin = 20'000'000;
   static constexpr Nanos kMaxGap = 1'000'000'000;
+  static constexpr Nanos kStallNs = 1'000'000'000;
 
  private:
   struct Boundary {
@@ -123,6 +133,10 @@ class PriorityPolicy final : public SharePolicy {
     Boundary start;            ///< where the current measurement began
     int faster = 0;            ///< consecutive windows above the baseline
     int baselines = 0;         ///< baselines taken of it
+    uint64_t completed = 0;    ///< completions at the last tick
+    Nanos progress_at = 0;     ///< its last tick drained or with a new completion
+    bool stalled = false;      ///< stopped, or outstanding work without a completion for kStallNs
+    bool stalled_window = false;  ///< stalled at some tick of the current measurement
   };
   enum class Phase : uint8_t { kFree, kProbe, kControl };
 
@@ -133,8 +147,9 @@ class PriorityPolicy final : public SharePolicy {
   void end_window(Nanos now);
   Nanos rate_window() const;
   Nanos be_window() const;
-  /// Idle for much longer than its gaps: it left the device for a while.
+  /// Idle for much longer than its gaps (it left the device for a while), or stalled.
   static bool away(const High& h, Nanos now);
+  bool all_stalled() const;
   bool all_away(Nanos now) const;
   /// When the others' gate must close (kNever: no high job bounds it; 0: closed now).
   Nanos close_at(Nanos now) const;

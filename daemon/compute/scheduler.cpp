@@ -132,7 +132,8 @@ void Scheduler::end_turn(JobSerial, JobState& j, Nanos now, TurnEnd why) {
 }
 
 void Scheduler::release(JobSerial job, JobState& j, Nanos now, bool timed_out) {
-  Nanos held = now > j.turn_start ? now - j.turn_start : 0;
+  // Only the time others wanted a device of the turn is charged (the fairness rule: scheduler.h).
+  Nanos held = j.owed + (j.contended && now > j.looked ? now - j.looked : 0);
   uint32_t w = j.weight;
   Nanos charge = 0;
   for (const Uuid& d : j.held) {
@@ -198,8 +199,30 @@ bool Scheduler::tick(Nanos now, const std::function<Usage(JobSerial, const Uuid&
     for (const Uuid& d : devs) w |= usage(k, d).wants;
     wants[k] = w;
   }
+  // Whether a job other than `job` (and not paused) wants a device of `devs` now.
+  auto others_want = [&](JobSerial job, const std::set<Uuid>& devs) {
+    for (const auto& [k, kdevs] : present_) {
+      if (k == job || !wants[k]) continue;
+      auto kj = jobs_.find(k);
+      if (kj != jobs_.end() && kj->second.paused) continue;
+      for (const Uuid& d : kdevs)
+        if (devs.count(d)) return true;
+    }
+    return false;
+  };
+  // Turns in progress: the time since the last look counts toward the holder's charge only when
+  // another job wanted its device then too (contended at both looks). A turn that runs on while
+  // nobody else wants the device (alone, or the others idle or paused) costs nothing, however
+  // long: a newcomer then does not find the holder's solo hours waiting as its debt.
+  for (auto& [job, j] : jobs_) {
+    if (!j.holding) continue;
+    if (j.contended && now > j.looked) j.owed += now - j.looked;
+    j.contended = others_want(job, j.held);
+    j.looked = now;
+  }
   // A job that starts wanting the device (new, or back from idling) starts at the least virtual
-  // time of those already active: no credit hoarded while idle, and no debt either.
+  // time of those already active: no credit hoarded while idle, and no debt either (a holder's
+  // time alone was never charged, above).
   Nanos floor = broker::kNever;
   for (const auto& [k, j] : jobs_)
     if (j.active) floor = std::min(floor, j.vtime);
@@ -213,17 +236,10 @@ bool Scheduler::tick(Nanos now, const std::function<Usage(JobSerial, const Uuid&
   // device of it.
   for (auto& [job, j] : jobs_) {
     if (!j.holding || j.draining) continue;
-    bool others_want = false;
-    for (const auto& [k, devs] : present_) {
-      if (k == job || !wants[k]) continue;
-      auto kj = jobs_.find(k);
-      if (kj != jobs_.end() && kj->second.paused) continue;
-      for (const Uuid& d : devs) others_want |= j.held.count(d) > 0;
-    }
     if (j.paused) {
       end_turn(job, j, now, TurnEnd::kPaused);
       changed = true;
-    } else if (others_want) {
+    } else if (j.contended) {
       bool idle = true;
       for (const Uuid& d : j.held) {
         Usage u = usage(job, d);
@@ -304,6 +320,9 @@ bool Scheduler::tick(Nanos now, const std::function<Usage(JobSerial, const Uuid&
       j.turn_start = now;
       j.turn_len = 0;
       j.held = devs;
+      j.owed = 0;
+      j.looked = now;
+      j.contended = others_want(c.job, devs);
       for (const Uuid& d : devs) {
         device(d).owner = c.job;
         j.turn_len = std::max(j.turn_len, policy_of(d).turn(j.weight));

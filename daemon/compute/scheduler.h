@@ -12,6 +12,18 @@
 // overlap. A holder that has not drained within the policy's grace loses the device anyway
 // (logged) and skips its next turn: one stuck kernel cannot freeze the device.
 //
+// Fairness. Turns go in order of virtual time (the policy's `before`): device time held for
+// its weight. What a turn adds to it is only the time *contended*: between two looks (ticks) at
+// which another job (not paused) wanted a device of the turn, including its drain. A turn taken
+// alone, or run on while the others idle or sit paused, is not debt: when a newcomer (or a job
+// back from idling, or from a pause) starts wanting the device, it starts at the least virtual
+// time of the active jobs (no credit hoarded while idle), and the holder, whose solo time was
+// never charged, is at that floor too; the holder's turn has long expired, so it drains and the
+// two alternate from the first quantum on (issue 27: charging the whole solo turn at its end gave
+// the newcomer the device alone for as long as the holder had had it). The engine does not tick
+// while a job is alone, so the solo time is left out by the rule "contended at both looks", not
+// by how often it looks; the cost is at most a tick's charge per contention's start.
+//
 // Gangs. A job attached to several exclusive devices takes its turns on all of them at once: its
 // turn starts only when every one of them is free, so its ranks run together. Free devices are
 // given in order of the policies' `before` (the virtual time): the first job in that order claims
@@ -125,6 +137,9 @@ class Scheduler {
     bool active = false;          ///< held or wanted a device at the last tick
     TurnEnd why = TurnEnd::kExpired;
     Nanos turn_start = 0, turn_len = 0, drain_start = 0;
+    bool contended = false;       ///< at the last look (`looked`) another job wanted a device of the turn
+    Nanos looked = 0;             ///< the last tick that looked at this turn
+    Nanos owed = 0;               ///< the turn's contended time so far (what release() charges)
     std::set<Uuid> held;          ///< devices of the current turn
   };
   struct DeviceState {

@@ -1,6 +1,8 @@
 // daemon/compute/share_window.h — `coloc status`' GPU SHARE: the share of the last 10 s that each
 // job's work ran on a timesliced device, from the device time its clients' stats pages count
-// (TrackStats::busy_ns, summed per job by Gates::usages()).
+// (TrackStats::busy_ns): each job's device time, the union of its processes' busy intervals
+// (compute/device_time.h), which never exceeds the wall time, so shares on a device add up to at
+// most about 1 (each over its own job's window).
 //
 // Pure: the caller feeds it a sample per (job, device) on its sampling timer, with the device's
 // policy then; no clock of its own. A device's window starts afresh when its policy changes (what

@@ -617,6 +617,7 @@ json Admin::control_json(const broker::Uuid& dev) const {
           {"slowdown", std::round(v.slowdown * 1000) / 1000},
           {"target", v.target},
           {"probes", v.probes},
+          {"stalled", v.stalled},
           {"window_ms", double(v.window) / 1e6}};
 }
 

@@ -498,6 +498,7 @@ void Server::drop(Connection& c, const std::string& reason, std::optional<report
   else lg->debug("closing connection of {}: {}", c.describe(), reason);
   if (c.role != Connection::Role::kJob || !c.client) return;
   const broker::ClientId id = *c.client;
+  look_device_time(now(), id);  // its last work, into its job's device time
   sample_job(c.job, now());  // its last state, before its counters fold away
   auto rec = recorders_.find(c.job);
   fold_stats(c);
@@ -518,6 +519,7 @@ void Server::drop(Connection& c, const std::string& reason, std::optional<report
   // The books first: the memory is free for others from this moment.
   broker_.remove_client(id, now());
   gates_.remove_client(id);
+  device_time_.forget_client(id);
   compute_dirty_ = true;
   by_client_.erase(id);
   auto& same_pid = by_pid_[c.pid()];
@@ -547,6 +549,7 @@ void Server::fold_stats(Connection& c) {
   for (uint32_t s = 0; s < pages::kSlots; ++s) {
     if (!client->slots[s].attached) continue;
     const pages::StatsSlot& st = c.pages->stats()->slots[s];
+    // (Its busy_ns is not folded: the job's device time is the union device_time_ keeps.)
     const report::Counters k =
         report::counters_of(*c.pages->stats(), s, pages::layout_for_protocol(c.version) >= pages::kGatedLayout);
     const broker::Device& d = broker_.devices()[client->slots[s].device];
@@ -756,7 +759,8 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   // Its connection dropped and its job ended meanwhile: a pause holds for the job it starts anew.
   if (resume && !saved && gates_.inherit(job.serial, job.key, t))
     lg->info("job {}: still paused (a process of it came back after its connection dropped)", job.key.str());
-  gates_.add_client(id, job.serial, c.pages->control(), pages::layout_for_protocol(m.h.version), c.pages->stats());
+  gates_.add_client(id, job.serial, c.pages->control(), pages::layout_for_protocol(m.h.version), c.pages->stats(),
+                    c.pid());
   compute_dirty_ = true;
   by_client_[id] = &c;
   by_pid_[c.pid()].push_back(&c);
@@ -916,6 +920,7 @@ void Server::finalize_job(broker::JobSerial serial) {
   continued_.erase(serial);
   gates_.forget_job(serial, now());
   scheduler_.forget_job(serial);
+  device_time_.forget_job(serial);
   recorders_.erase(rec);
 }
 
@@ -1028,6 +1033,8 @@ void Server::sample_job(const broker::Job& job, Nanos t) {
         ds.live += report::counters_of(*client->stats, s, gated);
       }
     }
+    // Device time: the union of its processes' busy intervals (compute/device_time.h), not the sum.
+    ds.live.busy_ns = device_time_.total({job.serial, d.uuid});
     rec->second.sample(d.uuid, t, ds);
   }
 }
@@ -1083,6 +1090,7 @@ void Server::on_sample() {
   read_unmet_devices(t);
   broker_.publish_job_others();  // each process's view of its job (pages.h: job_others)
   estimate_sample(t);  // before the samples: they show the reservation it may raise
+  look_device_time(t);  // before the samples: they show each job's device time
   for (const auto& [serial, job] : broker_.jobs()) sample_job(job, t);
   compute_sample(t);
   if (auto r = resume_.save_if_dirty(); !r)

@@ -23,6 +23,7 @@
 #include "compute/gates.h"
 #include "compute/policy_store.h"
 #include "compute/scheduler.h"
+#include "compute/device_time.h"
 #include "compute/share_window.h"
 #include "config/config.h"
 #include "device/memory_reader.h"
@@ -125,6 +126,9 @@ class Server {
   void on_compute_timer();
   /// Samples each timesliced job's device time (its clients' stats pages) for gpu_share().
   void compute_sample(Nanos t);
+  /// Feeds device_time_ every tracked client's figures at `t` (only client `only`'s when given:
+  /// a departing client's last).
+  void look_device_time(Nanos t, std::optional<broker::ClientId> only = std::nullopt);
   /// The share of the last 10 s (or of its life on the device, if shorter) that `job`'s work ran
   /// on `dev`, from its completions (tracked under an exclusive policy only); NaN when not known.
   double gpu_share(broker::JobSerial job, const broker::Uuid& dev) const;
@@ -237,6 +241,9 @@ class Server {
   bool compute_dirty_ = false;          ///< clients or pauses changed since the last compute_tick
   size_t compute_devices_ = 0;          ///< broker devices given the `coloc policy all` default so far
   compute::ShareWindow share_window_;  ///< GPU SHARE: each job's device time over the last 10 s
+  /// Each job's device time per device, the union of its processes' busy intervals (reports,
+  /// GPU SHARE, coloc_job_gpu_time_seconds_total)
+  compute::DeviceTime device_time_;
   std::unique_ptr<Listener> listener_;
   UniqueFd inherited_socket_;           ///< from the service manager, until open_listener adopts it
   systemd::Notifier notifier_;          ///< $NOTIFY_SOCKET (no-op without it)

@@ -1,10 +1,13 @@
 // daemon/engine/server_compute.cpp — the engine's glue to the compute side: the scheduler's timer,
 // feeding it each job's usage from the stats pages (compute/gates.h), and writing the gates it
 // asks for. The decisions are compute/scheduler.h's.
+#include <fcntl.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <set>
 
 #include "engine/server.h"
@@ -92,10 +95,44 @@ void Server::compute_tick(Nanos t) {
 
 namespace coloc::engine {
 
+namespace {
+/// Whether process `pid` is stopped (SIGSTOP, a job-control stop, a debugger's trace stop):
+/// /proc/PID/stat's state, the field after the command's closing parenthesis, is 'T' or 't'. A
+/// process that cannot be read (gone, another pid namespace) is not.
+bool process_stopped(int pid) {
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[512];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  const char* paren = std::strrchr(buf, ')');
+  if (!paren || paren[1] != ' ') return false;
+  return paren[2] == 'T' || paren[2] == 't';
+}
+}  // namespace
+
 void Server::compute_sample(Nanos t) {
+  // Stopped processes (compute/priority_policy.h: a stalled high job): one small read per tracked
+  // client of a high-priority job per sampling round (no other job's state is used).
+  gates_.read_stopped([this](int pid, broker::JobSerial job) {
+    auto it = broker_.jobs().find(job);
+    return it != broker_.jobs().end() && it->second.priority == proto::Priority::kHigh && process_stopped(pid);
+  });
+  // Each job's device time (the union of its processes' intervals: device_time_), not the sum.
   std::map<compute::ShareWindow::Key, uint64_t> busy;
-  for (const auto& [key, u] : gates_.usages()) busy.emplace(key, u.busy_ns);
+  for (const auto& [key, u] : gates_.usages()) busy.emplace(key, device_time_.total(key));
   share_window_.sample(t, busy, [&](const broker::Uuid& dev) { return scheduler_.policy(dev); });
+}
+
+void Server::look_device_time(Nanos t, std::optional<broker::ClientId> only) {
+  for (const auto& [key, figs] : gates_.busy_figures(only)) {
+    auto rec = recorders_.find(key.first);
+    device_time_.look(t, key, figs, rec != recorders_.end() ? rec->second.mono_start() : t);
+  }
 }
 
 double Server::gpu_share(broker::JobSerial job, const broker::Uuid& dev) const {

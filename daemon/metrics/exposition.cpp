@@ -55,7 +55,7 @@ constexpr Family kFamilies[] = {
     {"coloc_job_predicted_peak_bytes", "gauge", "The job's online prediction of its peak (absent until stable)."},
     {"coloc_job_driver_overhead_bytes", "gauge", "What the driver holds for the job beyond its ledger."},
     {"coloc_job_gpu_share_ratio", "gauge", "The job's share of the device's time over the last 10 s (timesliced devices)."},
-    {"coloc_job_gpu_time_seconds_total", "counter", "Device time of the job's completed work (tracked while timesliced)."},
+    {"coloc_job_gpu_time_seconds_total", "counter", "Device time of the job's completed work (tracked while timesliced): the union of its processes' busy intervals."},
     {"coloc_job_wait_seconds_total", "counter",
      "Time the job waited on the device, by cause (memory, admission, quantum, window, pause)."},
 };

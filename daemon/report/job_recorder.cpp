@@ -228,7 +228,9 @@ JobRecorder::RunSummary JobRecorder::run_summary(Nanos now) const {
 
 void JobRecorder::fold(const broker::Uuid& u, const Counters& c, Bytes peak) {
   Device& d = device(u);
-  d.folded += c;
+  Counters k = c;
+  k.busy_ns = 0;  // its device time stays in the job's (the union: DeviceSample::live.busy_ns)
+  d.folded += k;
   d.peak = std::max(d.peak, peak);
   ++revision_;
 }
@@ -381,6 +383,9 @@ void JobRecorder::finish(Nanos now, int64_t wall_ms) {
   wall_end_ms_ = wall_ms;
   for (auto& [u, d] : devices_) {
     d.timeline.add(rel(now), 0);  // everything is released at the end
+    // The processes that left folded their counters, but not their device time: the job's is the
+    // union the last sample showed (Counters::busy_ns), kept.
+    d.folded.busy_ns += d.live.busy_ns;
     d.live = {};
     close_turn(d, rel(now));
   }

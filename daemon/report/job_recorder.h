@@ -45,7 +45,10 @@ struct Counters {
   /// Completion tracking (pages::TrackStats; layout-5 pages only, zero before): device time of
   /// the completed work (host-stamped, tracked only while the device is timesliced), launches
   /// made holding the device (gate state kWindow), and launches that waited for the in-flight
-  /// window.
+  /// window. A job's busy_ns is its device time, the union of its processes' busy intervals
+  /// (compute/device_time.h), which the engine puts in DeviceSample::live; a process that leaves
+  /// folds none (its work stays in that union), so folded busy_ns holds only what an earlier
+  /// colocd counted (daemon_restarted()).
   uint64_t busy_ns = 0;
   uint64_t window_launches = 0;
   uint64_t window_waits = 0;
@@ -85,7 +88,10 @@ struct DeviceSample {
   Bytes in_use = 0;       ///< sum over the job's live processes
   Bytes peak_hint = 0;    ///< the largest per-process peak (a lower bound of the job's peak)
   Bytes driver_overhead = 0;  ///< sum over the job's live processes (broker.h, "driver overhead")
-  Counters live;          ///< sum over the job's live processes
+  /// Sum over the job's live processes, but busy_ns: the job's device time on the device so far
+  /// in this colocd's life, the union of its processes' busy intervals, those that left included
+  /// (compute/device_time.h)
+  Counters live;
 };
 
 /// How a process ended.
@@ -113,7 +119,8 @@ class JobRecorder {
   void on_event(const broker::Event& e);
   /// A sample of the job on `device` at `now`.
   void sample(const broker::Uuid& device, Nanos now, const DeviceSample& s);
-  /// Counters of a process that left, so they survive it.
+  /// Counters of a process that left, so they survive it; all but its busy_ns, whose work the
+  /// job's device time (the union the samples show) already holds.
   void fold(const broker::Uuid& device, const Counters& c, Bytes peak);
   /// A process of the job registered: listed in the report (in registration order), with `step`,
   /// its step within the job (a proto::valid_step() label, "" = none: the report says null). A
@@ -213,6 +220,8 @@ class JobRecorder {
   Bytes peak(const broker::Uuid& device) const;
   const broker::JobKey& key() const { return key_; }
   broker::JobSerial serial() const { return serial_; }
+  /// The job's start (the daemon's monotonic ns).
+  Nanos mono_start() const { return mono_start_; }
   bool finished() const { return end_mono_.has_value(); }
 
  private:

@@ -234,9 +234,13 @@ def timeslice(d):
         return 1
     jobs = [(Job(os.path.join(d, "timeslice"), c[0]), int(c[1])) for c in cast]
     gpu = {}
+    wall = {}
     for j, _ in jobs:
         devs = (j.report or {}).get("devices") or [{}]
+        # The job's device time on its device: colocd counts it as the union of its processes'
+        # busy intervals (docs/daemon.md, "Device time"), so it never exceeds the job's wall time.
         gpu[j.name] = devs[0].get("gpu_time_s")
+        wall[j.name] = (j.report or {}).get("duration_s")
     total = sum(v for v in gpu.values() if v) if all(gpu.values()) else 0
     weights = sum(wt for _, wt in jobs)
     w = max(12, max(len(j.name) for j, _ in jobs) + 2)
@@ -256,6 +260,13 @@ def timeslice(d):
         return 1
     if not total:
         print("Verdict: FAIL — the reports have no GPU time (gpu_time_s) to share out.")
+        return 1
+    # A job's device time over its wall time was counted more than once (a colocd that added its
+    # processes' busy time): no share computed from it means anything.
+    over = [j.name for j, _ in jobs if wall[j.name] and gpu[j.name] > wall[j.name] * 1.01]
+    if over:
+        print(f"Verdict: FAIL — {', '.join(f'{n} claims {gpu[n]:.2f} s of GPU time in {wall[n]:.2f} s' for n in over)}: "
+              f"more device time than wall time, so the shares mean nothing.")
         return 1
     shares = " : ".join(f"{gpu[j.name] / total:.2f}" for j, _ in jobs)
     asked = " : ".join(f"{wt / weights:.2f}" for _, wt in jobs)

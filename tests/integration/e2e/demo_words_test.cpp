@@ -91,7 +91,7 @@ std::string priority_verdict(double share, double prio, int& rc) {
 
 /// compute_act.py's timeslice act: jobs of weight 2 and 1 whose reports say `heavy_s` and
 /// `light_s` of GPU time.
-std::string timeslice_verdict(double heavy_s, double light_s, int& rc) {
+std::string timeslice_verdict(double heavy_s, double light_s, int& rc, double duration_s = 0) {
   TempDir out("coloc-demo-act2");
   REQUIRE(::mkdir((out / "timeslice").c_str(), 0755) == 0);
   write_file(out / "timeslice.tsv", "heavy\t2\tMobileNetV3/ImageNet/128\nlight\t1\tMobileNetV3/ImageNet/128\n");
@@ -100,7 +100,8 @@ std::string timeslice_verdict(double heavy_s, double light_s, int& rc) {
     write_file(out / ("timeslice/" + j + ".rc"), "0");
     write_file(out / ("timeslice/" + j + ".json"), "{\"status\":\"ok\",\"iters\":10}");
     write_file(out / ("timeslice/" + j + ".report.json"),
-               "{\"devices\":[{\"gpu_time_s\":" + std::to_string(j == "heavy" ? heavy_s : light_s) + "}]}");
+               "{" + (duration_s > 0 ? "\"duration_s\":" + std::to_string(duration_s) + "," : std::string()) +
+                   "\"devices\":[{\"gpu_time_s\":" + std::to_string(j == "heavy" ? heavy_s : light_s) + "}]}");
   }
   ProcResult r = run({"python3", source_path("tools/demo/compute_act.py"), "timeslice", out.path()}, Env(), 20s);
   INFO(describe(r));
@@ -206,6 +207,14 @@ TEST_CASE("demo: act 2's timeslice verdict compares the measured GPU shares with
   CHECK(rc == 1);
   CHECK_MESSAGE(v.find("Verdict: FAIL — weights 2:1 gave GPU shares 0.50 : 0.50 (asked: 0.67 : 0.33): the weight-2 "
                        "job's 0.50 is outside 0.55–0.80.") != std::string::npos, v);
+  // A report claiming more device time than its job's wall time (issue 27: a job of several
+  // processes counted twice) fails the act instead of giving a share.
+  v = timeslice_verdict(6.0, 2.0, rc, 4.0);
+  CHECK(rc == 1);
+  CHECK_MESSAGE(v.find("Verdict: FAIL — heavy claims 6.00 s of GPU time in 4.00 s: more device time than wall time") !=
+                    std::string::npos, v);
+  v = timeslice_verdict(2.6, 1.3, rc, 4.0);
+  CHECK(rc == 0);
 }
 
 TEST_CASE("demo: act 3's verdict says where each footprint came from") {

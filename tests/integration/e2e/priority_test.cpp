@@ -6,14 +6,19 @@
 #include <doctest/doctest.h>
 
 #include <grp.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <functional>
+#include <thread>
 
 #include "e2e.h"
+#include "trace.h"
 
 using namespace coloc::test;
 using namespace coloc::test::e2e;
+namespace tr = coloc::test::trace;
 
 namespace {
 
@@ -122,5 +127,86 @@ TEST_CASE("priority: a high-priority job keeps at least 0.85 of its solo speed b
   CHECK(hr["priority"] == "high");
   json be = n.report("prio-be1");
   CHECK(be["devices"][0]["gate_waited_launches"]["quantum"].get<uint64_t>() >= 1);
+}
+
+TEST_CASE("priority: a stopped high-priority job throttles nobody; after SIGCONT the best-effort job yields again") {
+  // Issue 27, item 3: a SIGSTOPped high job (Ctrl-Z, a debugger, Slurm's suspend) never reports a
+  // drain, and the best-effort job stayed throttled for as long as it was stopped.
+  if (simulated_only()) return;
+  const group* g = ::getgrgid(::getegid());
+  REQUIRE(g != nullptr);
+  Node n("16GiB", {"--high-priority-group", g->gr_name, "--admin-group", g->gr_name});
+  policy(n, {"priority", "--target-slowdown", "5%"});
+  const std::pair<std::string, std::string> trace_env = {"SIMGPU_TRACE", n.file("trace.csv")};
+  auto job = [&](const std::string& name, const std::string& prio, const std::vector<std::string>& duty, double s) {
+    std::vector<std::string> cmd = {coloc_train()};
+    cmd.insert(cmd.end(), duty.begin(), duty.end());
+    for (const std::string& a : {std::string("--duration"), std::to_string(s), std::string("--job"), name}) cmd.push_back(a);
+    return n.run({"--job", name, "--priority", prio}, cmd, {trace_env});
+  };
+  auto pid_of = [&](const std::string& name) {
+    long pid = 0;
+    REQUIRE(wait_until([&] {
+      json j = n.job(name);
+      if (j.is_null() || j["pids"].empty() || j["devices"].size() != 1) return false;
+      pid = j["pids"][0].get<long>();
+      return true;
+    }, 30s, 10ms));
+    return pid;
+  };
+  auto mono = [] {
+    timespec ts;
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+  };
+  auto be = job("stop-be", "best-effort", kHungry, 11);
+  const long be_pid = pid_of("stop-be");
+  // Always busy (no idle gaps): it is stopped with work outstanding, never between iterations (a
+  // high job stopped while idle was already away for the others' gates).
+  auto high = job("stop-high", "high", {"--gpu-util", "100", "--iter-ms", "20"}, 8);
+  const long high_pid = pid_of("stop-high");
+  // The controller runs (its probe is over): the best-effort job is held to the high job's gaps.
+  CHECK(wait_until([&] {
+    ProcResult r = n.cli({"policy", "--json"});
+    if (r.exit_code != 0) return false;
+    json c = json::parse(r.out)["devices"][0]["control"];
+    return c.is_object() && c["active"] == true && c["probes"].get<uint64_t>() >= 1 && c["probing"] == false;
+  }, 10s, 20ms));
+  auto stalled = [&] {
+    ProcResult r = n.cli({"policy", "--json"});
+    if (r.exit_code != 0) return -1;
+    json c = json::parse(r.out)["devices"][0]["control"];
+    return c.is_object() && c.contains("stalled") ? c["stalled"].get<int>() : -1;
+  };
+  CHECK(stalled() == 0);
+  const uint64_t stop = mono();
+  REQUIRE(::kill(pid_t(high_pid), SIGSTOP) == 0);
+  // colocd sees it stopped (its sampling timer reads /proc/PID/stat): the others' gates open.
+  CHECK(wait_until([&] { return stalled() == 1; }, 2s, 20ms));
+  // The scenario, not a synchronization: the high job stays stopped for 2.5 s in all.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500) - std::chrono::nanoseconds(mono() - stop));
+  const uint64_t cont = mono();
+  REQUIRE(::kill(pid_t(high_pid), SIGCONT) == 0);
+  // Continued, it completes work again: no longer stalled.
+  CHECK(wait_until([&] { return stalled() == 0; }, 2s, 20ms));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // (the scenario: both run again)
+  const uint64_t after = mono();
+  finish(*high, 60s);
+  finish(*be, 60s);
+  auto ks = tr::kernels(n.file("trace.csv"));
+  constexpr uint64_t kS = 1'000'000'000;
+  // While stopped (from a second after the stop: the daemon's look at the process state and the
+  // stopped job's queued work), the best-effort job has the device most of the time...
+  auto stopped = tr::busy(ks, 0, stop + kS, cont);
+  const double be_stopped = double(stopped[be_pid]) / double(cont - stop - kS);
+  // ...and after SIGCONT it yields to the high job again (which leaves it no gaps).
+  auto resumed = tr::busy(ks, 0, cont + kS, after);
+  const double be_resumed = double(resumed[be_pid]) / double(after - cont - kS);
+  const double high_resumed = double(resumed[high_pid]) / double(after - cont - kS);
+  MESSAGE("best-effort's device share while the high job was stopped ", be_stopped, ", after SIGCONT ", be_resumed,
+          " (the high job's ", high_resumed, ")");
+  CHECK(be_stopped >= 0.6);
+  CHECK(high_resumed >= 0.7);
+  CHECK(be_resumed <= 0.3);
 }
 }

@@ -131,6 +131,61 @@ TEST_CASE("report compute: GPU time and turns from before a colocd restart stay 
   CHECK(d["turns"][0] == before["turns"][0]);
 }
 
+TEST_CASE("report compute: a job of two processes counts its device time once: never more than the wall time it ran") {
+  // Issue 27, item 4: each process's busy intervals were added, so a job of two ranks busy at the
+  // same time claimed twice the device time it had (7.45 s in a run of 4 s), and GPU SHARE with it.
+  if (simulated_only()) return;
+  Node n;
+  ProcResult p = n.cli({"policy", "all", "timeslice", "--quantum", "50ms"});
+  REQUIRE_MESSAGE(p.exit_code == 0, describe(p));
+  const std::string spin2 = client() + " init ctx 0 spin kernel 2000000 3 10 0";
+  auto pair = n.run({"--job", "pair"}, {"bash", "-c", spin2 + " & " + spin2 + "; wait"});
+  auto solo = spin(n, "solo", 3);
+  // While both run: their GPU SHAREs add up to about the whole device at most (each is the share
+  // of the time since the job started, so the two windows differ by the jobs' starts: a little
+  // room), not the ~1.5 that counting the pair's two ranks twice gives.
+  double most = 0;
+  int seen = 0, shown_for = 0;
+  wait_until([&] {
+    json s = n.status();
+    double sum = 0;
+    int shown = 0;
+    for (const json& j : s["jobs"]) {
+      const std::string id = j["job"];
+      if (id.rfind("pair-", 0) != 0 && id.rfind("solo-", 0) != 0) continue;
+      if (j["devices"].size() != 1 || !j["devices"][0]["gpu_share"].is_number()) continue;
+      if (id.rfind("pair-", 0) == 0 && j["pids"].size() < 2) continue;
+      sum += j["devices"][0]["gpu_share"].get<double>();
+      ++shown;
+    }
+    // From the second second on: earlier, each share is over a few tenths of a second, and the
+    // jobs' starts apart weigh in it.
+    if (shown == 2 && ++shown_for > 10) {
+      most = std::max(most, sum);
+      ++seen;
+    }
+    return seen >= 10 || !solo->running();
+  }, 20s, 100ms);
+  finish(*pair);
+  finish(*solo);
+  INFO("the most the two jobs' GPU SHAREs added up to: ", most, " (", seen, " looks)");
+  CHECK(seen >= 3);
+  CHECK(most <= 1.1);
+  json rp = n.report("pair"), rs = n.report("solo");
+  REQUIRE(rp["devices"].size() == 1);
+  REQUIRE(rs["devices"].size() == 1);
+  const double wall = rp["duration_s"].get<double>(), gpu = rp["devices"][0]["gpu_time_s"].get<double>();
+  const double solo_gpu = rs["devices"][0]["gpu_time_s"].get<double>();
+  MESSAGE("pair: ", gpu, " s of device time in ", wall, " s; solo: ", solo_gpu, " s in ", rs["duration_s"].get<double>(),
+          " s; the most their GPU SHAREs added up to: ", most);
+  CHECK(rp["processes"].size() >= 2);
+  CHECK(gpu > 0.2);
+  CHECK(gpu <= wall);
+  // The two jobs shared one device: together, no more than the longer run's wall time (their
+  // runs overlap almost entirely; a little room for the start of one before the other).
+  CHECK(gpu + solo_gpu <= std::max(wall, rs["duration_s"].get<double>()) + 0.2);
+}
+
 TEST_CASE("report compute: a job on a device in share mode has no GPU time, turns or lane") {
   if (simulated_only()) return;
   Node n;

@@ -146,3 +146,59 @@ TEST_CASE("gates: names of who paused, and their inverse") {
   CHECK_FALSE(coloc::compute::parse_paused_by("Admin").has_value());
 }
 }
+
+namespace {
+/// A tracked client's pages with slot 0 attached to device `dev_byte`.
+struct Tracked {
+  std::unique_ptr<pages::ControlPage> control = std::make_unique<pages::ControlPage>();
+  std::unique_ptr<pages::StatsPage> stats = std::make_unique<pages::StatsPage>();
+  explicit Tracked(uint8_t dev_byte) {
+    control->slots[0].uuid[0] = dev_byte;
+    control->slots[0].attached.store(1);
+  }
+};
+}  // namespace
+
+TEST_SUITE("daemon") {
+TEST_CASE("gates: usages show a job's completions and whether a process of it is stopped; busy figures per client, busy_until from layout 7") {
+  Gates g;
+  Tracked a(1), b(1), old(1);
+  g.add_client(1, 10, a.control.get(), pages::kLayoutVersion, a.stats.get(), 101);
+  g.add_client(2, 10, b.control.get(), pages::kLayoutVersion, b.stats.get(), 102);
+  g.add_client(3, 11, old.control.get(), pages::kEstimateLayout, old.stats.get(), 103);  // layout 6
+  a.stats->track[0].marks_done.store(5);
+  b.stats->track[0].marks_done.store(7);
+  a.stats->track[0].busy_ns.store(1000);
+  a.stats->busy_until[0].store(5000);
+  b.stats->track[0].busy_ns.store(2000);
+  b.stats->busy_until[0].store(6000);
+  old.stats->track[0].busy_ns.store(3000);
+  old.stats->busy_until[0].store(7000);  // not a layout-7 page: never read
+  coloc::broker::Uuid d{};
+  d.bytes[0] = 1;
+  auto u = g.usages();
+  REQUIRE(u.count({10, d}));
+  CHECK(u[{10, d}].completed == 12);
+  CHECK(!u[{10, d}].stopped);
+  g.read_stopped([](int pid, uint64_t) { return pid == 102; });
+  u = g.usages();
+  CHECK(u[{10, d}].stopped);  // one of its processes is
+  CHECK(!u[{11, d}].stopped);
+  g.read_stopped([](int, uint64_t) { return false; });
+  CHECK(!g.usages()[{10, d}].stopped);
+
+  auto f = g.busy_figures();
+  REQUIRE(f[{10, d}].size() == 2);
+  CHECK(f[{10, d}][0].client == 1);
+  CHECK(f[{10, d}][0].busy_ns == 1000);
+  CHECK(f[{10, d}][0].busy_until == std::optional<uint64_t>(5000));
+  CHECK(f[{10, d}][1].busy_until == std::optional<uint64_t>(6000));
+  REQUIRE(f[{11, d}].size() == 1);
+  CHECK(f[{11, d}][0].busy_ns == 3000);
+  CHECK(!f[{11, d}][0].busy_until.has_value());
+  auto one = g.busy_figures(2);
+  REQUIRE(one.size() == 1);
+  REQUIRE(one[{10, d}].size() == 1);
+  CHECK(one[{10, d}][0].client == 2);
+}
+}

@@ -42,6 +42,12 @@ struct PlantJob {
   Nanos done = 0;          ///< device time received
   GS gate = GS::kRun;
   Nanos window = 0;
+  /// Stopped (SIGSTOP): no host part, no launches; its queued work runs on (a real GPU's), but its
+  /// tracker, stopped too, shows what it showed when it stopped.
+  bool stopped = false;
+  bool shown_drained = false;
+  uint64_t shown_completed = 0;
+  bool hung = false;  ///< its queued work makes no progress (a hung kernel); it is not stopped
 };
 
 /// The fake device and its jobs, stepped every 100 us; the controller runs every 1 ms.
@@ -75,7 +81,7 @@ struct Plant {
   }
   void step(Nanos dt) {
     for (PlantJob& j : jobs) {
-      if (!j.present) continue;
+      if (!j.present || j.stopped) continue;
       if (j.prio == Prio::kHigh) {
         if (!j.in_host && j.queued == 0) {  // the burst completed: the host part of the iteration
           ++j.iters;
@@ -101,14 +107,14 @@ struct Plant {
     int active = 0;
     bool high_active = false;
     for (const PlantJob& j : jobs) {
-      active += j.present && j.queued > 0;
-      high_active |= j.present && j.queued > 0 && j.prio == Prio::kHigh;
+      active += j.present && j.queued > 0 && !j.hung;
+      high_active |= j.present && j.queued > 0 && !j.hung && j.prio == Prio::kHigh;
     }
     if (!high_active) idle_high += dt;
     if (active > 0) {
       const Nanos share = dt / active;
       for (PlantJob& j : jobs) {
-        if (!j.present || j.queued == 0) continue;
+        if (!j.present || j.queued == 0 || j.hung) continue;
         const Nanos take = std::min(j.queued, share);
         j.queued -= take;
         j.done += take;
@@ -128,6 +134,12 @@ struct Plant {
       d.usage.drained = j.queued == 0;
       d.usage.launches = j.launches;
       d.usage.busy_ns = uint64_t(j.done);
+      d.usage.completed = uint64_t(j.done / j.kernel);  // a completion per kernel's worth of work
+      if (j.stopped) {
+        d.usage.drained = j.shown_drained;
+        d.usage.completed = j.shown_completed;
+        d.usage.stopped = true;
+      }
       dj.push_back(d);
     }
     for (PlantJob& j : jobs) {
@@ -140,6 +152,15 @@ struct Plant {
       j.gate = w.state;
       j.window = w.window;
     }
+  }
+  /// Stops job `id` (SIGSTOP) in the middle of a burst (its tracker then shows work outstanding).
+  void stop_mid_burst(uint64_t id) {
+    for (int i = 0; i < 10'000 && (job(id).in_host || job(id).queued == 0); ++i) run(100 * kUs);
+    PlantJob& j = job(id);
+    REQUIRE(j.queued > 0);
+    j.stopped = true;
+    j.shown_drained = false;
+    j.shown_completed = uint64_t(j.done / j.kernel);
   }
   /// Runs for `d`, the controller every ms.
   void run(Nanos d) {
@@ -355,6 +376,57 @@ TEST_CASE("priority controller: while every high job is away the others run, the
   p.run(12 * kS);
   CHECK(p.policy.view().probes > probes);
   CHECK(p.policy.next_control(p.now) == p.now + PriorityPolicy::kTickNs);
+}
+
+TEST_CASE("priority controller: a stopped high job throttles nobody; once continued it is protected again") {
+  // Issue 27, item 3: a SIGSTOPped high job never reports a drain, and was taken as busy.
+  Plant p;
+  p.add(1, Prio::kHigh, 0.6, 20 * kMs);
+  p.add(2, Prio::kBestEffort);
+  p.run(10 * kS);
+  const double before = speed_vs_solo(p, 1, 5 * kS);
+  p.stop_mid_burst(1);
+  const Nanos be0 = p.job(2).done;
+  p.run(3 * kS);
+  // The device is the best-effort job's within the engine's look at the process state.
+  CHECK(p.policy.view().stalled == 1);
+  CHECK(p.job(2).gate == GS::kWindow);
+  CHECK(p.job(2).done - be0 >= Nanos(2.5 * double(kS)));
+  CHECK(p.policy.next_control(p.now) == p.now + PriorityPolicy::kAwayTickNs);
+  // SIGCONT: its tracker sees its completions again; the others yield within its next bursts.
+  p.job(1).stopped = false;
+  p.run(2 * kS);
+  CHECK(p.policy.view().stalled == 0);
+  const double after = speed_vs_solo(p, 1, 5 * kS);
+  INFO("speed vs solo before the stop " << before << ", after " << after);
+  CHECK(after >= 0.85);
+  CHECK(after >= before - 0.1);
+}
+
+TEST_CASE("priority controller: a high job with work outstanding and no completion for the grace throttles nobody until it completes work") {
+  Plant p;
+  p.add(1, Prio::kHigh, 0.6, 20 * kMs);
+  p.add(2, Prio::kBestEffort);
+  p.run(10 * kS);
+  p.stop_mid_burst(1);  // its state: outstanding work...
+  PlantJob& h = p.job(1);
+  h.stopped = false;    // ...not stopped, but hung: no completion
+  h.hung = true;
+  // Within the grace the others are still held (a long kernel is not a stall)...
+  const Nanos be0 = p.job(2).done;
+  p.run(PriorityPolicy::kStallNs / 2);
+  CHECK(p.job(2).done - be0 <= 100 * kMs);
+  // ...after it, they run until the high job completes work again.
+  p.run(PriorityPolicy::kStallNs / 2 + 100 * kMs);
+  const Nanos be1 = p.job(2).done;
+  p.run(2 * kS);
+  CHECK(p.job(2).gate == GS::kWindow);
+  CHECK(p.job(2).done - be1 >= Nanos(1.8 * double(kS)));
+  h.hung = false;
+  p.run(2 * kS);
+  const double after = speed_vs_solo(p, 1, 5 * kS);
+  INFO("speed vs solo after it completed work again " << after);
+  CHECK(after >= 0.85);
 }
 
 TEST_CASE("priority controller: a high job's warm-up does not bias its baseline (the first iteration is left out, and a second probe follows)") {
