@@ -110,8 +110,13 @@ std::map<std::pair<JobSerial, Uuid>, Usage> Gates::usages() const {
       const pages::TrackStats& t = c.stats->track[s];
       u.present = true;
       u.wants |= t.waiting.load(std::memory_order_acquire) > 0;
-      u.drained &= !launching && t.marks_done.load(std::memory_order_acquire) >= t.marks.load(std::memory_order_acquire) &&
-                   t.tail.load(std::memory_order_acquire) == 0;
+      // The tail before the marks: the tracker counts a mark (release) before it takes the mark's
+      // streams out of the tail (release), so a tail seen empty comes with every mark that emptied
+      // it. Read after the marks, a tail emptied by a mark recorded between the two loads would
+      // count that mark's work as drained while it is in flight.
+      const bool no_tail = t.tail.load(std::memory_order_acquire) == 0;
+      const uint64_t done = t.marks_done.load(std::memory_order_acquire);
+      u.drained &= !launching && no_tail && done >= t.marks.load(std::memory_order_acquire);
       u.last_activity = std::max<Nanos>(u.last_activity, t.last_launch_ns.load(std::memory_order_relaxed));
       u.busy_ns += t.busy_ns.load(std::memory_order_relaxed);
       u.launches += t.launches.load(std::memory_order_relaxed);

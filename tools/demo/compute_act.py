@@ -11,7 +11,7 @@
   compute_act.py timeslice DIR                the timeslice run's table and verdict
 
 DIR (BUILD/demo/compute) holds cast.tsv (name, priority, Lucid configuration: the high-priority job
-first), timeslice.tsv (name, weight, Lucid configuration), and per run (solo/, share/, priority/,
+first), timeslice.tsv (name, weight, coloc-train workload: "async OPTIONS"), and per run (solo/, share/, priority/,
 timeslice/): <job>.json (coloc-train's result line), <job>.rc (exit status), <job>.err (its
 stderr, each line stamped with the wall clock, `--progress` lines among them); priority/ also
 control.json; timeslice/ also <job>.report.json (colocd's report). The tables print on stdout; the

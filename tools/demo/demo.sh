@@ -311,19 +311,29 @@ SOLO_S=3 BE_SOLO_S=2                   # each job alone: the speed to compare wi
 HIGH_S=5                               # the high-priority job beside the others, per mode
 BE_S=$((HIGH_S + 2))                   # they start first and end after it
 TS_S=3                                 # the timeslice run
+# The timeslice run's jobs: real training's launch pattern (coloc-train --pattern async: a forward
+# and backward pass of mixed kernels queued on two streams, the host synchronizing every 4
+# iterations), the case where a job's first burst used to escape the gate.
+TS_WORK="async --streams 2 --sync-every 4"
 
 # Stamps each line of stdin with the wall clock (bash's own: no process per line).
 stamp() { local l; while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done; }
 
-# One coloc-train job under coloc run: run_job DIR NAME SECONDS LUCID [coloc run options...].
+# One coloc-train job under coloc run: run_job DIR NAME SECONDS WORK [coloc run options...], WORK a
+# Lucid configuration (its duty cycle: --lucid) or "async [OPTIONS]" (--pattern async OPTIONS).
 # DIR/NAME.json: its result line; DIR/NAME.err: its stderr (--progress: a line per iteration),
 # stamped; DIR/NAME.rc: its exit status. The job's coloc id is <run>-NAME-<suffix>.
 run_job() {
-  local dir=$1 name=$2 seconds=$3 lucid=$4
+  local dir=$1 name=$2 seconds=$3 lucid=$4 work
   shift 4
+  if [ "${lucid%% *}" = async ]; then
+    read -r -a work <<< "--pattern $lucid"
+  else
+    work=(--lucid "$lucid" --lucid-dir "$ROOT/tools/workload/lucid")
+  fi
   set +e
   { "$BIN/coloc" run "${RUN_SIM[@]}" "$@" --job "$(basename "$dir")-$name" -- "$BIN/coloc-train" \
-      --lucid "$lucid" --lucid-dir "$ROOT/tools/workload/lucid" --duration "$seconds" --progress 2>&1 1>&3 3>&-
+      "${work[@]}" --duration "$seconds" --progress 2>&1 1>&3 3>&-
     echo $? > "$dir/$name.rc"; } 3> "$dir/$name.json" | stamp > "$dir/$name.err"
   set -e
 }
@@ -352,7 +362,7 @@ compute_act() {
   mkdir -p "$C/solo" "$C/timeslice"
   printf '%s\t%s\t%s\n' resnet18 high "$HIGH_LUCID" mobilenetv3 best-effort "$BE1_LUCID" \
     mobilenetv2 best-effort "$BE2_LUCID" > "$C/cast.tsv"
-  printf '%s\t%s\t%s\n' heavy 2 "$BE1_LUCID" light 1 "$BE1_LUCID" > "$C/timeslice.tsv"
+  printf '%s\t%s\t%s\n' heavy 2 "$TS_WORK" light 1 "$TS_WORK" > "$C/timeslice.tsv"
   local t0
   t0=$(now)
 
@@ -377,13 +387,14 @@ compute_act() {
   python3 "$HERE/compute_act.py" priority "$C" || VERDICT=1
 
   echo
-  echo "Run 5: coloc policy all timeslice (exclusive turns of 100 ms). Two GPU-hungry jobs, both"
-  echo "       $BE1_LUCID, start together for ${TS_S} s: heavy with coloc run --weight 2,"
-  echo "       light with the default weight 1..."
+  echo "Run 5: coloc policy all timeslice (exclusive turns of 100 ms). Two GPU-hungry jobs with real"
+  echo "       training's launch pattern (coloc-train --pattern $TS_WORK: mixed kernels queued"
+  echo "       ahead of the device) start together for ${TS_S} s: heavy with coloc run --weight 2, light"
+  echo "       with the default weight 1..."
   "$BIN/coloc" policy all timeslice >/dev/null
-  run_job "$C/timeslice" heavy "$TS_S" "$BE1_LUCID" --weight 2 &
+  run_job "$C/timeslice" heavy "$TS_S" "$TS_WORK" --weight 2 &
   local a=$!
-  run_job "$C/timeslice" light "$TS_S" "$BE1_LUCID" --weight 1 &
+  run_job "$C/timeslice" light "$TS_S" "$TS_WORK" --weight 1 &
   wait "$a" $!
   for name in heavy light; do copy_report "timeslice-$name" "$C/timeslice/$name.report.json"; done
   python3 "$HERE/compute_act.py" timeslice "$C" || VERDICT=1
