@@ -118,7 +118,7 @@ struct Args {
   double seconds = 10, solo_seconds = 8, lead = 1, join_before = 20, join_after = 20, sustain = 5;
   int poll_ms = 100, target_pct = 5;
   std::string quantum = "100ms";
-  std::vector<std::string> mixes = {"A", "B"}, modes = {"share", "timeslice", "priority"};
+  std::vector<std::string> mixes = {"A", "B", "D"}, modes = {"share", "timeslice", "priority"};
   bool convergence = true, hook = true, keep = false;
   uint64_t hook_launches = 2000000;
   int hook_rounds = 3;
@@ -131,7 +131,23 @@ const std::vector<Mix> kMixes = {
     {"B", "MobileNetV3/ImageNet/32", {"ResNet50/ImageNet/32"}},
     // A short-period GPU-hungry best-effort job (14 ms) beside a 41%-busy high job (19 ms).
     {"C", "ResNet18/CIFAR-10/32/amp", {"LSTM/Wikitext2/64"}},
+    // Issue 27: best-effort jobs with real training's launch pattern (coloc-train --pattern async:
+    // a pass of mixed kernels queued ahead of the device, the host synchronizing every 4
+    // iterations), one with the default mix (400 kernels per 100 ms iteration) and one with few,
+    // long kernels (60 per iteration: the long ones 22 ms): the first bursts and mixed durations.
+    {"D", "ResNet18/CIFAR-10/32", {"async", "async60"}},
 };
+
+/// coloc-train's options for a job of key `key`: a Lucid configuration (--lucid), or `async` /
+/// `async60` (--pattern async, 400 or 60 kernels per iteration, two streams, synchronized every 4).
+std::vector<std::string> workload_args(const std::string& key, const std::string& lucid_dir) {
+  if (key == "async" || key == "async60") {
+    std::vector<std::string> a = {"--pattern", "async", "--streams", "2", "--sync-every", "4"};
+    if (key == "async60") a.insert(a.end(), {"--kernels", "60"});
+    return a;
+  }
+  return {"--lucid", key, "--lucid-dir", lucid_dir};
+}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -148,10 +164,11 @@ Args parse_args(int argc, char** argv) {
     if (k == "--help") {
       std::printf(
           "priority_bench [--build DIR] [--out FILE] [--lucid-dir DIR] [--seconds S] [--solo-seconds S] [--lead S]\n"
-          "               [--mixes A,B(,C)] [--modes share,timeslice,priority] [--target-pct 5] [--quantum 100ms]\n"
+          "               [--mixes A,B,D(,C)] [--modes share,timeslice,priority] [--target-pct 5] [--quantum 100ms]\n"
           "               [--join-before S] [--join-after S] [--sustain S] [--poll-ms MS] [--no-convergence]\n"
           "               [--hook-launches N] [--hook-rounds N] [--no-hook] [--log-level LEVEL] [--keep]\n"
           "mixes: A = high ResNet18/CIFAR-10/32, best-effort MobileNetV3/ImageNet/128 + MobileNetV2/CIFAR-10/128;\n"
+          "       D = high ResNet18/CIFAR-10/32, best-effort coloc-train --pattern async (400 and 60 kernels per iteration);\n"
           "       B = high MobileNetV3/ImageNet/32, best-effort ResNet50/ImageNet/32;\n"
           "       C = high ResNet18/CIFAR-10/32/amp, best-effort LSTM/Wikitext2/64\n");
       std::exit(0);
@@ -366,10 +383,11 @@ struct Node {
     ++spawned;
     std::vector<std::string> e = env;
     e.push_back("SIMGPU_TRACE=" + trace);
-    return spawn({build + "/bin/coloc", "run", "--sim", "--job", name, "--priority", priority, "--",
-                  build + "/bin/coloc-train", "--lucid", lucid, "--lucid-dir", args->lucid_dir, "--duration",
-                  fmt("%g", seconds), "--job", name},
-                 e, dir + "/" + name + ".out", dir + "/" + name + ".err");
+    std::vector<std::string> a = {build + "/bin/coloc", "run", "--sim", "--job", name, "--priority", priority, "--",
+                                  build + "/bin/coloc-train"};
+    for (const std::string& w : workload_args(lucid, args->lucid_dir)) a.push_back(w);
+    for (const std::string& w : {std::string("--duration"), fmt("%g", seconds), std::string("--job"), name}) a.push_back(w);
+    return spawn(a, e, dir + "/" + name + ".out", dir + "/" + name + ".err");
   }
 
   /// coloc-train's JSON line of job `name` (after it ended).
@@ -405,6 +423,10 @@ struct Node {
 };
 
 std::string label(const json& r) {
+  if (r.contains("pattern"))
+    return "async (" + fmt("%.0f", r.value("kernels_per_iter", 0.0)) + " kernels per " + fmt("%.0f", r.value("step_ms", 0.0)) +
+           " ms, " + fmt("%.0f", r.value("streams", 0.0)) + " streams, synchronized every " +
+           fmt("%.0f", r.value("sync_every", 0.0)) + ")";
   return r.value("lucid", "?") + " (" + fmt("%.0f", r["gpu_util"].get<double>()) + "% of " +
          fmt("%.1f", r["iter_ms"].get<double>()) + " ms)";
 }

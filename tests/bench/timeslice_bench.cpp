@@ -3,7 +3,11 @@
 // (`coloc run --sim -- interpose_client init ctx 0 spin kernel 2000000 SECONDS 10 0`: coloc_spin
 // kernels of 2 ms, in batches of 10, each batch synchronized), run in turn at each quantum
 // (default 50, 100 and 500 ms, equal weights), then once with weights 2:1:1 at 100 ms
-// (`--weights-all`: at every quantum). From each run's trace (slices joined by pid, device and
+// (`--weights-all`: at every quantum); then, at 50 ms, the same three jobs with real training's
+// launch pattern (`async`: coloc-train --pattern async --streams 2 --sync-every 4, mixed kernels
+// queued ahead of the device) and with mixed durations queued in one burst (`mixed`: 9 kernels of
+// 20 us then one of 20 ms, 1.2 s of device time per job, synchronized only at the end;
+// `--patterns` picks them). From each run's trace (slices joined by pid, device and
 // launch_id into kernels; a *run* is consecutive kernels of one pid):
 //
 //   idle      share of the wall time, from the first kernel to the end of the first job to end
@@ -306,11 +310,33 @@ struct Node {
   }
 };
 
+/// What each job runs: `spin` (interpose_client spin: 2 ms kernels in synchronized batches of
+/// 10), `async` (coloc-train --pattern async --streams 2 --sync-every 4: a training pass of mixed
+/// kernels queued ahead of the device on two streams, the host synchronizing every 4 iterations)
+/// or `mixed` (interpose_client burst: 9 kernels of 20 us then one of 20 ms, queued without a
+/// synchronize until the end; `seconds` of device time per job).
 struct Spec {
   int quantum_ms;
   std::vector<int> weights;
   double seconds;
+  std::string work = "spin";
 };
+
+/// The command of one job of `s` (its coloc run options come before).
+std::vector<std::string> job_command(const Node& n, const Spec& s, const std::string& name) {
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%g", s.seconds);
+  if (s.work == "async")
+    return {n.build + "/bin/coloc-train", "--pattern", "async", "--streams", "2", "--sync-every", "4",
+            "--duration", secs, "--job", name};
+  if (s.work == "mixed") {
+    // 10 launches are 20.18 ms of device time: seconds / 20.18 ms rounds of them.
+    const int count = 10 * std::max(1, int(s.seconds / 0.02018 + 0.5));
+    return {n.build + "/tests/bin/interpose_client", "init", "ctx", "0", "burst", "kernel", std::to_string(count),
+            "20000,20000,20000,20000,20000,20000,20000,20000,20000,20000000", "0", "0", "0"};
+  }
+  return {n.build + "/tests/bin/interpose_client", "init", "ctx", "0", "spin", "kernel", "2000000", secs, "10", "0"};
+}
 
 json run_one(const Node& n, const Spec& s, int index) {
   const std::string q = std::to_string(s.quantum_ms) + "ms";
@@ -326,10 +352,8 @@ json run_one(const Node& n, const Spec& s, int index) {
     names.push_back("ts" + std::to_string(index) + "-" + std::string(1, char('a' + i)));
     std::vector<std::string> a = {n.build + "/bin/coloc", "run", "--sim", "--job", names.back()};
     if (s.weights[i] != 1) a.insert(a.end(), {"--weight", std::to_string(s.weights[i])});
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%g", s.seconds);
-    a.insert(a.end(), {"--", n.build + "/tests/bin/interpose_client", "init", "ctx", "0", "spin", "kernel", "2000000",
-                       secs, "10", "0"});
+    a.push_back("--");
+    for (const std::string& c : job_command(n, s, names.back())) a.push_back(c);
     std::vector<std::string> e = n.cli_env();
     e.push_back("SIMGPU_TRACE=" + trace);
     procs.push_back(spawn(a, e, n.dir + "/" + names.back() + ".out"));
@@ -340,7 +364,7 @@ json run_one(const Node& n, const Spec& s, int index) {
       die("job " + names[i] + " exited " + std::to_string(rc) + ": " + read_file(n.dir + "/" + names[i] + ".out"));
   std::vector<double> expected;
   for (int w : s.weights) expected.push_back(double(w) / double(weight_sum));
-  json r = {{"quantum_ms", s.quantum_ms}, {"weights", s.weights}, {"seconds", s.seconds}};
+  json r = {{"work", s.work}, {"quantum_ms", s.quantum_ms}, {"weights", s.weights}, {"seconds", s.seconds}};
   r.update(analyse(kernels(trace), pids, expected));
   r["daemon"] = drains(read_file(n.log), log_at);
   return r;
@@ -358,6 +382,7 @@ int main(int argc, char** argv) {
   std::string build = "build", out = "build/bench/timeslice.json";
   double seconds = 10, weight_seconds = 10;
   bool weights_all = false;
+  std::vector<std::string> patterns = {"async", "mixed"};  // rows at 50 ms beside the spin rows
   std::vector<int> quanta = {50, 100, 500};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -371,13 +396,21 @@ int main(int argc, char** argv) {
     else if (a == "--out") out = v;
     else if (a == "--seconds") seconds = std::atof(v.c_str());
     else if (a == "--weight-seconds") weight_seconds = std::atof(v.c_str());
-    else if (a == "--quanta") {
+    else if (a == "--patterns") {
+      patterns.clear();
+      std::istringstream in(v);
+      for (std::string x; std::getline(in, x, ',');) {
+        if (x != "async" && x != "mixed" && x != "none") die("--patterns: async, mixed or none, not " + x);
+        if (x != "none") patterns.push_back(x);
+      }
+    } else if (a == "--quanta") {
       quanta.clear();
       std::istringstream in(v);
       for (std::string x; std::getline(in, x, ',');) quanta.push_back(std::atoi(x.c_str()));
     } else {
       die("unknown option " + a +
-          " (--build DIR --out FILE --seconds S --weight-seconds S --quanta 50,100,500 --weights-all)");
+          " (--build DIR --out FILE --seconds S --weight-seconds S --quanta 50,100,500 --weights-all "
+          "--patterns async,mixed|none)");
     }
   }
   char* abs = ::realpath(build.c_str(), nullptr);
@@ -405,7 +438,9 @@ int main(int argc, char** argv) {
   for (int q : quanta) specs.push_back({q, {1, 1, 1}, seconds});
   for (int q : quanta)
     if (weights_all || q == 100) specs.push_back({q, {2, 1, 1}, weight_seconds});
-  std::printf("timeslice_bench: 3 GPU-bound jobs (2 ms kernels in batches of 10) on one simgpu device, quanta %s ms%s\n",
+  for (const std::string& p : patterns) specs.push_back({50, {1, 1, 1}, p == "mixed" ? 1.2 : seconds / 2, p});
+  std::printf("timeslice_bench: 3 GPU-bound jobs (2 ms kernels in batches of 10) on one simgpu device, quanta %s ms%s;"
+              " then async and mixed launch patterns at 50 ms\n",
               [&] {
                 std::string s;
                 for (int q : quanta) s += (s.empty() ? "" : "/") + std::to_string(q);
@@ -422,7 +457,7 @@ int main(int argc, char** argv) {
   std::string cleanup = "rm -rf '" + n.dir + "'";
   if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "timeslice_bench: could not remove %s\n", n.dir.c_str());
 
-  std::printf("  %7s %7s %6s %7s %9s %9s %8s %8s %8s %8s %14s %8s %7s\n", "quantum", "weights", "idle", "in hand", "hand p50",
+  std::printf("  %6s %7s %7s %6s %7s %9s %9s %8s %8s %8s %8s %14s %8s %7s\n", "work", "quantum", "weights", "idle", "in hand", "hand p50",
               "hand p99", "hand max", "handovrs", "run p50", "drain99", "shares", "err pts", "rounds");
   for (const json& r : runs) {
     std::string shares;
@@ -431,8 +466,8 @@ int main(int argc, char** argv) {
       std::snprintf(b, sizeof b, "%s%.2f", shares.empty() ? "" : "/", j["share"].get<double>());
       shares += b;
     }
-    std::printf("  %5dms %7s %5.1f%% %6.1f%% %7.2fms %7.2fms %6.1fms %8zu %6.1fms %6.1fms %14s %8.1f %7.1f%s\n",
-                r["quantum_ms"].get<int>(), weights_str(r["weights"]).c_str(), r["idle_share"].get<double>() * 100,
+    std::printf("  %6s %5dms %7s %5.1f%% %6.1f%% %7.2fms %7.2fms %6.1fms %8zu %6.1fms %6.1fms %14s %8.1f %7.1f%s\n",
+                r["work"].get<std::string>().c_str(), r["quantum_ms"].get<int>(), weights_str(r["weights"]).c_str(), r["idle_share"].get<double>() * 100,
                 r["idle_in_handovers_share"].get<double>() * 100, r["handover_ms_p50"].get<double>(),
                 r["handover_ms_p99"].get<double>(), r["handover_ms_max"].get<double>(),
                 r["handovers"].get<size_t>(), r["run_ms_median"].get<double>(),
@@ -447,7 +482,9 @@ int main(int argc, char** argv) {
   std::printf("  goals: idle < 3%% at 100 ms, handover p50 <= 5 ms and p99 <= 50 ms, shares within 5 points (%.0f s)\n", took);
   json j{{"benchmark", "timeslice"},
          {"what", "3 GPU-bound jobs (interpose_client spin: coloc_spin 2 ms kernels, batches of 10) under coloc run on "
-                  "one simgpu device in timeslice mode, judged from SIMGPU_TRACE (slices joined into kernels by pid "
+                  "one simgpu device in timeslice mode (work spin), and at 50 ms with real training's launch pattern (work async: "
+                  "coloc-train --pattern async --streams 2 --sync-every 4) and mixed durations queued in one burst (work "
+                  "mixed: 9 x 20 us then 1 x 20 ms, synchronized at the end), judged from SIMGPU_TRACE (slices joined into kernels by pid "
                   "and launch_id; a run is consecutive kernels of one pid). idle_share: time with no kernel, from the "
                   "first kernel to the first job's last; handover: gaps between runs of different jobs; shares: "
                   "device time while all three ran, against weight / sum; daemon: colocd's own drain times"},
