@@ -23,11 +23,13 @@
 // What the rule gives up: a process whose new work ended before another's high-water mark (its
 // intervals interleave with the other's between two looks) is counted only beyond the mark, so a
 // job's figure can fall short of the true union by what interleaves within one look's interval
-// (looks every 100 ms: the sampling timer), and a completion whose busy_until was stored but not
+// (colocd looks at every scheduler tick, every 1 ms while a device is contended, and on its
+// 100 ms sampling timer), and a completion whose busy_until was stored but not
 // yet added at a look is counted, at the next, only beyond the mark. It never counts more.
 //
-// Pure: no clock (every call takes `now`), no pages; the engine feeds it each client's figures on
-// its sampling timer, and a departing client's last figures before it forgets it. Single-threaded.
+// Pure: no clock (every call takes `now`), no pages; the engine feeds it each client's figures at
+// each scheduler tick and on its sampling timer, and a departing client's last figures before it
+// forgets it. Single-threaded.
 #pragma once
 
 #include <cstdint>

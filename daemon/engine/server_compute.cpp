@@ -44,6 +44,10 @@ void Server::compute_tick(Nanos t) {
   }
   // One pass over the clients' stats pages per tick.
   const auto usages = gates_.usages();
+  // Device time too: the more often it looks, the less of two processes' interleaved work falls
+  // behind the job's high-water mark (compute/device_time.h); every 1 ms while a device is
+  // contended, else on the sampling timer.
+  look_device_time(t);
   std::vector<std::pair<broker::JobSerial, broker::Uuid>> present;
   present.reserve(usages.size());
   for (const auto& [key, u] : usages) present.push_back(key);
