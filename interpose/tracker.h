@@ -47,8 +47,11 @@
 //     5 ms kernels, which no handover could take back).
 //   - The learned cost. In flight x the cost per launch must stay within the window. The cost is
 //     learned per completion as a high estimate: it rises at once to a higher observation and
-//     falls a quarter of the way to a lower one per completion (an EWMA would let a phase of long
-//     kernels after short ones overrun the window by their ratio until it caught up).
+//     falls only once per 100 ms of the job's device time, a quarter of the way to that span's
+//     highest observation (an EWMA would let a phase of long kernels after short ones overrun the
+//     window by their ratio until it caught up; a fall per completion let real training's runs of
+//     cheap kernels bring it to tens of µs, and a whole iteration with its long kernels then fit
+//     the window: 400 launches, ~100 ms, at a 12.5 ms window).
 //   - The age of the oldest unfinished work. While a mark is in flight, the device has been on
 //     the slot's oldest unfinished work since max(the last completion, that mark's first launch);
 //     once that is longer than the window, nothing more goes until a completion, whatever the

@@ -29,9 +29,20 @@ struct WindowBound {
   /// completions' round trips (the bound doubles per completion).
   static constexpr uint64_t kStaleNs = 1'000'000'000;
 
+  /// How much of the job's device time on the device the learned cost holds before it may fall:
+  /// 100 ms (the default quantum). Real training mixes kernels of tens of µs with a few of
+  /// milliseconds (coloc-train --pattern async: 5% of its launches are 1–4 ms); a cost that fell
+  /// per completion, after a run of cheap ones, let a job queue a whole iteration behind its window
+  /// and overrun its turn by it. Per span, a span's work holds its long kernels too.
+  static constexpr uint64_t kFallSpanNs = 100'000'000;
+
   /// Device time per launch (ns): a high estimate, which rises at once to a higher observation and
-  /// falls a quarter of the way to a lower one per completion; 0 = not known.
+  /// falls, once per kFallSpanNs of device time, a quarter of the way to that span's highest
+  /// observation; 0 = not known.
   uint64_t per_launch_ns = 0;
+  /// The span in progress: its device time (ns) and its highest observation (ns per launch).
+  uint64_t span_busy_ns = 0;
+  uint64_t span_max_ns = 0;
   /// Launches allowed in flight (the slow start: kFirstLaunches, grown by the launches each
   /// completion covers, so it doubles per round trip of the work in flight, as TCP's slow start
   /// does per round trip: growing it faster, say doubling per completion when each mark covers a
@@ -46,6 +57,7 @@ struct WindowBound {
   void launch(uint64_t now, bool idle) {
     if (idle && last_active_ns && now > last_active_ns && now - last_active_ns > kStaleNs) {
       per_launch_ns = 0;
+      span_busy_ns = span_max_ns = 0;
       allowed = kFirstLaunches;
     }
     last_active_ns = now;
@@ -58,7 +70,12 @@ struct WindowBound {
     uint64_t per = busy_ns / launches;
     if (per == 0) per = 1;
     if (per >= per_launch_ns) per_launch_ns = per;
-    else per_launch_ns -= (per_launch_ns - per) / 4;
+    if (per > span_max_ns) span_max_ns = per;
+    span_busy_ns += busy_ns;
+    if (span_busy_ns >= kFallSpanNs) {
+      if (span_max_ns < per_launch_ns) per_launch_ns -= (per_launch_ns - span_max_ns) / 4;
+      span_busy_ns = span_max_ns = 0;
+    }
     allowed = allowed + launches < kMaxAllowed ? allowed + launches : kMaxAllowed;
   }
 

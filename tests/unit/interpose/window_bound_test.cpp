@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 
 using namespace coloc::interpose;
@@ -55,16 +56,40 @@ TEST_CASE("window bound: the learned cost bounds the launches in flight to the w
   CHECK_FALSE(b.over(100, 0, 0, 0));      // window 0: no bound
 }
 
-TEST_CASE("window bound: a higher cost is taken at once, a lower one a quarter of the way per completion") {
+TEST_CASE("window bound: a higher cost is taken at once, a lower one only per span of device time, a quarter of the way to the span's highest") {
   WindowBound b;
   b.completed(kMs, 10, 10 * 20'000);  // 20 us a launch
   CHECK(b.per_launch_ns == 20'000);
   b.completed(2 * kMs, 1, 20 * kMs);  // then a 20 ms kernel: at once
   CHECK(b.per_launch_ns == 20 * kMs);
-  b.completed(3 * kMs, 10, 10 * 20'000);
-  CHECK(b.per_launch_ns == 20 * kMs - (20 * kMs - 20'000) / 4);
-  // Not an average: after one short mark the window still holds one long kernel, not 600 short ones.
+  // Cheap work after it: the cost holds until the span's device time is done (20 ms + 79 x 1 ms).
+  for (int i = 0; i < 79; ++i) b.completed(3 * kMs, 50, 50 * 20'000);
+  CHECK(b.per_launch_ns == 20 * kMs);
+  // Not an average: the window still holds one long kernel, not 600 short ones.
   CHECK(b.over(1, 0, 0, kWindow));
+  b.completed(3 * kMs, 50, 50 * 20'000);  // the span's 100 ms: a quarter of the way to its highest (20 ms)
+  CHECK(b.per_launch_ns == 20 * kMs);
+  // A span of cheap work only: a quarter of the way down.
+  for (int i = 0; i < 100; ++i) b.completed(4 * kMs, 50, 50 * 20'000);
+  CHECK(b.per_launch_ns == 20 * kMs - (20 * kMs - 20'000) / 4);
+}
+
+TEST_CASE("window bound: mixed training work (80% 30 us, 15% 250 us, 5% 2.5 ms) keeps the learned cost near its long kernels") {
+  // Marks of a few launches each, as the tracker places them: most cover only cheap kernels.
+  WindowBound b;
+  uint64_t now = kMs;
+  const uint64_t costs[20] = {30'000, 30'000, 30'000, 250'000, 30'000, 30'000, 30'000, 30'000, 2'500'000, 30'000,
+                              30'000, 250'000, 30'000, 30'000, 30'000, 30'000, 30'000, 250'000, 30'000, 30'000};
+  uint64_t low = UINT64_MAX;
+  for (int round = 0; round < 200; ++round)
+    for (uint64_t c : costs) {
+      b.completed(now += c, 1, c);
+      if (round > 0) low = std::min(low, b.per_launch_ns);
+    }
+  // A per-completion fall reached ~30 us after the seven cheap marks in a row: 12.5 ms / 30 us let
+  // 400 launches (a whole iteration, ~100 ms of device time) in flight. Per span it stays at 2.5 ms.
+  CHECK(low == 2'500'000);
+  CHECK(b.over(6, 0, 0, kWindow));
 }
 
 TEST_CASE("window bound: the oldest unfinished work's age past the window stops launches whatever the estimate") {
