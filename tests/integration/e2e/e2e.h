@@ -197,6 +197,17 @@ class Node {
 };
 
 /// Waits up to `timeout` for `p` to exit; fails the test with its output when it does not exit 0.
+/// `coloc run --job NAME -- coloc-train --pattern async ARGS... --duration SECONDS --job NAME` on
+/// `n`, traced to its trace.csv (SIMGPU_TRACE): real training's launch pattern
+/// (tools/workload/pattern.cpp), for the compute-sharing cases.
+inline std::unique_ptr<Proc> train_async(const Node& n, const std::string& name, const std::vector<std::string>& args,
+                                         const std::string& seconds) {
+  std::vector<std::string> cmd = {coloc_train(), "--pattern", "async"};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  for (const std::string& a : {std::string("--duration"), seconds, std::string("--job"), name}) cmd.push_back(a);
+  return n.run({"--job", name}, cmd, {{"SIMGPU_TRACE", n.file("trace.csv")}});
+}
+
 inline ProcResult finish(Proc& p, std::chrono::milliseconds timeout = 60s) {
   ProcResult r = p.wait(timeout);
   INFO(describe(r));

@@ -135,10 +135,7 @@ TEST_CASE("first burst: two coloc-train --pattern async jobs of 250 kernels an i
   set_timeslice(n);
   std::vector<std::unique_ptr<Proc>> jobs;
   for (const char* name : {"ta", "tb"})
-    jobs.push_back(n.run({"--job", name},
-                         {coloc_train(), "--pattern", "async", "--kernels", "250", "--streams", "1", "--sync-every",
-                          "4", "--duration", "2.5", "--job", name},
-                         {{"SIMGPU_TRACE", n.file("trace.csv")}}));
+    jobs.push_back(train_async(n, name, {"--kernels", "250", "--streams", "1", "--sync-every", "4"}, "2.5"));
   for (auto& j : jobs) {
     ProcResult r = finish(*j, 90s);
     REQUIRE_MESSAGE(r.exit_code == 0, describe(r));

@@ -82,10 +82,7 @@ TEST_CASE("timeslice: two jobs with real training's launch pattern (coloc-train 
   set_timeslice(n);
   std::vector<std::unique_ptr<Proc>> jobs;
   for (const char* name : {"aa", "ab"})
-    jobs.push_back(n.run({"--job", name},
-                         {coloc_train(), "--pattern", "async", "--streams", "2", "--sync-every", "4", "--duration", "2.5",
-                          "--job", name},
-                         {{"SIMGPU_TRACE", n.file("trace.csv")}}));
+    jobs.push_back(train_async(n, name, {"--streams", "2", "--sync-every", "4"}, "2.5"));
   for (auto& j : jobs) {
     ProcResult r = finish(*j, 90s);
     REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
