@@ -86,8 +86,9 @@ TEST_CASE("window bound: mixed training work (80% 30 us, 15% 250 us, 5% 2.5 ms) 
       b.completed(now += c, 1, c);
       if (round > 0) low = std::min(low, b.per_launch_ns);
     }
-  // A per-completion fall reached ~30 us after the seven cheap marks in a row: 12.5 ms / 30 us let
-  // 400 launches (a whole iteration, ~100 ms of device time) in flight. Per span it stays at 2.5 ms.
+  // A per-completion fall (the rule before) came down to 89 us before the next 2.5 ms kernel: 12.5 ms
+  // / 89 us let 140 launches in flight, about 26 ms of this mix, twice the window. Per span the
+  // cost stays at 2.5 ms.
   CHECK(low == 2'500'000);
   CHECK(b.over(6, 0, 0, kWindow));
 }
