@@ -51,7 +51,7 @@
 //     highest observation (an EWMA would let a phase of long kernels after short ones overrun the
 //     window by their ratio until it caught up; a fall per completion let real training's runs of
 //     cheap kernels bring it to tens of µs, and a whole iteration with its long kernels then fit
-//     the window: 400 launches, ~100 ms, at a 12.5 ms window).
+//     a 12.5 ms window: coloc-train --pattern async --kernels 250, ~100 ms of device time).
 //   - The age of the oldest unfinished work. While a mark is in flight, the device has been on
 //     the slot's oldest unfinished work since max(the last completion, that mark's first launch);
 //     once that is longer than the window, nothing more goes until a completion, whatever the
