@@ -65,6 +65,13 @@ struct Broker::Decision {
   std::vector<Bytes> grants;  ///< admission: per device, in request order
   FullContext full;           ///< kNoRoom: what stopped it
   bool device_short = false;  ///< kNoRoom: a device (not only the user cap) lacks room
+  /// kGrant of an admission: the devices where it goes ahead of the head of the queue (backfill).
+  struct Pass {
+    uint32_t device;
+    uint64_t head;  ///< the head's arrival number
+    BackfillCheck check;
+  };
+  std::vector<Pass> backfill;
 };
 
 Broker::Broker(BrokerConfig config, const MemoryPolicy& policy) : config_(config), policy_(policy) {
@@ -365,7 +372,16 @@ Broker::Decision Broker::decide_attach(Client& c, const std::vector<AttachNeed>&
     const Bytes extra_target = sat_sub(std::max(reserved, granted + target), cur);
     const Bytes extra_exact = sat_sub(std::max(reserved, granted + req), cur);
     Bytes room = available(dev);
-    if ((holding() && extra_exact > 0) || (!queued && extra_exact > 0 && waits_ahead(dev, me, 0, 0))) room = 0;
+    if (holding() && extra_exact > 0) room = 0;
+    if (!holding() && !queued && extra_exact > 0 && waits_ahead(dev, me, 0, 0)) {
+      // Behind a request that waits on the device: only backfill lets it in now (pump() looks at
+      // queued ones the same way).
+      const Waiter* head = head_waiter(dev);
+      const BackfillCheck bf = head ? check_backfill(dev, *head, growth_waits_ahead(dev, me), job, n, extra_exact, now)
+                                    : BackfillCheck{};
+      if (bf.ahead && extra_exact <= room) d.backfill.push_back({dev, head->order, bf});
+      else room = 0;
+    }
     if (extra_target > room) all_room_target = false;
     if (extra_exact > room) {
       all_room_exact = false;
@@ -389,6 +405,7 @@ Broker::Decision Broker::decide_attach(Client& c, const std::vector<AttachNeed>&
     d.grants = std::move(exact);
     return d;
   }
+  d.backfill.clear();
   d.kind = Decision::Kind::kNoRoom;
   d.full.over_user_cap = user_extra_need > user_room;
   d.full.can_ever_fit_user_cap = !config_.max_per_user || user_extra_need <= *config_.max_per_user;
@@ -445,6 +462,7 @@ void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<AttachNeed>
       const auto [reserved, source] = footprint_for(limit_on(job, dev), devs[i].estimate, job.estimate, d);
       set_job_device(job, dev, reserved, jd.granted);
       jd.source = source;
+      jd.expected_end = devs[i].run > 0 ? sat_add(now, devs[i].run) : kNever;
       event(Event::Kind::kAdmitted, job, now, dev);
       log::limited(log::get("broker"), spdlog::level::info, "admitted uid " + std::to_string(c.uid),
                    "job {} admitted on {} (reservation {} from {}, waited {:.3f} s)", job.key.str(), d.uuid.str(),
@@ -487,7 +505,8 @@ bool Broker::park(Client& c, Waiter w, Nanos now) {
   w.client = c.id;
   w.job = job.serial;
   w.since = now;
-  w.deadline = sat_add(now, job.wait_timeout);
+  const Nanos timeout = w.admission ? job.admission_wait_timeout : job.wait_timeout;
+  w.deadline = timeout ? sat_add(now, timeout) : kNever;
   std::optional<uint32_t> dev;
   if (!w.admission) dev = c.slots[w.slot].device;
   else dev = w.devices.front().device;
@@ -519,7 +538,7 @@ void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> re
       if (w.client == id && w.admission)
         for (const AttachNeed& n : w.devices) bad |= n.device == dev;
     for (const AttachNeed& n : devs) bad |= n.device == dev;
-    devs.push_back({dev, std::min(r.request, devices_[dev].capacity), r.cap, r.estimate});
+    devs.push_back({dev, std::min(r.request, devices_[dev].capacity), r.cap, r.estimate, r.run});
   }
   if (bad) {
     refuse(c, seq, Reply::Kind::kAttach, 0, Reason::kBadRequest, 0, std::nullopt, 0, now);
@@ -532,6 +551,7 @@ void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> re
   Decision d = decide_attach(c, devs, now, false);
   if (d.kind == Decision::Kind::kGrant) {
     grant_attach(c, seq, devs, d.grants, 0, now);
+    for (const Decision::Pass& p : d.backfill) note_backfill(p.device, p.head, job_of(c), p.check, now);
     return;
   }
   Bytes total = 0;
@@ -680,7 +700,17 @@ void Broker::pump(Nanos now) {
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return policy_.before(view_of(waiters_[a]), view_of(waiters_[b])); });
-  std::vector<char> blocked(devices_.size(), 0);
+  // Per device: a request ahead waits there (nothing behind takes memory there, but by backfill),
+  // the first of them (the head), and whether a growth request is among them.
+  std::vector<char> blocked(devices_.size(), 0), growth_blocked(devices_.size(), 0);
+  std::vector<size_t> head_of(devices_.size(), 0);
+  auto block = [&](size_t i, const std::vector<uint32_t>& devs) {
+    for (uint32_t dev : devs) {
+      if (!blocked[dev]) head_of[dev] = i;
+      blocked[dev] = 1;
+      growth_blocked[dev] |= !waiters_[i].admission;
+    }
+  };
   std::vector<char> done(waiters_.size(), 0);
   for (size_t i : order) {
     Waiter& w = waiters_[i];
@@ -692,17 +722,32 @@ void Broker::pump(Nanos now) {
       devs.push_back(c.slots[w.slot].device);
     bool is_blocked = false;
     for (uint32_t dev : devs) is_blocked |= blocked[dev] != 0;
+    std::vector<Decision::Pass> passes;
     if (is_blocked) {
-      for (uint32_t dev : devs) blocked[dev] = 1;
-      continue;
+      // Only an admission the backfill rule lets ahead of the head on every device where one waits.
+      bool ahead = w.admission && !holding();
+      for (size_t k = 0; ahead && k < w.devices.size(); ++k) {
+        const AttachNeed& n = w.devices[k];
+        if (!blocked[n.device]) continue;
+        const Bytes extra = extra_need(w, n.device);
+        // Within what its job holds there already: it takes nothing from the head.
+        if (extra == 0 && config_.backfill == backfill::Mode::kEasy) continue;
+        const BackfillCheck bf = check_backfill(n.device, waiters_[head_of[n.device]], growth_blocked[n.device] != 0,
+                                                job_of(c), n, extra, now);
+        ahead = bf.ahead;
+        passes.push_back({n.device, waiters_[head_of[n.device]].order, bf});
+      }
+      if (!ahead) {
+        block(i, devs);
+        continue;
+      }
     }
     Decision d = w.admission ? decide_attach(c, w.devices, now, true) : decide_grow(c, w.slot, w.need, now, true);
     Job& job = job_of(c);
     const Nanos waited = now - w.since;
     if (d.kind == Decision::Kind::kNoRoom) {
       w.device_short = d.device_short || !d.full.over_user_cap;
-      if (w.device_short)
-        for (uint32_t dev : devs) blocked[dev] = 1;
+      if (w.device_short) block(i, devs);
       continue;
     }
     done[i] = 1;
@@ -715,6 +760,7 @@ void Broker::pump(Nanos now) {
     }
     if (w.admission) {
       grant_attach(c, w.seq, w.devices, d.grants, waited, now);
+      for (const Decision::Pass& p : passes) note_backfill(p.device, p.head, job, p.check, now);
     } else {
       if (d.grant > c.slots[w.slot].grant) {
         write_grant(c, w.slot, d.grant);

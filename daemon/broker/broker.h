@@ -81,6 +81,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "broker/backfill.h"
 #include "broker/memory_policy.h"
 #include "broker/outside.h"
 #include "broker/types.h"
@@ -90,7 +91,12 @@ namespace coloc::broker {
 
 struct BrokerConfig {
   Bytes grant_step = 64ull << 20;              ///< grants move in multiples of this (> 0)
-  Nanos default_wait_timeout = 300'000'000'000;  ///< COLOC_WAIT_TIMEOUT default: 300 s
+  Nanos default_wait_timeout = 300'000'000'000;  ///< COLOC_WAIT_TIMEOUT default for growth: 300 s
+  /// How long an admission waits when its job sets no COLOC_WAIT_TIMEOUT (ns); 0 = for ever (the
+  /// job has started nothing on the device, and a queue's estimated start may be hours away).
+  Nanos admission_wait_timeout = 0;
+  /// EASY backfill of admissions past the head of a device's queue (backfill.h), or strict order.
+  backfill::Mode backfill = backfill::Mode::kEasy;
   double headroom_fraction = 0.02;             ///< of each device's capacity, unless headroom_bytes
   std::optional<Bytes> headroom_bytes;         ///< absolute headroom per device
   std::optional<Bytes> max_per_user;           ///< cap on one user's commitments over all devices
@@ -126,6 +132,10 @@ struct Device {
   bool processes_ours = false;
   bool capacity_measured = false;  ///< capacity is colocd's own reading (NVML)
   bool capacity_open = false;      ///< no process is attached: the next client's word sets it
+  /// What the device promised the head of its queue when the first admission went ahead of it
+  /// (backfill.h): the earliest finite shadow time of those backfills. Stale once that head is
+  /// served; an overrun stops backfill there until then.
+  backfill::Promise promise;
 };
 
 /// A job's standing on one device.
@@ -147,6 +157,12 @@ struct JobDevice {
   /// processes' stable predictions, as set_prediction last saw it. Shown, and the reservation when
   /// nothing of higher precedence set one.
   Bytes predicted = 0;
+  /// When the job is expected to end (ns): admission + the median time from admission to end of
+  /// its fingerprint's clean runs on the device's model (AttachNeed::run); kNever = not known.
+  Nanos expected_end = kNever;
+  /// It was admitted ahead of the head of the device's queue (backfill.h), and how.
+  bool backfilled = false;
+  backfill::Verdict backfill_verdict = backfill::Verdict::kWouldDelay;
 };
 
 struct Job {
@@ -156,6 +172,9 @@ struct Job {
   OnFull on_full = OnFull::kWait;
   Bytes limit = kNoLimit;
   Nanos wait_timeout = 0;
+  /// How long its admissions wait (ns; 0 = for ever): its own COLOC_WAIT_TIMEOUT, else
+  /// BrokerConfig::admission_wait_timeout when it started.
+  Nanos admission_wait_timeout = 0;
   uint64_t age = 0;
   Nanos started = 0;
   std::map<uint32_t, JobDevice> devices;  ///< by device index
@@ -240,6 +259,7 @@ struct AttachNeed {
   Bytes request = 0;
   Bytes cap = kNoLimit;
   Bytes estimate = 0;
+  Nanos run = 0;  ///< AttachRequest::run
 };
 
 struct Waiter {
@@ -537,6 +557,23 @@ class Broker {
   /// What the policy sees of `w`: its job's priority, arrival order, admission, reservation.
   WaiterView view_of(const Waiter& w) const;
   bool waits_ahead(uint32_t device, const WaiterView& me, ClientId except_client, uint32_t except_seq) const;
+  /// True when a growth request of a running job waits on `device` ahead of `me` in the policy's order.
+  bool growth_waits_ahead(uint32_t device, const WaiterView& me) const;
+  /// The backfill rule (backfill.h) for an admission of `job` on `dev` that needs `extra` more
+  /// bytes committed there (`need`: its footprint there and whether it is known, its expected run)
+  /// past `head`, the request first in line there. `growth_ahead`: a growth request waits ahead of
+  /// it there (then it never goes ahead). Never lets anything ahead with backfill off, while
+  /// holding after a restart, or once the device's promise to that head is overrun.
+  struct BackfillCheck {
+    bool ahead = false;
+    backfill::Verdict verdict = backfill::Verdict::kWouldDelay;
+    backfill::Shadow shadow;
+  };
+  BackfillCheck check_backfill(uint32_t dev, const Waiter& head, bool growth_ahead, const Job& job, const AttachNeed& need,
+                               Bytes extra, Nanos now) const;
+  /// `job` went ahead of the head (its arrival number `head`) on `dev` as `check` said: marks its
+  /// standing there and keeps the device's promise to that head (the earliest finite shadow time).
+  void note_backfill(uint32_t dev, uint64_t head, Job& job, const BackfillCheck& check, Nanos now);
   Decision decide_grow(Client& c, uint32_t slot, Bytes need, Nanos now, bool queued);
   Decision decide_attach(Client& c, const std::vector<AttachNeed>& devs, Nanos now, bool queued);
   void grant_attach(Client& c, uint32_t seq, const std::vector<AttachNeed>& devs,

@@ -108,6 +108,7 @@ ClientId Broker::add_client(const ClientSpec& spec, pages::ControlPage* control,
     j.on_full = spec.on_full;
     j.limit = spec.limit == 0 ? kNoLimit : spec.limit;
     j.wait_timeout = spec.wait_timeout ? spec.wait_timeout : config_.default_wait_timeout;
+    j.admission_wait_timeout = spec.wait_timeout ? spec.wait_timeout : config_.admission_wait_timeout;
     j.age = spec.age;
     j.started = now;
     jobs_.emplace(serial, std::move(j));

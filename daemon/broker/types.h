@@ -92,6 +92,10 @@ struct AttachRequest {
   /// The job's known footprint on the device from its run history (bytes; 0 = none): its
   /// reservation there at its first admission when it declares no limit (`--mem` comes first).
   Bytes estimate = 0;
+  /// The job's expected time from admission to end on the device, from its run history (ns; the
+  /// median of its fingerprint's clean runs there; 0 = not known): its expected end once admitted
+  /// (JobDevice::expected_end), which the backfill rule reads (backfill.h).
+  Nanos run = 0;
 };
 
 /// Where a job's reservation on a device comes from. Precedence: a declared limit (`--mem`, or a

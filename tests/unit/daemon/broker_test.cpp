@@ -119,39 +119,48 @@ TEST_CASE("broker: when a job's anchor dies first, its devices without a process
 }
 
 TEST_CASE("broker: admission releases in priority, then FIFO order") {
-  Bench b;
-  ClientId hog = b.add("hog", 70 * GiB);
-  b.attach(hog, {{1, 80 * GiB, 0}});
-  ClientId n1 = b.add("n1", 30 * GiB);
-  uint32_t s1 = b.attach(n1, {{1, 80 * GiB, 0}});
-  b.advance(1);
-  ClientId n2 = b.add("n2", 30 * GiB);
-  uint32_t s2 = b.attach(n2, {{1, 80 * GiB, 0}});
-  b.advance(1);
-  ClientId hi = b.add("hi", 30 * GiB, Priority::kHigh);
-  uint32_t sh = b.attach(hi, {{1, 80 * GiB, 0}});
-  b.advance(1);
-  ClientId be = b.add("be", 5 * GiB, Priority::kBestEffort);
-  uint32_t sb = b.attach(be, {{1, 80 * GiB, 0}});
-  // 10 GiB are free: the best-effort job would fit, but must not overtake the ones ahead of it.
-  CHECK(b.pending(s1));
-  CHECK(b.pending(s2));
-  CHECK(b.pending(sh));
-  CHECK(b.pending(sb));
-  b.remove(hog);  // 80 GiB free: high (30) first, then n1 (30); n2 (30) does not fit; be waits behind it
-  CHECK(b.granted(sh));
-  CHECK(b.granted(s1));
-  CHECK(b.pending(s2));
-  CHECK(b.pending(sb));
-  size_t ih = 0, i1 = 0;
-  for (size_t i = 0; i < b.replies.size(); ++i) {
-    if (b.replies[i].seq == sh) ih = i;
-    if (b.replies[i].seq == s1) i1 = i;
+  // Strict order (backfill off): nothing takes memory while a request ahead of it waits. With
+  // EASY backfill (the default) `be` goes ahead of them all: broker_backfill_test.cpp.
+  for (const bool easy : {false, true}) {
+    CAPTURE(easy);
+    BrokerConfig cfg = Bench::no_headroom();
+    cfg.backfill = easy ? backfill::Mode::kEasy : backfill::Mode::kOff;
+    Bench b(cfg);
+    ClientId hog = b.add("hog", 70 * GiB);
+    b.attach(hog, {{1, 80 * GiB, 0}});
+    ClientId n1 = b.add("n1", 30 * GiB);
+    uint32_t s1 = b.attach(n1, {{1, 80 * GiB, 0}});
+    b.advance(1);
+    ClientId n2 = b.add("n2", 30 * GiB);
+    uint32_t s2 = b.attach(n2, {{1, 80 * GiB, 0}});
+    b.advance(1);
+    ClientId hi = b.add("hi", 30 * GiB, Priority::kHigh);
+    uint32_t sh = b.attach(hi, {{1, 80 * GiB, 0}});
+    b.advance(1);
+    ClientId be = b.add("be", 5 * GiB, Priority::kBestEffort);
+    uint32_t sb = b.attach(be, {{1, 80 * GiB, 0}});
+    // 10 GiB are free: the best-effort job would fit. In strict order it must not overtake the ones
+    // ahead of it; with backfill it goes ahead, since the head (`hi`, 30) finds 50 GiB beyond its
+    // need once `hog` ends.
+    CHECK(b.pending(s1));
+    CHECK(b.pending(s2));
+    CHECK(b.pending(sh));
+    CHECK(b.pending(sb) == !easy);
+    b.remove(hog);  // 80 GiB free: high (30) first, then n1 (30); n2 (30) does not fit; be (strict) waits behind it
+    CHECK(b.granted(sh));
+    CHECK(b.granted(s1));
+    CHECK(b.pending(s2));
+    CHECK(b.pending(sb) == !easy);
+    size_t ih = 0, i1 = 0;
+    for (size_t i = 0; i < b.replies.size(); ++i) {
+      if (b.replies[i].seq == sh) ih = i;
+      if (b.replies[i].seq == s1) i1 = i;
+    }
+    CHECK(ih < i1);
+    b.remove(hi);
+    CHECK(b.granted(s2));
+    CHECK(b.granted(sb));
   }
-  CHECK(ih < i1);
-  b.remove(hi);
-  CHECK(b.granted(s2));
-  CHECK(b.granted(sb));
 }
 
 TEST_CASE("broker: a job on several devices is admitted on all of them or none") {
