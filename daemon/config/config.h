@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "broker/backfill.h"
 #include "broker/types.h"
 #include "compute/compute_policy.h"
 #include "util/result.h"
@@ -71,6 +72,8 @@ struct Config {
   std::string log_level = "info";
   broker::Bytes grant_step = 64ull << 20;
   broker::Nanos wait_timeout = 300'000'000'000;
+  broker::Nanos admission_timeout = 0;  ///< how long an admission waits (0 = for ever)
+  broker::backfill::Mode backfill = broker::backfill::Mode::kEasy;
   broker::Nanos sample_interval = 100'000'000;
   broker::Nanos resume_grace = 5'000'000'000;
   std::string watcher = "auto";  ///< auto | bpf | pidfd

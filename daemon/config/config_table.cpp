@@ -100,7 +100,7 @@ const Setting kSettings[] = {
    },
    [](const Config& c) { return format_bytes(c.grant_step); }},
   {"wait_timeout", "--wait-timeout", "a duration", "300s",
-   "How long a request waits for memory before it fails (a job's COLOC_WAIT_TIMEOUT wins)", true, true, kStr | kNum,
+   "How long a running job's request for more memory waits before it fails (a job's COLOC_WAIT_TIMEOUT wins)", true, true, kStr | kNum,
    "\"10m\"",
    [](Config& c, std::string_view t, const std::string& w) -> Result<void> {
      auto d = parse_duration(t, w);
@@ -109,6 +109,30 @@ const Setting kSettings[] = {
      return {};
    },
    [](const Config& c) { return format_duration(c.wait_timeout); }},
+  {"admission_timeout", "--admission-timeout", "a duration", "",
+   "How long a job waits for admission before it fails (\"\": for ever; a job's COLOC_WAIT_TIMEOUT wins)", true, true,
+   kStr | kNum, "\"2h\"",
+   [](Config& c, std::string_view t, const std::string& w) -> Result<void> {
+     if (t.empty()) {
+       c.admission_timeout = 0;
+       return {};
+     }
+     auto d = parse_duration(t, w);
+     if (!d) return d.error();
+     if (d.value() == 0) return invalid(w + ": must be more than 0 (\"\" waits for ever)");
+     c.admission_timeout = d.value();
+     return {};
+   },
+   [](const Config& c) { return c.admission_timeout ? format_duration(c.admission_timeout) : std::string(); }},
+  {"backfill", "--backfill", "easy or off", "easy",
+   "Admit a waiting job ahead of the first in line when it cannot delay that one's start (easy), or keep strict order (off)",
+   true, true, kStr, "\"off\"",
+   [](Config& c, std::string_view t, const std::string& w) -> Result<void> {
+     if (!broker::backfill::parse_mode(t, &c.backfill))
+       return invalid(w + ": '" + std::string(t) + "' is not one of easy, off");
+     return {};
+   },
+   [](const Config& c) { return std::string(broker::backfill::mode_name(c.backfill)); }},
   {"sample_interval", "--sample-interval", "a duration", "100ms",
    "How often the clients' stats pages and NVML are sampled (report timelines), at least 1ms", true, true, kStr | kNum,
    "\"250ms\"",

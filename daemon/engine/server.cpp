@@ -40,6 +40,8 @@ broker::BrokerConfig broker_config(const config::Config& c) {
   broker::BrokerConfig b;
   b.grant_step = c.grant_step;
   b.default_wait_timeout = c.wait_timeout;
+  b.admission_wait_timeout = c.admission_timeout;
+  b.backfill = c.backfill;
   b.headroom_fraction = c.headroom.fraction;
   b.headroom_bytes = c.headroom.bytes;
   b.max_per_user = c.max_per_user;

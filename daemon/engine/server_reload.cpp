@@ -130,6 +130,8 @@ void Server::reload_config() {
   if (level_changed) log::set_level(cfg_.log_level);
   broker::BrokerConfig b = broker_.config();
   b.default_wait_timeout = cfg_.wait_timeout;
+  b.admission_wait_timeout = cfg_.admission_timeout;
+  b.backfill = cfg_.backfill;
   b.headroom_fraction = cfg_.headroom.fraction;
   b.headroom_bytes = cfg_.headroom.bytes;
   b.max_per_user = cfg_.max_per_user;

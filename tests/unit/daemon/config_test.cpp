@@ -177,6 +177,21 @@ history = false
   e = apply_toml("metrics_listen = \"localhost\"\n", "f.toml", c);
   REQUIRE_FALSE(e.ok());
   CHECK(e.error().message().find("f.toml:1: metrics_listen: 'localhost' is not HOST:PORT") != std::string::npos);
+  // The queue's keys (issue 28).
+  e = apply_toml("headroom = \"3%\"\nbackfill = \"maybe\"\n", "f.toml", c);
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message() == "f.toml:2: backfill: 'maybe' is not one of easy, off");
+  CHECK(changed(before, c).empty());
+  e = apply_toml("admission_timeout = \"yesterday\"\n", "f.toml", c);
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message().find("f.toml:1: admission_timeout:") != std::string::npos);
+  e = apply_toml("admission_timeout = 0\n", "f.toml", c);
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message().find("f.toml:1: admission_timeout: must be more than 0") != std::string::npos);
+  CHECK(changed(before, c).empty());
+  REQUIRE(apply_toml("backfill = \"off\"\nadmission_timeout = \"2h\"\n", "f.toml", c).ok());
+  CHECK(c.backfill == coloc::broker::backfill::Mode::kOff);
+  CHECK(c.admission_timeout == 7200ull * 1'000'000'000);
 }
 
 TEST_CASE("config: an unknown key suggests the nearest one; a wrong type names the expected one") {
