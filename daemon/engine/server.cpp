@@ -607,8 +607,11 @@ void Server::on_message(Connection& c, const unsigned char* data, size_t len) {
         const proto::AttachDevice& d = m.body.attach.devices[i];
         reqs.push_back({broker::Uuid::from(d.device.uuid), d.device.capacity, d.device.physical_free, d.request});
         reqs.back().cap = d.cap == 0 ? broker::kNoLimit : d.cap;
-        if (const broker::Client* cl = broker_.find_client(id))
-          reqs.back().estimate = history_footprint(cl->job, reqs.back().uuid, d.device.capacity);
+        if (const broker::Client* cl = broker_.find_client(id)) {
+          const HistoryFootprint f = history_footprint(cl->job, reqs.back().uuid, d.device.capacity);
+          reqs.back().estimate = f.estimate;
+          reqs.back().run = f.run;
+        }
         // The device's own figures whenever colocd can read it: a client's are only its word.
         if (memory_reader_)
           if (auto mem = memory_reader_->memory(reqs.back().uuid)) {

@@ -105,9 +105,13 @@ class Server {
   // online prediction on the sampling timer.
   /// Remembers the job's history fingerprint from its first Register (a v9 client's env hash).
   void note_fingerprint(const broker::Job& job, const proto::RegisterMsg& r, uint16_t version, const std::string& command);
-  /// The job's known footprint on `uuid` from its history (bytes; 0 = none), remembering the
-  /// device's model for the run's record.
-  broker::Bytes history_footprint(broker::JobSerial job, const broker::Uuid& uuid, broker::Bytes capacity);
+  /// What the job's history says of it on `uuid`: its footprint (bytes; 0 = none) and its median
+  /// time from admission to end (ns; 0 = none). Remembers the device's model for the run's record.
+  struct HistoryFootprint {
+    broker::Bytes estimate = 0;
+    Nanos run = 0;
+  };
+  HistoryFootprint history_footprint(broker::JobSerial job, const broker::Uuid& uuid, broker::Bytes capacity);
   /// Reads every client's prediction (stats pages, layout 6) and gives each job's to the broker.
   void estimate_sample(Nanos t);
   /// Fills `ds` with the job's prediction on `dev` and where its reservation came from.

@@ -82,9 +82,10 @@ void Server::note_fingerprint(const broker::Job& job, const proto::RegisterMsg& 
   prints_.emplace(job.serial, std::move(p));
 }
 
-broker::Bytes Server::history_footprint(broker::JobSerial job, const broker::Uuid& uuid, broker::Bytes capacity) {
+Server::HistoryFootprint Server::history_footprint(broker::JobSerial job, const broker::Uuid& uuid,
+                                                   broker::Bytes capacity) {
   auto it = prints_.find(job);
-  if (it == prints_.end()) return 0;
+  if (it == prints_.end()) return {};
   std::string model;
   if (memory_reader_)
     if (auto m = memory_reader_->model(uuid)) model = *m;
@@ -92,13 +93,13 @@ broker::Bytes Server::history_footprint(broker::JobSerial job, const broker::Uui
   // of device still matches; a different kind with the same capacity is close enough).
   if (model.empty()) model = "capacity " + std::to_string(capacity);
   it->second.models[uuid] = model;
-  if (!history_) return 0;
+  if (!history_) return {};
   auto known = history_->lookup({it->second.uid, it->second.command_hash, it->second.env_hash, model});
-  if (!known) return 0;
+  if (!known) return {};
   log::limited(log::get("engine"), spdlog::level::info, "history uid " + std::to_string(it->second.uid),
                "job {}: its history ({} runs, p95 {} MiB) says {} MiB on {}", it->first, known->runs,
                known->p95 >> 20, known->estimate >> 20, uuid.str());
-  return known->estimate;
+  return {known->estimate, Nanos(known->run_ms) * 1'000'000};
 }
 
 void Server::estimate_sample(Nanos t) {
@@ -220,7 +221,7 @@ void Server::record_history(broker::JobSerial serial) {
     r.fp = {print.uid, print.command_hash, print.env_hash, model};
     r.command = print.command;
     r.ended_wall_ms = wall_now_ms();
-    r.duration_ms = uint64_t(run.duration / 1'000'000);
+    r.duration_ms = uint64_t(run.admitted_for / 1'000'000);
     r.exit_status = run.exit_status;
     r.end = run.killed ? history::RunEnd::kKilled : run.oom ? history::RunEnd::kOom : history::RunEnd::kClean;
     r.peak = peak;

@@ -82,12 +82,15 @@ std::string user_of(uint32_t uid) {
 
 Known known_of(const Entry& e) {
   std::vector<est::PastRun> past;
-  std::vector<uint64_t> peaks;
+  std::vector<uint64_t> peaks, clean_runs;
   for (const Run& r : e.runs) {
     past.push_back({r.peak, r.end != RunEnd::kClean});
     peaks.push_back(r.peak);
+    if (r.end == RunEnd::kClean) clean_runs.push_back(r.duration_ms);
   }
   Known k;
+  k.run_ms = est::percentile(clean_runs, 50);
+  k.lower_bound = clean_runs.empty();
   k.estimate = est::history_estimate(past).value_or(0);
   k.runs = uint32_t(e.runs.size());
   k.p50 = est::percentile(peaks, 50);
@@ -602,6 +605,8 @@ json HistoryStore::list(uint32_t caller_uid) const {
                                {"p50", k.p50},
                                {"p95", k.p95},
                                {"estimate", k.estimate},
+                               {"lower_bound", k.lower_bound},
+                               {"run_ms", k.run_ms},
                                {"last_ended_ms", last.ended_wall_ms},
                                {"last_exit_status", last.exit_status ? json(*last.exit_status) : json(nullptr)},
                                {"last_end", run_end_name(last.end)}});

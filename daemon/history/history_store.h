@@ -65,7 +65,7 @@ struct RunRecord {
   Fingerprint fp;
   std::string command;            ///< its text (the report's command), shown to its owner and root only
   int64_t ended_wall_ms = 0;      ///< when it ended, Unix ms
-  uint64_t duration_ms = 0;       ///< how long it ran
+  uint64_t duration_ms = 0;       ///< how long it ran from its first admission (ms)
   std::optional<int> exit_status; ///< none when unknown
   RunEnd end = RunEnd::kClean;
   uint64_t peak = 0;              ///< bytes: the job's peak on its devices of this model (max)
@@ -76,6 +76,13 @@ struct Known {
   uint64_t estimate = 0;  ///< est::history_estimate of its runs: what to admit it on
   uint32_t runs = 0;      ///< runs kept (at most Options::runs_kept)
   uint64_t p50 = 0, p95 = 0;  ///< of every kept run's peak (failed ones too), nearest rank
+  /// The median time from admission to end of its clean runs (ms, nearest rank; 0 = no clean
+  /// run): when a run of it is expected to end, for the queue's backfill (broker/backfill.h). Runs
+  /// recorded before colocd 0.28 count from the job's start (their admission wait included).
+  uint64_t run_ms = 0;
+  /// No clean run: the estimate is the largest failed run's peak (plus the margin), a lower
+  /// bound of what the job needs (estimator/history.h).
+  bool lower_bound = false;
 };
 
 /// HistoryStore's options (outside the class: GCC cannot default a nested struct with member
@@ -116,7 +123,8 @@ class HistoryStore {
   void record(RunRecord run);
   /// `coloc history`: {"path", "loaded", "usable", "fingerprints": [{"fingerprint" (16 hex),
   /// "uid", "user", "model", "command" (null unless `caller_uid` owns it or is root), "runs",
-  /// "p50", "p95", "estimate" (bytes), "last_ended_ms", "last_exit_status" (null: unknown),
+  /// "p50", "p95", "estimate" (bytes), "lower_bound" (Known::lower_bound), "run_ms"
+  /// (Known::run_ms; 0: none), "last_ended_ms", "last_exit_status" (null: unknown),
   /// "last_end" ("clean", "oom", "killed")}]}, the most recent run first.
   nlohmann::json list(uint32_t caller_uid) const;
 

@@ -217,6 +217,10 @@ JobRecorder::RunSummary JobRecorder::run_summary(Nanos now) const {
     r.exit_status = processes_.front().exit_code;
     r.killed = processes_.front().signal.has_value();
   }
+  std::optional<Nanos> first;
+  for (const auto& [uuid, d] : devices_)
+    if (d.admitted_at) first = first ? std::min(*first, *d.admitted_at) : *d.admitted_at;
+  if (first && *first <= now) r.admitted_for = now - *first;
   for (const auto& [uuid, d] : devices_) {
     Counters c = d.folded;
     c += d.live;

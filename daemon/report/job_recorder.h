@@ -141,6 +141,7 @@ class JobRecorder {
   /// allocation), and its peak per device (bytes).
   struct RunSummary {
     Nanos duration = 0;
+    Nanos admitted_for = 0;  ///< from its first admission on any device to `now` (0: never admitted)
     std::optional<int> exit_status;
     bool killed = false;
     bool oom = false;

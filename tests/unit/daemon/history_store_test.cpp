@@ -208,6 +208,39 @@ TEST_CASE("history store: record, lookup, list, forget; the estimate follows the
   CHECK(facts_of(dir / "history.db").rows == 0);  // gone from the disk too
 }
 
+TEST_CASE("history store: the expected run is the median time from admission to end of the clean runs; failed runs alone give a lower bound") {
+  TempDir dir("history");
+  HistoryStore s(dir / "history.db");
+  s.wait_idle();
+  const Fingerprint fp = fp_of(1000);
+  auto with_run = [&](RunEnd end, uint64_t ms) {
+    RunRecord r = run_of(fp, 8 * GiB, end);
+    r.duration_ms = ms;
+    return r;
+  };
+  s.record(with_run(RunEnd::kOom, 5'000));
+  auto k = s.lookup(fp);
+  REQUIRE(k.has_value());
+  CHECK(k->run_ms == 0);  // no clean run: no expected end
+  CHECK(k->lower_bound);
+  s.record(with_run(RunEnd::kClean, 90'000));
+  s.record(with_run(RunEnd::kKilled, 1'000));
+  s.record(with_run(RunEnd::kClean, 30'000));
+  s.record(with_run(RunEnd::kClean, 60'000));
+  k = s.lookup(fp);
+  CHECK(k->run_ms == 60'000);  // of 30, 60, 90 s: the failed runs' are left out
+  CHECK_FALSE(k->lower_bound);
+  const auto row = s.list(1000)["fingerprints"][0];
+  CHECK(row["run_ms"] == 60'000);
+  CHECK(row["lower_bound"] == false);
+  // After a restart, from the disk.
+  s.wait_idle();
+  HistoryStore again(dir / "history.db");
+  again.wait_idle();
+  REQUIRE(again.lookup(fp).has_value());
+  CHECK(again.lookup(fp)->run_ms == 60'000);
+}
+
 TEST_CASE("history store: only the last runs_kept runs are kept, in the cache and on disk") {
   TempDir dir("history");
   const std::string db = dir / "history.db";

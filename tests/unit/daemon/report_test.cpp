@@ -131,6 +131,22 @@ TEST_CASE("job recorder: waits, OOM events, counters of departed processes, and 
   CHECK(d["timeline"]["t_s"].back().get<double>() == doctest::Approx(12.0));
 }
 
+TEST_CASE("job recorder: a run's time for the history counts from its first admission, not from its start") {
+  JobRecorder r(1, {1000, "q"}, "alice", "python train.py", 0xabc, "normal", 100 * kSec, 1700000000000);
+  CHECK(r.run_summary(110 * kSec).admitted_for == 0);  // never admitted
+  Event e{};
+  e.kind = Event::Kind::kAdmitted;
+  e.device = gpu(2);
+  e.at = 107 * kSec;
+  r.on_event(e);
+  e.device = gpu(1);
+  e.at = 104 * kSec;  // the first admission (on another device)
+  r.on_event(e);
+  const auto run = r.run_summary(112 * kSec);
+  CHECK(run.duration == 12 * kSec);
+  CHECK(run.admitted_for == 8 * kSec);
+}
+
 TEST_CASE("report store: sanitized names, never overwritten") {
   coloc::test::TempDir tmp("coloc-reports");
   ReportStore store(tmp / "reports");
