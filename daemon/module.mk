@@ -17,7 +17,7 @@ DAEMON_CORE_SRCS := \
   daemon/broker/outside.cpp \
   daemon/broker/priority_fifo_policy.cpp \
   daemon/broker/backfill.cpp \
-  daemon/broker/broker_backfill.cpp \
+  daemon/broker/broker_queue.cpp \
   daemon/compute/gates.cpp \
   daemon/compute/compute_policy.cpp \
   daemon/compute/priority_policy.cpp \

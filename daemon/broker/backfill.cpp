@@ -70,6 +70,37 @@ Shadow shadow(Bytes available, Bytes need, std::span<const Holder> holders, Nano
   return {kNever, fits ? least : 0};
 }
 
+std::vector<Nanos> project(Bytes available, std::span<const Holder> holders, std::span<const Queued> queue, Nanos now) {
+  std::vector<Nanos> start(queue.size(), kNever);
+  // Ends to come, soonest last (popped from the back).
+  std::vector<Holder> ends;
+  for (const Holder& h : holders)
+    if (h.commitment > 0 && h.end != kNever && h.end > now) ends.push_back(h);
+  auto soonest_last = [](const Holder& a, const Holder& b) { return a.end > b.end; };
+  std::sort(ends.begin(), ends.end(), soonest_last);
+  Nanos t = now;
+  Bytes free = available;
+  for (size_t i = 0; i < queue.size();) {
+    if (queue[i].need <= free) {
+      start[i] = t;
+      free -= queue[i].need;
+      if (queue[i].run > 0 && queue[i].need > 0) {
+        ends.push_back({queue[i].need, sat_add(t, queue[i].run)});
+        std::sort(ends.begin(), ends.end(), soonest_last);
+      }
+      ++i;
+      continue;
+    }
+    if (ends.empty()) break;  // it waits for an end that is not known: so does everyone behind it
+    t = ends.back().end;
+    while (!ends.empty() && ends.back().end == t) {
+      free = sat_add(free, ends.back().commitment);
+      ends.pop_back();
+    }
+  }
+  return start;
+}
+
 Verdict decide(const Shadow& s, const Candidate& c, Nanos now) {
   if (!c.footprint) return Verdict::kNoFootprint;
   if (s.at != kNever && c.run > 0 && sat_add(now, c.run) <= s.at) return Verdict::kBeforeShadow;

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "broker/types.h"
 
@@ -87,6 +88,18 @@ inline bool goes_ahead(Verdict v) { return v == Verdict::kBeforeShadow || v == V
 
 /// Rule 3 for `c` against `s`, at `now`.
 Verdict decide(const Shadow& s, const Candidate& c, Nanos now);
+
+/// A request waiting on the device, in the policy's order, for project().
+struct Queued {
+  Bytes need = 0;  ///< bytes it must commit there beyond what its job commits now
+  Nanos run = 0;   ///< its expected time from admission to end (ns); 0: not known (holds for ever)
+};
+/// When each of `queue` is expected to start (ns; kNever: not known), in strict order (no backfill:
+/// an estimate a backfill can only bring forward for the job it lets in): the holders end at
+/// their expected ends (one at or before `now`, or kNever, never), and the first in line starts
+/// as soon as what is available covers its need, then ends `run` later. Whoever waits behind a
+/// start that is not known has none either.
+std::vector<Nanos> project(Bytes available, std::span<const Holder> holders, std::span<const Queued> queue, Nanos now);
 
 /// What a device promised its head when the first job went ahead of it.
 struct Promise {

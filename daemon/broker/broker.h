@@ -507,6 +507,26 @@ class Broker {
   /// True when `job` has a parked growth request on `device`.
   bool parked_on(JobSerial job, uint32_t device) const;
 
+  /// One waiting request on a device as `coloc status`, `jobs`, `top`, reports, /metrics and the
+  /// client's control page show it (queue()).
+  struct QueueEntry {
+    const Waiter* waiter = nullptr;  ///< valid until the broker's next change
+    uint32_t position = 0;           ///< 1-based, in the policy's order on the device
+    proto::WaitReason reason = proto::WaitReason::kNone;
+    JobSerial blocker = 0;  ///< kPriority, kQueue: the job of the request first in line there
+    Bytes need = 0;         ///< what it must commit there beyond what its job commits now (bytes)
+    Bytes missing = 0;      ///< kResources, kOutside: need - available (bytes)
+    /// Its estimated start (ns, this clock; kNever: not known): backfill::project in strict order,
+    /// from the expected ends of the jobs there; the head's shadow time for the first in line.
+    Nanos start = kNever;
+  };
+  /// The requests waiting on `device` (admissions listing it, growths of slots there), in the
+  /// policy's order, each with its reason (proto::WaitReason): kRestart while holding; kUserCap
+  /// for one only its user's cap holds; the first in line, kOutside when it would fit were the
+  /// memory used outside coloc freed, else kResources; behind it, kPriority when that one's job
+  /// has a higher priority, else kQueue. Empty for an unknown device.
+  std::vector<QueueEntry> queue(uint32_t device, Nanos now) const;
+
   /// Recomputes every sum from scratch and compares it with the books; returns "" when all agree,
   /// else a description of the first difference. (Tests; the engine asserts it in debug runs.)
   std::string audit() const;

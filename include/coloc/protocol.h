@@ -197,6 +197,26 @@ enum class Reason : uint32_t {
   kBadRequest = 7,      ///< the request names a slot that is not attached, or similar misuse
 };
 
+/// Why a request waits (issue 28; the set lives here, and only here: colocd decides it, its books
+/// and reports carry it, the client's control page names it). One per waiting request, per device:
+///   kPriority   behind a request of a job of higher priority (colocd names that job)
+///   kQueue      behind a request the policy's order puts first (named)
+///   kResources  first in line there: memory that coloc jobs hold is missing (how much, and who)
+///   kOutside    first in line there: memory used outside coloc is what is missing
+///   kUserCap    its user's cap (max_per_user) holds it, whatever the device has
+///   kRestart    colocd's resume grace after a restart holds every new request
+/// A new reason goes at the end (a page carries the number; an older reader shows "?").
+enum class WaitReason : uint8_t {
+  kNone = 0,
+  kPriority = 1,
+  kQueue = 2,
+  kResources = 3,
+  kOutside = 4,
+  kUserCap = 5,
+  kRestart = 6,
+};
+inline constexpr uint8_t kWaitReasons = 7;  ///< values 0..kWaitReasons-1
+
 /// Why a client cancels a parked request.
 enum class CancelWhy : uint32_t { kSignal = 1, kTimeout = 2, kShutdown = 3 };
 
@@ -693,6 +713,20 @@ inline const char* reason_name(Reason r) noexcept {
     case Reason::kCancelled: return "cancelled";
     case Reason::kUserCap: return "user-cap";
     case Reason::kBadRequest: return "bad-request";
+  }
+  return "?";
+}
+/// "Priority", "Queue", "Resources", "Outside", "UserCap", "Restart" (Slurm's REASON style), "None";
+/// "?" for values outside the enum.
+inline const char* wait_reason_name(WaitReason r) noexcept {
+  switch (r) {
+    case WaitReason::kNone: return "None";
+    case WaitReason::kPriority: return "Priority";
+    case WaitReason::kQueue: return "Queue";
+    case WaitReason::kResources: return "Resources";
+    case WaitReason::kOutside: return "Outside";
+    case WaitReason::kUserCap: return "UserCap";
+    case WaitReason::kRestart: return "Restart";
   }
   return "?";
 }

@@ -213,3 +213,29 @@ TEST_CASE("backfill: the extra never exceeds what the head finds beyond its need
   CHECK(promised > 50);
   CHECK(unknown_waits > 50);
 }
+
+TEST_CASE("backfill: estimated starts in strict order from the expected ends") {
+  // 10 free; holders: 30 ending at +100 s, 20 at +200 s, 40 of unknown end.
+  const Holder h[] = {{30 * GiB, T0 + 100 * kSec}, {20 * GiB, T0 + 200 * kSec}, {40 * GiB, kNever}};
+  SUBCASE("each starts when it is first in line and fits; a started one ends its run later") {
+    const Queued q[] = {{35 * GiB, 50 * kSec}, {5 * GiB, 10 * kSec}, {40 * GiB, 0}};
+    const auto s = project(10 * GiB, h, q, T0);
+    REQUIRE(s.size() == 3);
+    CHECK(s[0] == T0 + 100 * kSec);  // 40 free then: 5 left
+    CHECK(s[1] == T0 + 100 * kSec);  // behind it, fits in the 5 at once
+    CHECK(s[2] == T0 + 150 * kSec);  // the 5 ends at +110 s (5 free), the 35 at +150 s (40 free)
+  }
+  SUBCASE("behind one that waits for an end that is not known, nothing is known") {
+    const Queued q[] = {{100 * GiB, 10 * kSec}, {1 * GiB, 10 * kSec}};
+    const auto s = project(10 * GiB, h, q, T0);
+    CHECK(s[0] == kNever);
+    CHECK(s[1] == kNever);  // strict order: a backfill may let it in sooner
+  }
+  SUBCASE("one that fits now starts now; the past-due end counts as not known") {
+    const Holder late[] = {{30 * GiB, T0 - 1}};
+    const Queued q[] = {{10 * GiB, 0}, {1 * GiB, 0}};
+    const auto s = project(10 * GiB, late, q, T0);
+    CHECK(s[0] == T0);
+    CHECK(s[1] == kNever);
+  }
+}

@@ -7,6 +7,7 @@
 
 using namespace coloc::broker;
 using namespace coloc::broker::test;
+namespace proto = coloc::proto;
 
 namespace {
 
@@ -245,5 +246,109 @@ TEST_CASE("backfill in the broker: admissions wait without a timeout unless the 
     const uint32_t sc = b.attach(c, {{1, 80 * GiB, 0}});
     b.advance(60 * kSec);
     CHECK(b.refused(sc, Reason::kTimeout));
+  }
+}
+
+namespace {
+/// The reason, position and blocker of job `job`'s request on device 0 (fails when it has none).
+Broker::QueueEntry entry_of(const Bench& b, const std::string& job) {
+  const Job* j = b.broker.find_job({1000, job});
+  REQUIRE(j);
+  for (const Broker::QueueEntry& e : b.broker.queue(0, b.now))
+    if (e.waiter->job == j->serial) return e;
+  FAIL("no request of ", job, " waits");
+  return {};
+}
+JobSerial serial_of(const Bench& b, const std::string& job) { return b.broker.find_job({1000, job})->serial; }
+}  // namespace
+
+TEST_CASE("queue: the first in line waits for Resources (what is missing), the others behind it for Priority or Queue, with positions") {
+  Bench b(with_headroom(backfill::Mode::kEasy));
+  ClientId train = b.add("train", 20 * GiB);
+  REQUIRE(b.granted(attach_known(b, train, 0, 0, 100 * kSec)));  // ends in 100 s, by its history
+  ClientId hi = b.add("hi", 70 * GiB, Priority::kHigh);
+  attach_known(b, hi, 0, 0, 50 * kSec);
+  ClientId n1 = b.add("n1", 70 * GiB);
+  attach_known(b, n1, 0);
+  ClientId be = b.add("be", 60 * GiB, Priority::kBestEffort);
+  attach_known(b, be, 0);
+  const auto q = b.broker.queue(0, b.now);
+  REQUIRE(q.size() == 3);
+  Broker::QueueEntry e = entry_of(b, "hi");
+  CHECK(e.position == 1);
+  CHECK(e.reason == proto::WaitReason::kResources);
+  CHECK(e.missing == 70 * GiB - (b.broker.available(0)));
+  CHECK(e.start == b.now + 100 * kSec);  // when `train` is expected to end
+  e = entry_of(b, "n1");
+  CHECK(e.position == 2);
+  CHECK(e.reason == proto::WaitReason::kPriority);  // behind a high-priority job...
+  CHECK(e.blocker == serial_of(b, "hi"));
+  CHECK(e.start == b.now + 150 * kSec);  // ...expected to end 50 s after it starts
+  e = entry_of(b, "be");
+  CHECK(e.position == 3);
+  CHECK(e.reason == proto::WaitReason::kPriority);
+  CHECK(e.blocker == serial_of(b, "hi"));
+  CHECK(e.start == kNever);  // behind `n1`, whose end is not known
+  CHECK(std::string(proto::wait_reason_name(e.reason)) == "Priority");
+  // Once `hi` is in, `n1` is first in line and `be` waits behind a job of higher priority still.
+  b.remove(train);
+  REQUIRE(b.broker.queue(0, b.now).size() == 2);
+  CHECK(entry_of(b, "n1").reason == proto::WaitReason::kResources);
+  CHECK(entry_of(b, "be").blocker == serial_of(b, "n1"));
+}
+
+TEST_CASE("queue: behind a request of the same priority the reason is Queue") {
+  Bench b(with_headroom(backfill::Mode::kEasy));
+  ClientId train = b.add("train", 20 * GiB);
+  REQUIRE(b.granted(attach_known(b, train, 0)));
+  ClientId n1 = b.add("n1", 70 * GiB);
+  attach_known(b, n1, 0);
+  ClientId n2 = b.add("n2", 70 * GiB);
+  attach_known(b, n2, 0);
+  const Broker::QueueEntry e = entry_of(b, "n2");
+  CHECK(e.reason == proto::WaitReason::kQueue);
+  CHECK(e.blocker == serial_of(b, "n1"));
+  CHECK(e.position == 2);
+  CHECK(e.start == kNever);  // `train`'s end is not known
+  CHECK(entry_of(b, "n1").start == kNever);
+}
+
+TEST_CASE("queue: Outside when memory used outside coloc is what is missing, UserCap, Restart") {
+  SUBCASE("outside") {
+    Bench b;  // no headroom: 80 GiB usable
+    ClientId a = b.add("a", 20 * GiB);
+    REQUIRE(b.granted(b.attach(a, {{1, 80 * GiB, 0}}, 80 * GiB)));
+    b.broker.refresh_outside(0, 80 * GiB - 30 * GiB, b.now);  // 30 GiB in use outside coloc
+    ClientId c = b.add("c", 40 * GiB);
+    b.attach(c, {{1, 80 * GiB, 0}});
+    Broker::QueueEntry e = entry_of(b, "c");
+    CHECK(e.reason == proto::WaitReason::kOutside);  // 30 free, 40 needed: it would fit were the 30 freed
+    CHECK(e.missing == 10 * GiB);
+    ClientId d = b.add("d", 70 * GiB);
+    b.remove(c);
+    b.attach(d, {{1, 80 * GiB, 0}});
+    CHECK(entry_of(b, "d").reason == proto::WaitReason::kResources);  // 70 > 80 - 20: `a` holds what is missing
+  }
+  SUBCASE("user cap") {
+    BrokerConfig cfg = Bench::no_headroom();
+    cfg.max_per_user = 30 * GiB;
+    Bench b(cfg);
+    ClientId a = b.add("a", 20 * GiB);
+    REQUIRE(b.granted(b.attach(a, {{1, 80 * GiB, 0}})));
+    ClientId c = b.add("c", 20 * GiB);
+    b.attach(c, {{1, 80 * GiB, 0}});
+    CHECK(entry_of(b, "c").reason == proto::WaitReason::kUserCap);
+    CHECK(entry_of(b, "c").start == kNever);
+  }
+  SUBCASE("restart") {
+    Bench b;
+    ClientId a = b.add("a", 20 * GiB);
+    REQUIRE(b.granted(b.attach(a, {{1, 80 * GiB, 0}})));
+    b.broker.hold_until(b.now + 5 * kSec);
+    ClientId c = b.add("c", 20 * GiB);
+    b.attach(c, {{1, 80 * GiB, 0}});
+    CHECK(entry_of(b, "c").reason == proto::WaitReason::kRestart);
+    b.advance(5 * kSec);
+    CHECK(b.broker.queue(0, b.now).empty());  // admitted once the hold ends
   }
 }

@@ -1,0 +1,108 @@
+// daemon/broker/broker_queue.cpp — the Broker's queues as the rest of colocd sees them: EASY
+// backfill (backfill.h: the books it feeds the rule, the device's holders and their expected ends,
+// the head's need, and the promise it keeps per device), and each waiting request's reason,
+// position and estimated start (queue()).
+#include <algorithm>
+#include <vector>
+
+#include "broker/arith.h"
+#include "broker/broker.h"
+#include "util/log.h"
+
+namespace coloc::broker {
+
+namespace {
+/// The jobs committing memory on `dev`, with their expected ends, as the backfill rule sees them.
+std::vector<backfill::Holder> holders_on(const std::map<JobSerial, Job>& jobs, uint32_t dev) {
+  std::vector<backfill::Holder> out;
+  for (const auto& [serial, j] : jobs) {
+    auto it = j.devices.find(dev);
+    if (it == j.devices.end() || !it->second.admitted) continue;
+    const Bytes commitment = std::max(it->second.reserved, it->second.granted);
+    if (commitment > 0) out.push_back({commitment, it->second.expected_end});
+  }
+  return out;
+}
+}  // namespace
+bool Broker::growth_waits_ahead(uint32_t device, const WaiterView& me) const {
+  for (const Waiter& w : waiters_)
+    if (!w.admission && w.device_short && waits_on(w, device) && policy_.before(view_of(w), me)) return true;
+  return false;
+}
+
+Broker::BackfillCheck Broker::check_backfill(uint32_t dev, const Waiter& head, bool growth_ahead, const Job& job,
+                                             const AttachNeed& need, Bytes extra, Nanos now) const {
+  BackfillCheck r;
+  if (config_.backfill != backfill::Mode::kEasy || holding()) return r;
+  // Never past a running job's growth, nor past another request of its own job.
+  if (growth_ahead || !head.admission || head.job == job.serial) return r;
+  if (backfill::overrun(devices_[dev].promise, head.order, now)) return r;
+  const std::vector<backfill::Holder> holders = holders_on(jobs_, dev);
+  r.shadow = backfill::shadow(available(dev), extra_need(head, dev), holders, now);
+  // Its footprint is known when its admission reserves one there (--mem, a cap, history, an estimate).
+  const bool known = footprint_for(std::min(job.limit, need.cap), need.estimate, job.estimate, devices_[dev]).second !=
+                     Footprint::kNone;
+  r.verdict = backfill::decide(r.shadow, {extra, known, need.run}, now);
+  r.ahead = backfill::goes_ahead(r.verdict);
+  return r;
+}
+
+std::vector<Broker::QueueEntry> Broker::queue(uint32_t device, Nanos now) const {
+  std::vector<QueueEntry> out;
+  if (device >= devices_.size()) return out;
+  for (const Waiter& w : waiters_)
+    if (waits_on(w, device)) out.push_back({&w});
+  std::stable_sort(out.begin(), out.end(), [&](const QueueEntry& a, const QueueEntry& b) {
+    return policy_.before(view_of(*a.waiter), view_of(*b.waiter));
+  });
+  const std::vector<backfill::Holder> holders = holders_on(jobs_, device);
+  const Bytes avail = available(device);
+  std::vector<backfill::Queued> line;
+  const Waiter* head = nullptr;
+  for (size_t i = 0; i < out.size(); ++i) {
+    QueueEntry& e = out[i];
+    const Waiter& w = *e.waiter;
+    e.position = uint32_t(i + 1);
+    e.need = extra_need(w, device);
+    if (holding()) {
+      e.reason = proto::WaitReason::kRestart;
+    } else if (!w.device_short) {
+      e.reason = proto::WaitReason::kUserCap;
+    } else if (!head) {
+      head = &w;
+      e.reason = waits_for_outside(w, device) ? proto::WaitReason::kOutside : proto::WaitReason::kResources;
+      e.missing = sat_sub(e.need, avail);
+    } else {
+      e.blocker = head->job;
+      e.reason = jobs_.at(head->job).priority > jobs_.at(w.job).priority ? proto::WaitReason::kPriority
+                                                                         : proto::WaitReason::kQueue;
+    }
+    if (!w.device_short) continue;  // not in the device's line
+    Nanos run = 0;
+    for (const AttachNeed& n : w.devices)
+      if (n.device == device) run = n.run;
+    line.push_back({e.need, w.admission ? run : 0});
+  }
+  if (holding()) return out;
+  const std::vector<Nanos> starts = backfill::project(avail, holders, line, now);
+  size_t k = 0;
+  for (QueueEntry& e : out)
+    if (e.waiter->device_short) e.start = starts[k++];
+  return out;
+}
+
+void Broker::note_backfill(uint32_t dev, uint64_t head, Job& job, const BackfillCheck& check, Nanos now) {
+  JobDevice& jd = job.devices[dev];
+  jd.backfilled = true;
+  jd.backfill_verdict = check.verdict;
+  backfill::Promise& p = devices_[dev].promise;
+  if (p.head != head) p = {head, check.shadow.at};
+  else p.shadow = std::min(p.shadow, check.shadow.at);
+  log::limited(log::get("broker"), spdlog::level::info, "backfill uid " + std::to_string(job.key.uid),
+               "job {} went ahead of the queue on {} ({}; the head's shadow time {})", job.key.str(),
+               devices_[dev].uuid.str(), backfill::verdict_name(check.verdict),
+               check.shadow.at == kNever ? std::string("unknown")
+                                         : fmt::format("in {:.1f} s", double(sat_sub(check.shadow.at, now)) / 1e9));
+}
+
+}  // namespace coloc::broker
