@@ -9,6 +9,7 @@
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -94,9 +95,14 @@ struct RefusalDetail {
 };
 constinit thread_local RefusalDetail t_refusal;
 
-// The longest wait, in words: "1.5 s (COLOC_WAIT_TIMEOUT)", or colocd's default when the job set none.
-void describe_wait_limit(char* out, size_t cap) {
+// The longest wait, in words: "1.5 s (COLOC_WAIT_TIMEOUT)", or colocd's default when the job set
+// none: for growth its --wait-timeout; for admission (colocd v13 on) none unless admission_timeout.
+void describe_wait_limit(char* out, size_t cap, bool admission, uint16_t version) {
   uint64_t ns = options().wait_timeout_ns;
+  if (!ns && admission && version >= 13) {
+    std::snprintf(out, cap, "colocd's admission_timeout (none unless set; COLOC_WAIT_TIMEOUT sets the job's own)");
+    return;
+  }
   if (ns) std::snprintf(out, cap, "%.3g s (COLOC_WAIT_TIMEOUT)", double(ns) / 1e9);
   else
     std::snprintf(out, cap, "colocd's --wait-timeout (%.3g s unless changed; COLOC_WAIT_TIMEOUT sets the job's own)",
@@ -112,7 +118,77 @@ const char* priority_word(uint32_t p) {
   return "normal";
 }
 
-// What a long wait says (SignalWindow's notice): once, when it has lasted kLongWaitNs.
+// What the queue note's `asks` is, in words (pages::AskSource).
+const char* ask_words(uint32_t source) {
+  switch (pages::AskSource(source)) {
+    case pages::AskSource::kMem: return "its declared footprint, COLOC_MEM_LIMIT / --mem";
+    case pages::AskSource::kHistory: return "its footprint from earlier runs, coloc history";
+    case pages::AskSource::kEstimate: return "its estimated footprint, COLOC_MEM_ESTIMATE / coloc run --estimate-from";
+    case pages::AskSource::kContext: return "one CUDA context: nothing else is known of it";
+    case pages::AskSource::kGrowth: return "what its grant must grow by";
+    case pages::AskSource::kNone: break;
+  }
+  return "its request";
+}
+
+// Where a waiting request stands, from colocd's queue note: "#2 in line, Queue: behind finetune;
+// it asks 2.00 GiB (its footprint from earlier runs, coloc history); estimated start in about 14
+// min". False when there is no note to read (colocd older than v13, or none written yet).
+bool queue_words(const DaemonLink& link, char* out, size_t cap, pages::QueueNoteValue* note) {
+  if (!link.connected() || link.version() < 13) return false;
+  if (!pages::read_queue_note(control().queue, note) || note->reason == 0) return false;
+  char ask[32], missing[32], start[64];
+  format_size(note->asks, ask, sizeof ask);
+  format_size(note->missing, missing, sizeof missing);
+  if (note->start_ms == 0) {
+    std::snprintf(start, sizeof start, "not known");
+  } else {
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const int64_t now_ms = int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+    const double min = double(int64_t(note->start_ms) - now_ms) / 60000.0;
+    if (min < 1) std::snprintf(start, sizeof start, "within a minute");
+    else if (min < 120) std::snprintf(start, sizeof start, "in about %.0f min", min);
+    else std::snprintf(start, sizeof start, "in about %.1f h", min / 60);
+  }
+  const proto::WaitReason r = proto::WaitReason(note->reason);
+  char why[160];
+  switch (r) {
+    case proto::WaitReason::kPriority:
+      std::snprintf(why, sizeof why, "behind %s, of a higher priority", note->behind);
+      break;
+    case proto::WaitReason::kQueue:
+      std::snprintf(why, sizeof why, "behind %s, first in line", note->behind);
+      break;
+    case proto::WaitReason::kResources:
+      std::snprintf(why, sizeof why, "%s missing, held by other jobs", missing);
+      break;
+    case proto::WaitReason::kOutside:
+      std::snprintf(why, sizeof why, "%s missing, used outside coloc", missing);
+      break;
+    case proto::WaitReason::kUserCap:
+      std::snprintf(why, sizeof why, "its user's jobs hold what colocd's max_per_user allows");
+      break;
+    case proto::WaitReason::kRestart:
+      std::snprintf(why, sizeof why, "colocd restarted and waits for its running jobs to come back");
+      break;
+    default:
+      std::snprintf(why, sizeof why, "reason %u", note->reason);
+  }
+  std::snprintf(out, cap, "#%u in line, %s: %s; it asks %s (%s); estimated start %s", note->position,
+                proto::wait_reason_name(r), why, ask, ask_words(note->source), start);
+  return true;
+}
+
+bool same_place(const pages::QueueNoteValue& a, const pages::QueueNoteValue& b) {
+  return a.reason == b.reason && a.position == b.position && std::strcmp(a.behind, b.behind) == 0;
+}
+
+// What a long wait says (SignalWindow's notice): once, when it has lasted kLongWaitNs; then again
+// when colocd's queue note shows its reason, position or the job ahead changed, at most once per
+// kQueueNoticeNs.
+constexpr uint64_t kQueueNoticeNs = 10'000'000'000ull;
+constexpr uint64_t kQueueLookNs = 500'000'000ull;  // how often the note is looked at
 struct WaitNotice {
   const DaemonLink* link;
   bool admission;
@@ -124,17 +200,39 @@ struct WaitNotice {
   uint64_t in_use;         // bytes (growth)
   uint64_t capacity;       // bytes
   uint64_t physical_free;  // bytes or kUnknown
+  bool said = false;               // the first line is out
+  pages::QueueNoteValue note{};    // the queue note it last told (reason 0: none)
+  uint64_t note_said_ns = 0;       // when (waited ns)
 
-  static void say(void* ctx, uint64_t waited_ns) {
-    const WaitNotice& n = *static_cast<const WaitNotice*>(ctx);
+  static uint64_t say(void* ctx, uint64_t waited_ns) {
+    WaitNotice& n = *static_cast<WaitNotice*>(ctx);
+    char place[320];
+    pages::QueueNoteValue now{};
+    // An admission says where it stands in the queue (a growth keeps its figures: in use, free).
+    const bool placed = n.admission && queue_words(*n.link, place, sizeof place, &now);
+    if (n.said) {  // a later look: only a new place, and not more often than kQueueNoticeNs
+      if (!placed || (n.note.reason != 0 && same_place(now, n.note)) || waited_ns - n.note_said_ns < kQueueNoticeNs)
+        return kQueueLookNs;
+      logf(LogLevel::warn, "job %s, still waiting after %.0f s: now %s", options().job, double(waited_ns) / 1e9, place);
+      n.note = now;
+      n.note_said_ns = waited_ns;
+      return kQueueLookNs;
+    }
+    n.said = true;
+    if (placed) {
+      n.note = now;
+      n.note_said_ns = waited_ns;
+    }
     char id[41];
     format_uuid(n.uuid, id);
     const Figures fig(n.asked, n.capacity, n.in_use, n.physical_free, ", %s free on the device now");
     const char *ask = fig.ask, *cap = fig.cap, *use = fig.use, *fr = fig.fr;
-    char why[256];
+    char why[384];
     if (!n.link->connected())
       std::snprintf(why, sizeof why, "colocd is away (restarting), and the %s waits for it to come back",
                     n.admission ? "admission" : "growth");
+    else if (placed)
+      std::snprintf(why, sizeof why, "%s; the device has %s", place, cap);
     else if (n.admission && n.footprint)
       std::snprintf(why, sizeof why, "colocd has no room for it yet: it asks %s (its declared footprint, COLOC_MEM_LIMIT / "
                     "--mem) of the device's %s", ask, cap);
@@ -150,12 +248,18 @@ struct WaitNotice {
     char what[96];
     if (n.admission) std::snprintf(what, sizeof what, "admission on device %d", n.ordinal);
     else std::snprintf(what, sizeof what, "memory on device %d: its grant to grow to %s", n.ordinal, ask);
-    char most[128];
-    describe_wait_limit(most, sizeof most);
-    logf(LogLevel::warn,
-         "job %s has waited %.1f s for %s (%s): %s; it waits up to %s, then fails with CUDA_ERROR_OUT_OF_MEMORY; "
-         "`coloc status` shows who holds the device",
+    char most[200];
+    if (n.admission && !options().wait_timeout_ns && n.link->version() >= 13) {
+      std::snprintf(most, sizeof most, "it waits until it is admitted (COLOC_WAIT_TIMEOUT, or colocd's "
+                                       "admission_timeout when set, ends the wait with CUDA_ERROR_OUT_OF_MEMORY)");
+    } else {
+      char limit[160];
+      describe_wait_limit(limit, sizeof limit, n.admission, n.link->version());
+      std::snprintf(most, sizeof most, "it waits up to %s, then fails with CUDA_ERROR_OUT_OF_MEMORY", limit);
+    }
+    logf(LogLevel::warn, "job %s has waited %.1f s for %s (%s): %s; %s; `coloc status` shows who holds the device",
          options().job, double(waited_ns) / 1e9, what, id, why, most);
+    return n.admission ? kQueueLookNs : 0;
   }
 };
 
@@ -729,8 +833,8 @@ void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap
       return;
     case Refusal::timeout:
     {
-      char most[128];
-      describe_wait_limit(most, sizeof most);
+      char most[160];
+      describe_wait_limit(most, sizeof most, t.admission, link_.version());
       std::snprintf(out, cap, "; waited %.1f s (at most %s); %s", double(t.waited_ns) / 1e9, most, asked);
       return;
     }

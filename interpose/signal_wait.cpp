@@ -67,14 +67,17 @@ void SignalWindow::set_notice(uint64_t after_ns, NoticeFn say, void* ctx) {
   notice_start_ns_ = monotonic_ns();
   notice_at_ns_ = notice_start_ns_ + after_ns;
   noticed_ = false;
+  notice_done_ = false;
 }
 
 void SignalWindow::check_notice() {
-  if (!notice_ || noticed_) return;
+  if (!notice_ || notice_done_) return;
   uint64_t now = monotonic_ns();
   if (now < notice_at_ns_) return;
   noticed_ = true;
-  notice_(notice_ctx_, now - notice_start_ns_);
+  const uint64_t again = notice_(notice_ctx_, now - notice_start_ns_);
+  if (again == 0) notice_done_ = true;
+  else notice_at_ns_ = now + again;
 }
 
 int SignalWindow::wait(int fd, int timeout_ms) {

@@ -74,13 +74,14 @@ class SignalWindow {
   /// True once a SIGINT/SIGTERM ended a wait or was seen pending.
   bool stopped() const { return stopped_; }
 
-  /// Something to tell the user once when a wait lasts long: `say(ctx, waited_ns)` is called
-  /// once, from inside one of this window's waits on this thread, when `after_ns` nanoseconds
-  /// (CLOCK_MONOTONIC) have passed since set_notice(). At most one slice (kSliceMs) late. The
-  /// callee may log; it must not wait.
-  using NoticeFn = void (*)(void* ctx, uint64_t waited_ns);
+  /// Something to tell the user when a wait lasts long: `say(ctx, waited_ns)` is called from
+  /// inside one of this window's waits on this thread, when `after_ns` nanoseconds
+  /// (CLOCK_MONOTONIC) have passed since set_notice(), and again every time the nanoseconds it
+  /// returned have passed since its last call (0: never again). At most one slice (kSliceMs)
+  /// late. The callee may log; it must not wait.
+  using NoticeFn = uint64_t (*)(void* ctx, uint64_t waited_ns);
   void set_notice(uint64_t after_ns, NoticeFn say, void* ctx);
-  /// True once the notice was said (the wait then says how it ended too).
+  /// True once the notice was first said (the wait then says how it ended too).
   bool noticed() const { return noticed_; }
 
  private:
@@ -91,6 +92,7 @@ class SignalWindow {
   uint64_t notice_start_ns_ = 0;  // CLOCK_MONOTONIC, ns
   uint64_t notice_at_ns_ = 0;     // CLOCK_MONOTONIC, ns
   bool noticed_ = false;
+  bool notice_done_ = false;  // it asked not to be called again
   sigset_t old_;
   sigset_t inside_;  // the mask during ppoll
   bool stopped_ = false;

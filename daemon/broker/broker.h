@@ -526,6 +526,10 @@ class Broker {
   /// memory used outside coloc freed, else kResources; behind it, kPriority when that one's job
   /// has a higher priority, else kQueue. Empty for an unknown device.
   std::vector<QueueEntry> queue(uint32_t device, Nanos now) const;
+  /// What a waiting admission `w` would reserve on `device` at admission, and where that comes
+  /// from (Footprint::kNone: nothing known; it asks its request, one CUDA context). {0, kNone} for
+  /// a growth request or a device it does not list.
+  std::pair<Bytes, Footprint> waiting_footprint(const Waiter& w, uint32_t device) const;
 
   /// Recomputes every sum from scratch and compares it with the books; returns "" when all agree,
   /// else a description of the first difference. (Tests; the engine asserts it in debug runs.)

@@ -91,6 +91,14 @@ std::vector<Broker::QueueEntry> Broker::queue(uint32_t device, Nanos now) const 
   return out;
 }
 
+std::pair<Bytes, Footprint> Broker::waiting_footprint(const Waiter& w, uint32_t device) const {
+  if (!w.admission || device >= devices_.size()) return {0, Footprint::kNone};
+  const Job& job = jobs_.at(w.job);
+  for (const AttachNeed& n : w.devices)
+    if (n.device == device) return footprint_for(std::min(job.limit, n.cap), n.estimate, job.estimate, devices_[device]);
+  return {0, Footprint::kNone};
+}
+
 void Broker::note_backfill(uint32_t dev, uint64_t head, Job& job, const BackfillCheck& check, Nanos now) {
   JobDevice& jd = job.devices[dev];
   jd.backfilled = true;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <pwd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -86,7 +87,56 @@ std::string Admin::high_priority_holders() const {
   return groups.empty() ? std::string("no other user") : groups;
 }
 
-json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices) const {
+json Admin::queue_json(const broker::Broker::QueueEntry& e, uint32_t device, broker::Nanos now) const {
+  const broker::Waiter& w = *e.waiter;
+  json behind = nullptr, behind_user = nullptr, held_by = nullptr;
+  if (e.blocker)
+    if (auto it = broker_.jobs().find(e.blocker); it != broker_.jobs().end()) {
+      behind = it->second.key.id;
+      behind_user = user_name(it->second.key.uid);
+    }
+  if (e.reason == proto::WaitReason::kResources) {
+    std::vector<std::pair<broker::Bytes, const broker::Job*>> holders;
+    for (const auto& [serial, j] : broker_.jobs()) {
+      auto it = j.devices.find(device);
+      if (it == j.devices.end() || !it->second.admitted || serial == w.job) continue;
+      const broker::Bytes c = std::max(it->second.reserved, it->second.granted);
+      if (c > 0) holders.push_back({c, &j});
+    }
+    std::stable_sort(holders.begin(), holders.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    held_by = json::array();
+    for (size_t i = 0; i < holders.size() && i < 3; ++i)
+      held_by.push_back({{"job", holders[i].second->key.id},
+                         {"user", user_name(holders[i].second->key.uid)},
+                         {"bytes", holders[i].first}});
+  }
+  const char* source = "growth";
+  if (w.admission) {
+    const broker::Footprint f = broker_.waiting_footprint(w, device).second;
+    source = f == broker::Footprint::kNone ? "context" : broker::footprint_name(f);
+  }
+  json start_s = nullptr, start_ms = nullptr;
+  if (e.start != broker::kNever) {
+    const broker::Nanos in = e.start > now ? e.start - now : 0;
+    start_s = double(in) / 1e9;
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    start_ms = int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000 + int64_t(in / 1'000'000);
+  }
+  const bool short_of = e.reason == proto::WaitReason::kResources || e.reason == proto::WaitReason::kOutside;
+  return {{"reason", proto::wait_reason_name(e.reason)},
+          {"position", e.position},
+          {"behind", behind},
+          {"behind_user", behind_user},
+          {"missing", short_of ? json(e.missing) : json(nullptr)},
+          {"held_by", held_by},
+          {"asks", e.need},
+          {"asks_source", source},
+          {"estimated_start_s", start_s},
+          {"estimated_start_ms", start_ms}};
+}
+
+json Admin::job_json(const broker::Job& job, broker::Nanos now, std::vector<uint32_t>* dev_indices) const {
   const report::JobRecorder* rec = nullptr;
   if (auto it = recorders_.find(job.serial); it != recorders_.end()) rec = &it->second;
   bool any_growth_wait = false, any_admission_wait = false;
@@ -97,6 +147,7 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
     waiting_since = waiting_since ? std::min(*waiting_since, w.since) : w.since;
   }
   json devs = json::array();
+  json job_queue = nullptr;  // the first device's where it waits
   broker::Bytes in_use = 0, peak = 0, granted = 0, reserved = 0, overhead = 0;
   // Per device the job is admitted on, or waiting for admission on.
   std::map<uint32_t, std::string> states;
@@ -125,7 +176,18 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
     broker::Bytes r = jd_it != job.devices.end() ? jd_it->second.reserved : 0;
     broker::Bytes p = std::max(rec ? rec->peak(d.uuid) : 0, dev_in_use);
     const bool admitted = jd_it != job.devices.end() && jd_it->second.admitted;
+    // Its place in the device's queue, while a request of it waits there.
+    json queue = nullptr;
+    if (state != "running")
+      for (const broker::Broker::QueueEntry& e : broker_.queue(dev, now))
+        if (e.waiter->job == job.serial) {
+          queue = queue_json(e, dev, now);
+          if (job_queue.is_null()) job_queue = queue;
+          break;
+        }
     devs.push_back({{"uuid", d.uuid.str()},
+                    {"queue", queue},
+                    {"backfilled", admitted && jd_it->second.backfilled},
                     // Where the reservation came from (--mem, history, estimate, online, none), and the
                     // job's online prediction of its peak here (null until stable).
                     {"reservation_source", admitted ? broker::footprint_name(jd_it->second.source) : "none"},
@@ -154,6 +216,7 @@ json Admin::job_json(const broker::Job& job, std::vector<uint32_t>* dev_indices)
          {"user", user_name(job.key.uid)},
          {"priority", proto::priority_name(job.priority)},
          {"state", any_growth_wait ? "waiting" : any_admission_wait ? "admission-pending" : "running"},
+         {"queue", job_queue},
          {"compute_state", compute_state(job, nullptr)},
          {"weight", scheduler_.weight(job.serial)},
          {"paused_by", gates_.paused(job.serial) == compute::PausedBy::kNobody
@@ -201,7 +264,7 @@ json Admin::status(broker::Nanos now) const {
   json jobs = json::array();
   for (auto& [serial, job] : broker_.jobs()) {
     std::vector<uint32_t> dev_of;
-    json jj = job_json(job, &dev_of);
+    json jj = job_json(job, now, &dev_of);
     // Time waited for memory and admission per device so far (coloc top's WAITED).
     std::map<broker::Uuid, report::JobRecorder::Totals> totals;
     if (auto rec = recorders_.find(serial); rec != recorders_.end()) totals = rec->second.totals(now);
@@ -404,12 +467,12 @@ AdminAnswer Admin::set(const proto::AdminMsg& msg, const Caller& caller, broker:
     scheduler_.set_weight(serial, msg.weight);
     lg->info("uid {} set the weight of job {} to {} (was {})", caller.uid, msg.job, unsigned(msg.weight), was);
   }
-  json reply = job_json(broker_.jobs().at(serial));
+  json reply = job_json(broker_.jobs().at(serial), now);
   if (msg.set_fields & proto::kSetMem) reply["reservation_changes"] = reservation_changes_json(changes);
   return {AdminStatus::kOk, reply.dump()};
 }
 
-AdminAnswer Admin::pause(const proto::AdminMsg& msg, const Caller& caller, bool pause) {
+AdminAnswer Admin::pause(const proto::AdminMsg& msg, const Caller& caller, bool pause, broker::Nanos now) {
   Found f = find_own_job(msg.job, caller, "pause or resume");
   if (!f.job) return {f.status, f.why};
   const broker::Job& job = *f.job;
@@ -428,7 +491,7 @@ AdminAnswer Admin::pause(const proto::AdminMsg& msg, const Caller& caller, bool 
     else
       log::get("engine")->info("uid {} resumed job {}", caller.uid, job.key.str());
   }
-  json reply = job_json(job);
+  json reply = job_json(job, now);
   reply["was"] = was == compute::PausedBy::kNobody ? json(nullptr) : json(compute::paused_by_name(was));
   return {AdminStatus::kOk, reply.dump()};
 }
@@ -784,7 +847,7 @@ AdminAnswer Admin::handle(const proto::AdminMsg& msg, const Caller& caller, brok
       return {AdminStatus::kOk, status(now).dump()};
     case proto::AdminOp::kJobs: {
       json jobs = json::array();
-      for (auto& [serial, job] : broker_.jobs()) jobs.push_back(job_json(job));
+      for (auto& [serial, job] : broker_.jobs()) jobs.push_back(job_json(job, now));
       return {AdminStatus::kOk, json{{"jobs", jobs}}.dump()};
     }
     case proto::AdminOp::kSet:
@@ -792,9 +855,9 @@ AdminAnswer Admin::handle(const proto::AdminMsg& msg, const Caller& caller, brok
     case proto::AdminOp::kReport:
       return report(msg.job, caller, now);
     case proto::AdminOp::kPause:
-      return pause(msg, caller, true);
+      return pause(msg, caller, true, now);
     case proto::AdminOp::kResume:
-      return pause(msg, caller, false);
+      return pause(msg, caller, false, now);
     case proto::AdminOp::kPolicy:
       return policy(msg, caller);
     case proto::AdminOp::kHistory:

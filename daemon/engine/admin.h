@@ -96,9 +96,16 @@ class Admin {
 
   /// The status document (also used by tests through the CLI).
   nlohmann::json status(broker::Nanos now) const;
-  /// One job as status shows it; `devices` (if given) receives the device index of each entry
-  /// of its "devices" array.
-  nlohmann::json job_json(const broker::Job& job, std::vector<uint32_t>* devices = nullptr) const;
+  /// One job as status shows it at `now`; `devices` (if given) receives the device index of each
+  /// entry of its "devices" array.
+  nlohmann::json job_json(const broker::Job& job, broker::Nanos now, std::vector<uint32_t>* devices = nullptr) const;
+  /// A waiting request's place in its device's queue (Broker::queue): {"reason", "position",
+  /// "behind" (the job first in line, for Priority and Queue; else null), "behind_user",
+  /// "missing" (bytes, Resources and Outside; else null), "held_by" (Resources: the jobs holding
+  /// the device, largest first, at most 3: [{job, user, bytes}]), "asks" (bytes it must commit
+  /// there), "asks_source" ("mem", "history", "estimate", "context", "growth"),
+  /// "estimated_start_s" (seconds from now, null: not known), "estimated_start_ms" (Unix ms)}.
+  nlohmann::json queue_json(const broker::Broker::QueueEntry& e, uint32_t device, broker::Nanos now) const;
   /// What `coloc set --mem` did to the job's reservation on each device: [{uuid, outcome
   /// ("unchanged", "lowered", "raised", "kept: ..."), before, after, wanted, available}] (bytes).
   nlohmann::json reservation_changes_json(const std::vector<broker::ReservationChange>& changes) const;
@@ -144,7 +151,7 @@ class Admin {
   Found find_own_job(const std::string& name, const Caller& caller, const char* doing) const;
   AdminAnswer set(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
   /// kPause (`pause` true) or kResume: the job, as job_json, with "was" (who had paused it, or null).
-  AdminAnswer pause(const proto::AdminMsg& msg, const Caller& caller, bool pause);
+  AdminAnswer pause(const proto::AdminMsg& msg, const Caller& caller, bool pause, broker::Nanos now);
   /// kPolicy: sets the policy of the device(s) `msg.job` names (admin only); answers
   /// {device, all, default, devices: [{index, index_from, uuid, policy, was}]}.
   AdminAnswer policy(const proto::AdminMsg& msg, const Caller& caller);

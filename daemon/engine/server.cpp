@@ -1094,6 +1094,7 @@ void Server::on_sample() {
   }
   read_unmet_devices(t);
   broker_.publish_job_others();  // each process's view of its job (pages.h: job_others)
+  publish_queue_notes(t);
   estimate_sample(t);  // before the samples: they show the reservation it may raise
   look_device_time(t);  // before the samples: they show each job's device time
   for (const auto& [serial, job] : broker_.jobs()) sample_job(job, t);

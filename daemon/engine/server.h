@@ -114,6 +114,10 @@ class Server {
   HistoryFootprint history_footprint(broker::JobSerial job, const broker::Uuid& uuid, broker::Bytes capacity);
   /// Reads every client's prediction (stats pages, layout 6) and gives each job's to the broker.
   void estimate_sample(Nanos t);
+  /// Writes each waiting process's queue note (pages.h, layout 8: its first waiting request's
+  /// reason, position, blocker, ask and estimated start, from Broker::queue) where it changed, and
+  /// clears the note of a process that no longer waits. On the sampling timer (server_queue.cpp).
+  void publish_queue_notes(Nanos t);
   /// Fills `ds` with the job's prediction on `dev` and where its reservation came from.
   void fill_prediction(const broker::Job& job, uint32_t dev, report::DeviceSample& ds) const;
   /// Records the job's run in the history (its recorder must still exist), then forgets it.
@@ -315,6 +319,8 @@ class Server {
     std::map<broker::Uuid, std::string> models;  ///< the device models it was admitted on
   };
   std::map<broker::JobSerial, JobPrint> prints_;
+  /// The queue note last written to each client's control page (publish_queue_notes).
+  std::unordered_map<broker::ClientId, pages::QueueNoteValue> queue_notes_;
   /// Per (job, device): the last time its prediction could not raise its reservation.
   std::map<std::pair<broker::JobSerial, uint32_t>, broker::ReservationChange> kept_;
   /// Reservations saved before a restart whose device the job has not re-attached yet (its

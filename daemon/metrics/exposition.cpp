@@ -56,6 +56,9 @@ constexpr Family kFamilies[] = {
     {"coloc_job_driver_overhead_bytes", "gauge", "What the driver holds for the job beyond its ledger."},
     {"coloc_job_gpu_share_ratio", "gauge", "The job's share of the device's time over the last 10 s (timesliced devices)."},
     {"coloc_job_gpu_time_seconds_total", "counter", "Device time of the job's completed work (tracked while timesliced): the union of its processes' busy intervals."},
+    {"coloc_job_waiting", "gauge",
+     "The job's position in the device's queue while a request of it waits there, by reason (Priority, Queue, "
+     "Resources, Outside, UserCap, Restart); absent otherwise."},
     {"coloc_job_wait_seconds_total", "counter",
      "Time the job waited on the device, by cause (memory, admission, quantum, window, pause)."},
 };
@@ -282,6 +285,11 @@ std::string render(const Snapshot& s) {
         w.sample("coloc_job_predicted_peak_bytes", jl, d, "predicted_peak");
         w.sample("coloc_job_driver_overhead_bytes", jl, d, "driver_overhead");
         w.sample("coloc_job_gpu_share_ratio", jl, d, "gpu_share");
+        if (const json& q = field(d, "queue"); q.is_object()) {
+          Labels ql = jl;
+          ql.push_back({"reason", text(field(q, "reason"))});
+          w.sample("coloc_job_waiting", ql, q, "position");
+        }
         JobDeviceTotals t;
         if (totals != s.jobs.end())
           if (auto it = totals->second.find(field(d, "uuid").is_string() ? field(d, "uuid").get<std::string>() : "");

@@ -92,14 +92,19 @@ inline constexpr uint32_t kSlots = proto::kMaxDevices;
 ///      7 for protocol v12; a client accepts all seven. colocd counts a job's device time as the
 ///      union of its processes' busy intervals only from layout-7 pages (an older page's
 ///      busy_ns is added as it comes, capped by the wall time as a whole).
+///   8  ControlPage::queue (where the process's waiting request stands in its device's queue,
+///      daemon writes). Layout 8 for protocol v13; a client accepts all eight (in an older page
+///      it reads nothing, and says what it said before).
 inline constexpr uint32_t kControlMagic = 0x50434c43u;  // "CLCP"
 inline constexpr uint32_t kStatsMagic = 0x53434c43u;    // "CLCS"
-inline constexpr uint16_t kLayoutVersion = 7;
+inline constexpr uint16_t kLayoutVersion = 8;
 inline constexpr uint16_t kMinLayoutVersion = 1;
 /// The page layout colocd makes for a client speaking protocol `version`.
 inline constexpr uint16_t layout_for_protocol(uint16_t version) {
-  return version >= 12 ? 7 : version >= 9 ? 6 : version >= 7 ? 5 : version >= 6 ? 4 : version >= 5 ? 3 : version >= 4 ? 2 : 1;
+  return version >= 13 ? 8 : version >= 12 ? 7 : version >= 9 ? 6 : version >= 7 ? 5 : version >= 6 ? 4 : version >= 5 ? 3 : version >= 4 ? 2 : 1;
 }
+/// The oldest layout with the queue note (ControlPage::queue).
+inline constexpr uint16_t kQueueLayout = 8;
 /// The oldest layout with the end of each slot's last busy interval (StatsPage::busy_until).
 inline constexpr uint16_t kBusyLayout = 7;
 /// The oldest layout with the online prediction (StatsPage::est).
@@ -161,6 +166,37 @@ struct alignas(64) ControlSlot {
 };
 
 /// The control page (daemon writes, client reads).
+/// (layout 8) What a queue note's `asks` is: the footprint the job reserves at admission, by its
+/// source, or the request itself.
+enum class AskSource : uint32_t {
+  kNone = 0,
+  kMem = 1,       ///< its declared limit (--mem, COLOC_MEM_LIMIT)
+  kHistory = 2,   ///< its footprint from earlier runs (coloc history)
+  kEstimate = 3,  ///< its declared estimate (COLOC_MEM_ESTIMATE, coloc run --estimate-from)
+  kContext = 4,   ///< nothing known: one CUDA context
+  kGrowth = 5,    ///< a running job's growth: what its grant must grow by
+};
+
+/// (layout 8) Where the process's waiting request stands in its device's queue (issue 28; colocd's
+/// Broker::queue). colocd writes it on its sampling timer while a request of the process waits,
+/// and clears it (reason 0) once none does; the client reads it to tell its user (the stderr line
+/// of a long wait). A seqlock: colocd makes `seq` odd, writes the fields (relaxed), makes `seq` even
+/// again (release); a reader loads `seq` (acquire), the fields, then `seq` again, and uses what it
+/// read only when both loads match and are even. colocd's word, read by the client only to print.
+struct QueueNote {
+  std::atomic<uint32_t> seq;
+  std::atomic<uint32_t> reason;    ///< proto::WaitReason; 0 = no request of the process waits
+  std::atomic<uint32_t> source;    ///< AskSource of `asks`
+  std::atomic<uint32_t> position;  ///< 1-based, in the device's queue
+  std::atomic<uint64_t> asks;      ///< bytes it must commit there beyond what its job commits now
+  std::atomic<uint64_t> missing;   ///< bytes short (reasons Resources and Outside), else 0
+  std::atomic<uint64_t> start_ms;  ///< its estimated start, Unix ms; 0 = not known
+  /// The job first in line (reasons Priority and Queue): its id's bytes, 8 to a word in memory
+  /// order, NUL-padded (at most 63 bytes and a NUL).
+  std::atomic<uint64_t> behind[8];
+  uint8_t reserved[24];
+};
+
 struct ControlPage {
   uint32_t magic;            ///< kControlMagic
   uint16_t layout_version;   ///< kLayoutVersion
@@ -173,6 +209,7 @@ struct ControlPage {
   ControlSlot slots[kSlots];
   SlotGate gates[kSlots];  ///< (layout 4) per slot; all zero (kRun) in older layouts
   SlotCompute compute[kSlots];  ///< (layout 5) per slot; zero in older layouts
+  QueueNote queue;              ///< (layout 8) zero in older layouts
 };
 
 /// One device of the stats page (one cache line). All counters only grow, except in_use.
@@ -266,12 +303,73 @@ static_assert(offsetof(StatsSlot, in_use) == 0);
 static_assert(offsetof(StatsSlot, launches) == 56);
 static_assert(sizeof(SlotGate) == 8 && offsetof(ControlPage, gates) == 64 + 64 * kSlots);
 static_assert(sizeof(SlotCompute) == 16 && offsetof(ControlPage, compute) == 64 + 72 * kSlots);
-static_assert(sizeof(ControlPage) == 64 + 88 * kSlots && sizeof(ControlPage) <= kPageSize);
+static_assert(sizeof(QueueNote) == 128 && offsetof(ControlPage, queue) == 64 + 88 * kSlots);
+static_assert(sizeof(ControlPage) == 64 + 88 * kSlots + 128 && sizeof(ControlPage) <= kPageSize);
 static_assert(sizeof(GateStats) == 64 && offsetof(StatsPage, gates) == 64 + 64 * kSlots);
 static_assert(sizeof(TrackStats) == 64 && offsetof(StatsPage, track) == 64 + 128 * kSlots);
 static_assert(sizeof(EstimateStats) == 32 && offsetof(StatsPage, est) == 64 + 192 * kSlots);
 static_assert(offsetof(StatsPage, busy_until) == 64 + 224 * kSlots);
 static_assert(sizeof(StatsPage) == 64 + 232 * kSlots && sizeof(StatsPage) <= kPageSize);
 static_assert(std::atomic<uint16_t>::is_always_lock_free, "page half-words must be lock-free");
+
+/// A queue note's fields as plain values (write_queue_note, read_queue_note).
+struct QueueNoteValue {
+  uint32_t reason = 0;  ///< proto::WaitReason; 0 = none waits
+  uint32_t source = 0;  ///< AskSource
+  uint32_t position = 0;
+  uint64_t asks = 0, missing = 0, start_ms = 0;
+  char behind[64] = {};  ///< NUL-terminated
+  bool operator==(const QueueNoteValue& o) const noexcept {
+    if (reason != o.reason || source != o.source || position != o.position || asks != o.asks ||
+        missing != o.missing || start_ms != o.start_ms)
+      return false;
+    for (size_t i = 0; i < sizeof behind; ++i)
+      if (behind[i] != o.behind[i]) return false;
+    return true;
+  }
+};
+
+/// colocd's side of the seqlock (QueueNote): `v.behind` is cut to 63 bytes.
+inline void write_queue_note(QueueNote& n, const QueueNoteValue& v) noexcept {
+  const uint32_t s = n.seq.load(std::memory_order_relaxed);
+  n.seq.store(s | 1u, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  n.reason.store(v.reason, std::memory_order_relaxed);
+  n.source.store(v.source, std::memory_order_relaxed);
+  n.position.store(v.position, std::memory_order_relaxed);
+  n.asks.store(v.asks, std::memory_order_relaxed);
+  n.missing.store(v.missing, std::memory_order_relaxed);
+  n.start_ms.store(v.start_ms, std::memory_order_relaxed);
+  for (size_t w = 0; w < 8; ++w) {
+    uint64_t word = 0;
+    for (size_t b = 0; b < 8; ++b) {
+      const size_t i = w * 8 + b;
+      const uint8_t c = i < 63 ? uint8_t(v.behind[i]) : 0;
+      word |= uint64_t(c) << (8 * b);
+    }
+    n.behind[w].store(word, std::memory_order_relaxed);
+  }
+  n.seq.store((s | 1u) + 1u, std::memory_order_release);
+}
+
+/// The client's side: false when colocd was writing (try again later). A `behind` that is not
+/// NUL-terminated within 63 bytes is cut there.
+inline bool read_queue_note(const QueueNote& n, QueueNoteValue* v) noexcept {
+  const uint32_t s1 = n.seq.load(std::memory_order_acquire);
+  if (s1 & 1u) return false;
+  v->reason = n.reason.load(std::memory_order_relaxed);
+  v->source = n.source.load(std::memory_order_relaxed);
+  v->position = n.position.load(std::memory_order_relaxed);
+  v->asks = n.asks.load(std::memory_order_relaxed);
+  v->missing = n.missing.load(std::memory_order_relaxed);
+  v->start_ms = n.start_ms.load(std::memory_order_relaxed);
+  for (size_t w = 0; w < 8; ++w) {
+    const uint64_t word = n.behind[w].load(std::memory_order_relaxed);
+    for (size_t b = 0; b < 8; ++b) v->behind[w * 8 + b] = char((word >> (8 * b)) & 0xff);
+  }
+  v->behind[63] = 0;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return n.seq.load(std::memory_order_relaxed) == s1;
+}
 
 }  // namespace coloc::pages

@@ -102,6 +102,11 @@
 //         colocd counts a job's device time as the union of its processes' intervals (pages.h).
 //         Messages are unchanged. A v11 daemon refuses a v12 client with kVersion: clients then
 //         speak v11 (and their job's device time is their busy_ns summed, capped by wall time).
+//     v13 Pages of layout 8: ControlPage::queue, where the process's waiting request stands in its
+//         device's queue (reason, position, the job first in line, what it asks and why, its
+//         estimated start), which colocd writes and the client prints in its long-wait line
+//         (pages.h). Messages are unchanged. A v12 daemon refuses a v13 client with kVersion:
+//         clients then speak v12 (and say what they said before).
 //
 // Validation
 //   decode() checks everything a peer could get wrong: the header, the exact size for the type and
@@ -122,7 +127,7 @@
 namespace coloc::proto {
 
 /// The version this header speaks, and the oldest one a daemon built from it still accepts.
-inline constexpr uint16_t kVersion = 12;
+inline constexpr uint16_t kVersion = 13;
 inline constexpr uint16_t kMinVersion = 1;
 
 /// First four bytes of every message: "COLC" in memory order on little-endian machines.

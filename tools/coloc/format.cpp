@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -294,6 +296,15 @@ std::string status_table(const json& s, bool wide) {
       j.add(r);
     }
     o << "\n" << j.render("  ");
+    // Its queue: each waiting job's place, reason and estimated start.
+    std::vector<std::pair<int64_t, std::string>> waiting;
+    for (const json& job : dev.at("jobs"))
+      if (job.contains("queue") && job["queue"].is_object())
+        waiting.emplace_back(job["queue"].value("position", int64_t(0)),
+                             str(job, "job") + ": " + queue_sentence(job["queue"], int64_t(::time(nullptr))));
+    std::sort(waiting.begin(), waiting.end());
+    if (!waiting.empty()) o << "  waiting:\n";
+    for (const auto& [pos, line] : waiting) o << "    " << line << "\n";
     o << outside_processes_text(dev, 100);
   }
   // Jobs whose processes claim more in their stats pages than they can hold (a lying or broken
@@ -423,11 +434,68 @@ std::string job_state_text(const json& j) {
   return state;
 }
 
+std::string queue_reason_text(const json& q) {
+  if (!q.is_object()) return "-";
+  const std::string reason = str(q, "reason", "?");
+  if ((reason == "Priority" || reason == "Queue") && q.contains("behind") && q["behind"].is_string())
+    return reason + "(" + q["behind"].get<std::string>() + ")";
+  return reason;
+}
+
+std::string queue_start_text(const json& q, int64_t now_unix_s) {
+  if (!q.is_object()) return "-";
+  auto ms = q.find("estimated_start_ms");
+  auto in = q.find("estimated_start_s");
+  if (ms == q.end() || !ms->is_number() || in == q.end() || !in->is_number()) return "unknown";
+  if (in->get<double>() < 1) return "now";
+  const time_t t = time_t(ms->get<int64_t>() / 1000);
+  tm at{};
+  ::localtime_r(&t, &at);
+  char buf[32];
+  std::strftime(buf, sizeof buf, t - now_unix_s >= 86400 ? "~%b %d %H:%M" : "~%H:%M", &at);
+  return buf;
+}
+
+std::string queue_sentence(const json& q, int64_t now_unix_s) {
+  if (!q.is_object()) return "";
+  std::ostringstream o;
+  o << "#" << str(q, "position") << " in line: " << str(q, "reason");
+  const std::string reason = str(q, "reason", "?");
+  if (reason == "Priority")
+    o << ": behind " << str(q, "behind") << ", of a higher priority";
+  else if (reason == "Queue")
+    o << ": behind " << str(q, "behind") << ", first in line";
+  else if (reason == "Resources" || reason == "Outside") {
+    o << ": " << bytes_text(q.value("missing", json(0))) << " missing";
+    if (reason == "Outside") o << ", used outside coloc";
+    auto held = q.find("held_by");
+    if (held != q.end() && held->is_array() && !held->empty()) {
+      o << ", held by ";
+      for (size_t i = 0; i < held->size(); ++i)
+        o << (i ? ", " : "") << str((*held)[i], "job") << " (" << bytes_text((*held)[i].value("bytes", json(0))) << ")";
+    }
+  } else if (reason == "UserCap")
+    o << ": its user's jobs hold what colocd's max_per_user allows";
+  else if (reason == "Restart")
+    o << ": colocd restarted and waits for its running jobs to come back";
+  const std::string source = str(q, "asks_source", "");
+  static const std::map<std::string, std::string> kSource = {{"mem", "--mem"},
+                                                             {"history", "its earlier runs"},
+                                                             {"estimate", "its estimate"},
+                                                             {"context", "one CUDA context"},
+                                                             {"growth", "to grow"}};
+  auto src = kSource.find(source);
+  o << "; asks " << bytes_text(q.value("asks", json(0))) << (src != kSource.end() ? " (" + src->second + ")" : "");
+  o << "; starts " << queue_start_text(q, now_unix_s);
+  return o.str();
+}
+
 std::string jobs_table(const json& jobs) {
   const json& list = jobs.at("jobs");
   if (list.empty()) return "No jobs.\n";
-  Table t({"JOB", "USER", "PRIORITY", "WEIGHT", "STATE", "LIMIT", "IN USE", "DRIVER OVERHEAD", "PEAK", "GRANTED",
-           "DEVICES", "PIDS"});
+  const int64_t now_s = int64_t(::time(nullptr));
+  Table t({"JOB", "USER", "PRIORITY", "WEIGHT", "STATE", "REASON", "START", "LIMIT", "IN USE", "DRIVER OVERHEAD", "PEAK",
+           "GRANTED", "DEVICES", "PIDS"});
   for (const json& j : list) {
     std::string devs, pids, lower;
     for (const json& d : j.at("devices")) {
@@ -441,8 +509,9 @@ std::string jobs_table(const json& jobs) {
         lower += (lower.empty() ? "" : ", ") + bytes_text(*dl) + " on " + short_uuid(str(d, "uuid"));
     }
     for (const json& p : j.at("pids")) pids += (pids.empty() ? "" : ",") + p.dump();
+    const json q = j.value("queue", json());
     t.add({str(j, "job"), str(j, "user"), str(j, "priority"), str(j, "weight", "1"), job_state_text(j),
-           bytes_text(j["limit"]) + (lower.empty() ? "" : " (" + lower + ")"), bytes_text(j["in_use"]),
+           queue_reason_text(q), queue_start_text(q, now_s), bytes_text(j["limit"]) + (lower.empty() ? "" : " (" + lower + ")"), bytes_text(j["in_use"]),
            bytes_text(j.value("driver_overhead", json(0))), bytes_text(j["peak"]), bytes_text(j["granted"]),
            devs.empty() ? "-" : devs, pids});
   }

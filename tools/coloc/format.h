@@ -71,6 +71,18 @@ std::string pause_text(const nlohmann::json& reply, bool pause);
 std::string job_state_text(const nlohmann::json& job);
 /// `coloc jobs`: one line per job.
 std::string jobs_table(const nlohmann::json& jobs);
+
+// ---- the queue (a waiting request's "queue" object, docs/daemon.md "Admin answers") -----------
+
+/// A REASON cell: "Resources", "Outside", "UserCap", "Restart", or "Priority(JOB)" / "Queue(JOB)"
+/// naming the job first in line; "-" for null (not waiting).
+std::string queue_reason_text(const nlohmann::json& queue);
+/// An estimated start: "~14:32" (local time; "~Dec 07 14:32" past a day), "now", or "unknown";
+/// "-" for null (not waiting). `now_unix_s`: the time to count from (the CLI's clock).
+std::string queue_start_text(const nlohmann::json& queue, int64_t now_unix_s);
+/// One sentence for a job's stderr and `coloc status`: "#1 in line: Resources: 11.60 GiB missing,
+/// held by train (20.00 GiB); asks 70.00 GiB (--mem); starts ~14:32".
+std::string queue_sentence(const nlohmann::json& queue, int64_t now_unix_s);
 /// The bytes a refused request of a report's `oom_events` entry asked for, alone. The daemon
 /// records a refused growth with `request` = what the job would have held had it been granted
 /// (Grow's `need`: in-use + the request) and `in_use` = what it held; an admission carries the

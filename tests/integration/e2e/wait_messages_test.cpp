@@ -41,9 +41,15 @@ TEST_CASE("e2e: an admission wait longer than a second is announced once at the 
   std::string err = waiter->err_so_far();
   CHECK(err.find("job waiter-") != std::string::npos);
   CHECK_MESSAGE(err.find("s for admission on device 0 (GPU-") != std::string::npos, err);
-  CHECK(err.find("colocd has no room for it yet: it asks 8.00 GiB (its declared footprint, COLOC_MEM_LIMIT / "
-                 "--mem) of the device's 16.00 GiB") != std::string::npos);
-  CHECK(err.find("it waits up to colocd's --wait-timeout (300 s unless changed; COLOC_WAIT_TIMEOUT sets the job's own)") != std::string::npos);
+  // Where it stands in the queue (colocd's queue note, v13): first in line, what is missing, what
+  // it asks and why; an admission waits without a timeout unless one is set.
+  CHECK_MESSAGE(err.find("#1 in line, Resources: 4.32 GiB missing, held by other jobs; it asks 8.00 GiB (its declared "
+                         "footprint, COLOC_MEM_LIMIT / --mem); estimated start not known; the device has 16.00 GiB") !=
+                    std::string::npos,
+                err);
+  CHECK_MESSAGE(err.find("it waits until it is admitted (COLOC_WAIT_TIMEOUT, or colocd's admission_timeout when set, "
+                         "ends the wait with CUDA_ERROR_OUT_OF_MEMORY)") != std::string::npos,
+                err);
   CHECK(err.find("`coloc status` shows who holds the device") != std::string::npos);
   CHECK(err.find("admitted on device") == std::string::npos);  // not yet
   write_file(n.file("go"), "");

@@ -222,6 +222,46 @@ TEST_CASE("tables: coloc jobs shows a device's lower limit (COLOC_MEM_LIMIT_<n>)
   CHECK_MESSAGE(t.find("none (1.00 GiB on GPU-55bb0000...)") != std::string::npos, t);
 }
 
+TEST_CASE("tables: a waiting job's reason, position and estimated start in status, jobs and its sentence") {
+  const int64_t now = 1'800'000'000;  // the CLI's clock, Unix s
+  json resources = json::parse(R"({"reason": "Resources", "position": 1, "behind": null, "behind_user": null,
+    "missing": 12455405158, "held_by": [{"job": "train", "user": "alice", "bytes": 21474836480}],
+    "asks": 75161927680, "asks_source": "mem", "estimated_start_s": 840.0, "estimated_start_ms": 1800000840000})");
+  json queue = json::parse(R"({"reason": "Queue", "position": 2, "behind": "finetune", "behind_user": "bob",
+    "missing": null, "held_by": null, "asks": 2147483648, "asks_source": "history",
+    "estimated_start_s": null, "estimated_start_ms": null})");
+  CHECK(queue_reason_text(resources) == "Resources");
+  CHECK(queue_reason_text(queue) == "Queue(finetune)");
+  CHECK(queue_reason_text(json()) == "-");
+  CHECK(queue_start_text(queue, now) == "unknown");
+  CHECK(queue_start_text(json(), now) == "-");
+  const std::string at = queue_start_text(resources, now);  // local time: only its shape is fixed
+  CHECK_MESSAGE(at.size() == 6, at);
+  CHECK(at[0] == '~');
+  CHECK(at[3] == ':');
+  json far = resources;
+  far["estimated_start_ms"] = (now + 2 * 86400) * 1000;
+  far["estimated_start_s"] = 2.0 * 86400;
+  CHECK(queue_start_text(far, now).size() == 13);  // "~Dec 07 14:32"
+  json soon = resources;
+  soon["estimated_start_s"] = 0.2;
+  CHECK(queue_start_text(soon, now) == "now");
+  const std::string s1 = queue_sentence(resources, now);
+  CHECK_MESSAGE(s1.find("#1 in line: Resources: 11.60 GiB missing, held by train (20.00 GiB); asks 70.00 GiB (--mem); "
+                        "starts ~") == 0,
+                s1);
+  const std::string s2 = queue_sentence(queue, now);
+  CHECK_MESSAGE(s2 == "#2 in line: Queue: behind finetune, first in line; asks 2.00 GiB (its earlier runs); starts unknown",
+                s2);
+  json jobs = json::parse(R"({"jobs": [{"job": "nb", "user": "alice", "priority": "best-effort", "state": "admission-pending",
+    "limit": 2147483648, "in_use": 0, "peak": 0, "granted": 0, "pids": [], "devices": []}]})");
+  jobs["jobs"][0]["queue"] = queue;
+  const std::string t = jobs_table(jobs);
+  CHECK_MESSAGE(t.find("REASON") != std::string::npos, t);
+  CHECK_MESSAGE(t.find("Queue(finetune)") != std::string::npos, t);
+  CHECK_MESSAGE(t.find("unknown") != std::string::npos, t);
+}
+
 TEST_CASE("coloc run: notes for a rewritten job name and for a limit below one CUDA context") {
   Install in;
   RunOptions o;

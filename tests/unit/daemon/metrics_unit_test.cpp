@@ -91,6 +91,23 @@ TEST_CASE("metrics: the exposition of a snapshot") {
   CHECK(t.find(",job=") == std::string::npos);
 }
 
+TEST_CASE("metrics: a waiting job's position in the queue, labelled with its reason") {
+  metrics::Snapshot s;
+  s.status = json::parse(R"({
+    "daemon": {"clients": 2, "waiting_requests": 1, "holding_for_restart": false},
+    "devices": [{"uuid": "GPU-1", "index": 0, "index_from": "nvml", "policy": {"mode": "share"}, "capacity": 1000}],
+    "jobs": [{"job": "ft", "uid": 1000, "user": "alice",
+              "devices": [{"uuid": "GPU-1", "reserved": 0, "granted": 0, "in_use": 0, "peak": 0,
+                           "queue": {"reason": "Queue", "position": 2, "behind": "a"}}]},
+             {"job": "run", "uid": 1000, "user": "alice",
+              "devices": [{"uuid": "GPU-1", "reserved": 0, "granted": 0, "in_use": 0, "peak": 0, "queue": null}]}]})");
+  const std::string t = metrics::render(s);
+  CHECK_MESSAGE(t.find("coloc_job_waiting{coloc_job=\"ft\",user=\"alice\",gpu=\"0\",UUID=\"GPU-1\",reason=\"Queue\"} 2\n") !=
+                    std::string::npos,
+                t);
+  CHECK(t.find("coloc_job_waiting{coloc_job=\"run\"") == std::string::npos);  // running: no sample
+}
+
 TEST_CASE("metrics: outside processes are bounded, the largest kept") {
   metrics::Snapshot s;
   s.status = json{{"devices", json::array()}};

@@ -14,10 +14,12 @@ namespace {
 struct Heard {
   int times = 0;
   uint64_t waited_ns = 0;
-  static void say(void* ctx, uint64_t waited_ns) {
+  uint64_t again_ns = 0;  ///< what say() asks for (0: never again)
+  static uint64_t say(void* ctx, uint64_t waited_ns) {
     auto* h = static_cast<Heard*>(ctx);
     ++h->times;
     h->waited_ns = waited_ns;
+    return h->again_ns;
   }
 };
 
@@ -37,6 +39,23 @@ TEST_CASE("signal wait: a long wait's notice is said once, after its threshold, 
   CHECK(h.waited_ns < 300'000'000ull);  // said at the slice that crossed it, not at the end
   REQUIRE(w.sleep(150'000'000ull));
   CHECK(h.times == 1);  // once per wait
+}
+
+TEST_CASE("signal wait: a notice that asks to be called again is, each time its interval has passed") {
+  Heard h;
+  h.again_ns = 100'000'000ull;  // 100 ms
+  SignalWindow w;
+  w.set_notice(50'000'000ull, &Heard::say, &h);
+  REQUIRE(w.sleep(560'000'000ull));
+  // At ~50 ms, then every 100 ms after its last call, each at most a slice late: 2 to 5 calls.
+  CHECK(h.times >= 2);
+  CHECK(h.times <= 5);
+  h.again_ns = 0;
+  const int so_far = h.times;
+  REQUIRE(w.sleep(400'000'000ull));
+  CHECK(h.times == so_far + 1);  // once more, then it asked for no more
+  REQUIRE(w.sleep(250'000'000ull));
+  CHECK(h.times == so_far + 1);
 }
 
 TEST_CASE("signal wait: a wait shorter than the threshold says nothing, and a window without a notice never does") {
