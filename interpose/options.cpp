@@ -284,11 +284,11 @@ const char* parse_duration(const char* text, uint64_t* ns) {
       }
     }
   }
-  if (!digits) return "not a duration (e.g. 250ms, 5s, 2m, or seconds)";
+  if (!digits) return "not a duration (e.g. 250ms, 5s, 2m, 1h, 2d, or seconds)";
   std::string_view unit(s.data() + i, s.size() - i);
   static constexpr struct { const char* name; uint64_t ns; } units[] = {
       {"", 1000000000ull}, {"s", 1000000000ull}, {"ms", 1000000ull}, {"us", 1000ull},
-      {"ns", 1ull},        {"m", 60000000000ull}, {"h", 3600000000000ull},
+      {"ns", 1ull},        {"m", 60000000000ull}, {"h", 3600000000000ull}, {"d", 86400000000000ull},
   };
   for (const auto& u : units) {
     if (unit != std::string_view(u.name)) continue;
@@ -297,7 +297,7 @@ const char* parse_duration(const char* text, uint64_t* ns) {
     *ns = uint64_t(total);
     return nullptr;
   }
-  return "unknown unit (use ns, us, ms, s, m or h)";
+  return "unknown unit (use ns, us, ms, s, m, h or d)";
 }
 
 uint64_t limit_for_ordinal(const Options& o, int ordinal) {

@@ -101,7 +101,7 @@ Result<broker::Nanos> parse_duration(std::string_view text, const std::string& w
     const char* suffix;
     double ns;
   };
-  static constexpr Unit units[] = {{"ms", 1e6}, {"us", 1e3}, {"ns", 1}, {"s", 1e9}, {"m", 60e9}, {"h", 3600e9}};
+  static constexpr Unit units[] = {{"ms", 1e6}, {"us", 1e3}, {"ns", 1}, {"s", 1e9}, {"m", 60e9}, {"h", 3600e9}, {"d", 86400e9}};
   double scale = 1e9;
   std::string num = t;
   for (const Unit& u : units) {
@@ -115,7 +115,7 @@ Result<broker::Nanos> parse_duration(std::string_view text, const std::string& w
   }
   auto v = parse_number(num);
   if (!v || *v * scale > 1.8e19)
-    return invalid(what + ": '" + t + "' is not a duration (e.g. 250ms, 5s, 2m, or seconds)");
+    return invalid(what + ": '" + t + "' is not a duration (e.g. 250ms, 5s, 2m, 1h, 2d, or seconds)");
   return broker::Nanos(std::llround(*v * scale));
 }
 
@@ -569,7 +569,7 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv) {
     opts[i] = app.add_option(s.flag, values[i], help);
   }
   app.add_flag("--no-bpf", no_bpf, "Do not use BPF (same as --watcher pidfd)");
-  app.footer("Sizes: 64MiB, 2G, 1.5GiB, 500MB, or bytes. Durations: 250ms, 5s, 2m, or seconds.\n"
+  app.footer("Sizes: 64MiB, 2G, 1.5GiB, 500MB, or bytes. Durations: 250ms, 5s, 2m, 1h, 2d, or seconds.\n"
              "SIGHUP reloads the config file (flags still win); docs/operations.md has every key.");
 
   try {

@@ -700,15 +700,25 @@ std::string history_table(const json& h, bool wide) {
     return o.str();
   }
   if (list.empty()) return h.value("loaded", true) ? "No run history.\n" : "No run history (colocd is still reading it).\n";
-  Table t({"FINGERPRINT", "USER", "MODEL", "RUNS", "P50", "P95", "ESTIMATE", "LAST RUN", "COMMAND"});
+  Table t({"FINGERPRINT", "USER", "MODEL", "RUNS", "P50", "P95", "ESTIMATE", "TYPICAL RUN", "LAST RUN", "COMMAND"});
+  bool any_floor = false;
   for (const json& f : list) {
     std::string command = f.contains("command") && f["command"].is_string() ? f["command"].get<std::string>() : "(hidden)";
     // Cut in the middle: a command's start names the program, its end often the run (arguments).
     if (!wide && command.size() > 60) command = command.substr(0, 27) + "..." + command.substr(command.size() - 30);
+    // Failed runs only: their largest peak is a floor of what the job needs, not its footprint.
+    const bool floor = f.value("lower_bound", false);
+    any_floor |= floor;
+    const uint64_t run_ms = f.value("run_ms", uint64_t(0));
     t.add({str(f, "fingerprint"), str(f, "user"), str(f, "model"), str(f, "runs"), bytes_text(f["p50"]),
-           bytes_text(f["p95"]), bytes_text(f["estimate"]), str(f, "last_end"), command});
+           bytes_text(f["p95"]), (floor ? "\u2265 " : "") + bytes_text(f["estimate"]),
+           run_ms ? duration_text(double(run_ms) / 1000) : "-", str(f, "last_end"), command});
   }
-  return t.render();
+  std::string out = t.render();
+  if (any_floor)
+    out += "\n\u2265: no run ended cleanly; the largest failed run's peak (out of memory, or killed) is a lower bound of "
+           "what the job needs\n";
+  return out;
 }
 
 std::string history_forget_text(const json& reply, const std::string& what) {

@@ -545,3 +545,18 @@ TEST_CASE("coloc policy and weights: the tables, the weight and quantum grammar,
 }
 
 }  // TEST_SUITE
+
+TEST_CASE("tables: coloc history marks an estimate from failed runs only as a lower bound, and gives the typical run") {
+  json h = json::parse(R"({"path": "/x/history.db", "loaded": true, "usable": true, "fingerprints": [
+    {"fingerprint": "00000000000000aa", "uid": 1000, "user": "alice", "model": "H100", "command": "python a.py",
+     "runs": 1, "p50": 8589934592, "p95": 8589934592, "estimate": 9019431322, "lower_bound": true, "run_ms": 0,
+     "last_ended_ms": 1, "last_exit_status": 1, "last_end": "oom"},
+    {"fingerprint": "00000000000000bb", "uid": 1000, "user": "alice", "model": "H100", "command": "python b.py",
+     "runs": 3, "p50": 1073741824, "p95": 1073741824, "estimate": 1127428915, "lower_bound": false, "run_ms": 754000,
+     "last_ended_ms": 1, "last_exit_status": 0, "last_end": "clean"}]})");
+  const std::string t = history_table(h, false);
+  CHECK_MESSAGE(t.find("\u2265 8.40 GiB") != std::string::npos, t);
+  CHECK_MESSAGE(t.find("\u2265 1.05 GiB") == std::string::npos, t);
+  CHECK_MESSAGE(t.find("12 min 34 s") != std::string::npos, t);
+  CHECK_MESSAGE(t.find("is a lower bound of what the job needs") != std::string::npos, t);
+}

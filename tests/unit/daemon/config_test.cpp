@@ -76,6 +76,9 @@ TEST_CASE("config: durations, quanta, slowdowns, HOST:PORT") {
   CHECK(parse_duration("5s", "d").value() == 5'000'000'000);
   CHECK(parse_duration("2m", "d").value() == 120'000'000'000);
   CHECK(parse_duration("1.5", "d").value() == 1'500'000'000);
+  CHECK(parse_duration("2d", "d").value() == 2ull * 86400 * 1'000'000'000);  // days (issue 28)
+  CHECK(parse_duration("1h", "d").value() == 3600ull * 1'000'000'000);
+  CHECK_FALSE(parse_duration("yesterday", "d").ok());
   CHECK_FALSE(parse_duration("soon", "d").ok());
   CHECK_FALSE(parse_duration("-3s", "d").ok());
   CHECK_FALSE(parse_duration("", "d").ok());

@@ -117,6 +117,8 @@ TEST_CASE("options: durations") {
   CHECK(ns == 10000ull);
   CHECK(parse_duration("7ns", &ns) == nullptr);
   CHECK(ns == 7ull);
+  CHECK(parse_duration("2d", &ns) == nullptr);  // days (issue 28)
+  CHECK(ns == 2ull * 86400 * 1000000000ull);
   CHECK(parse_duration("", &ns) != nullptr);
   CHECK(parse_duration("ms", &ns) != nullptr);
   CHECK(parse_duration("-1s", &ns) != nullptr);
