@@ -134,6 +134,24 @@ bench-estimate: $(ESTIMATE_BENCH)
 	$(Q)$(ESTIMATE_BENCH) --data tests/bench/carma --out $(BUILD)/bench/estimate.json
 BENCHES += bench-estimate
 
+# ---- benchmark: the node queue, strict order against EASY backfill (tests/bench/queue_bench.cpp) ----
+# 200 jobs from a fixed seed replayed through colocd's Broker with a fake clock: mean and p95 wait,
+# makespan, memory utilization, heads started past their promised shadow time
+# -> build/bench/queue.json (a second; no process, no device).
+QUEUE_BENCH := $(BUILD)/bench/queue_bench
+$(OBJ)/tests/bench/queue_bench.o: CPPFLAGS += $(DAEMON_CPPFLAGS)
+QUEUE_BENCH_OBJS := $(filter $(OBJ)/daemon/broker/% $(OBJ)/daemon/util/log.o,$(DAEMON_CORE_OBJS))
+$(QUEUE_BENCH): $(OBJ)/tests/bench/queue_bench.o $(QUEUE_BENCH_OBJS)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(TEST_LIBS)
+
+.PHONY: bench-queue
+bench-queue: $(QUEUE_BENCH)
+	$(call say,BENCH,queue)
+	$(Q)$(QUEUE_BENCH) --out $(BUILD)/bench/queue.json
+BENCHES += bench-queue
+
 .PHONY: bench
 bench: $(BENCHES)
 
