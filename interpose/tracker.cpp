@@ -346,7 +346,7 @@ void Tracker::after_fork_child() {
   for (SlotTrack& s : slots_) s = SlotTrack{};
   for (uint32_t& t : tails_) t = 0;
   pooled_ = 0;  // the parent's events (the child cannot use CUDA)
-  thread_started_ = false;
+  thread_started_.store(false, std::memory_order_relaxed);
   syncing_ = nullptr;
   used_.store(false, std::memory_order_relaxed);
   sleeping_.store(0, std::memory_order_relaxed);
@@ -355,11 +355,11 @@ void Tracker::after_fork_child() {
 // ---- the tracker thread -----------------------------------------------------------------------------
 
 void Tracker::start_thread_locked() {
-  if (thread_started_) return;
-  thread_started_ = true;
+  if (thread_started_.load(std::memory_order_relaxed)) return;
+  thread_started_.store(true, std::memory_order_relaxed);
   // The thread takes none of the application's signals.
   if (start_quiet_thread(&Tracker::thread_main, this, kTrackerStack) != 0) {
-    thread_started_ = false;  // tried again at the next mark; the window is not enforced meanwhile
+    thread_started_.store(false, std::memory_order_relaxed);  // tried again at the next mark; the window is not enforced meanwhile
     return;
   }
 }
@@ -377,7 +377,7 @@ void Tracker::abandon_locked(int i) {
 }
 
 void Tracker::nudge() {
-  if (!thread_started_) return;  // (read without the lock: a missed nudge costs one slice)
+  if (!thread_started_.load(std::memory_order_relaxed)) return;  // (without the lock: a missed nudge costs one slice)
   wake_seq_.fetch_add(1, std::memory_order_seq_cst);
   if (sleeping_.load(std::memory_order_seq_cst)) futex_wake(wake_seq_, false);
 }

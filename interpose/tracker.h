@@ -205,7 +205,9 @@ class Tracker {
   };
   PooledEvent pool_[kMarks];
   int pooled_ = 0;
-  bool thread_started_ = false;
+  /// The thread was started (written under mu_; nudge() reads it without the lock, so atomic:
+  /// a nudge that misses a thread starting just then costs one slice).
+  std::atomic<bool> thread_started_{false};
   CUcontext syncing_ = nullptr;        ///< the context of the event the thread waits on (under mu_)
   std::atomic<bool> used_{false};      ///< something was ever tracked (forget_context's quick exit)
   std::atomic<uint32_t> wake_seq_{0};  ///< bumped when a mark is queued (the thread waits on it)
