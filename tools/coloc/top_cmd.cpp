@@ -70,9 +70,6 @@ std::string short_duration(double s) {
 /// The job's state on a device, in at most 10 columns.
 std::string short_state(const json& job) {
   const std::string mem = text(job, "state", "?"), compute = text(job, "compute_state", "running");
-  // A waiting request's reason (Priority, Queue, Resources, Outside, UserCap, Restart) says more.
-  if (auto q = job.find("queue"); q != job.end() && q->is_object() && (*q)["reason"].is_string())
-    return (*q)["reason"].get<std::string>();
   if (mem == "admission-pending") return "wait-admit";
   if (mem == "waiting") return "wait-mem";
   if (compute == "paused") return "paused";
