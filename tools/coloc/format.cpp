@@ -304,7 +304,20 @@ std::string status_table(const json& s, bool wide) {
                              str(job, "job") + ": " + queue_sentence(job["queue"], int64_t(::time(nullptr))));
     std::sort(waiting.begin(), waiting.end());
     if (!waiting.empty()) o << "  waiting:\n";
-    for (const auto& [pos, line] : waiting) o << "    " << line << "\n";
+    // Within 100 columns: wrapped after a "; " or ", " (continuation lines indented further).
+    for (const auto& [pos, line] : waiting) {
+      std::string rest = line, indent = "    ";
+      while (display_width(indent + rest) > 100) {
+        const size_t room = 100 - indent.size();
+        size_t cut = rest.rfind("; ", room - 1);
+        if (cut == std::string::npos || cut == 0) cut = rest.rfind(", ", room - 1);
+        if (cut == std::string::npos || cut == 0) break;
+        o << indent << rest.substr(0, cut + 1) << "\n";
+        rest = rest.substr(cut + 2);
+        indent = "      ";
+      }
+      o << indent << rest << "\n";
+    }
     o << outside_processes_text(dev, 100);
   }
   // Jobs whose processes claim more in their stats pages than they can hold (a lying or broken
