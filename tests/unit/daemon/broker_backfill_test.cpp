@@ -29,6 +29,16 @@ BrokerConfig with_headroom(backfill::Mode mode) {
   return c;
 }
 
+/// The issue's first two jobs: `train` (--mem 20GiB, admitted, its end not known) and `finetune`
+/// (--mem 70GiB, waiting behind it); returns their clients and finetune's Attach seq.
+std::tuple<ClientId, ClientId, uint32_t> train_then_finetune(Bench& b) {
+  ClientId train = b.add("train", 20 * GiB);
+  REQUIRE(b.granted(attach_known(b, train, 0)));
+  ClientId finetune = b.add("finetune", 70 * GiB);
+  const uint32_t sf = attach_known(b, finetune, 0);
+  return {train, finetune, sf};
+}
+
 const JobDevice& standing(const Bench& b, const std::string& job) {
   return b.broker.find_job({1000, job})->devices.at(0);
 }
@@ -37,10 +47,7 @@ const JobDevice& standing(const Bench& b, const std::string& job) {
 
 TEST_CASE("backfill in the broker: the issue's three jobs: a small job goes ahead of a big one waiting for a job of unknown end, which still starts when that ends") {
   Bench b(with_headroom(backfill::Mode::kEasy));
-  ClientId train = b.add("train", 20 * GiB);
-  REQUIRE(b.granted(attach_known(b, train, 0)));
-  ClientId finetune = b.add("finetune", 70 * GiB);
-  const uint32_t sf = attach_known(b, finetune, 0);
+  const auto [train, finetune, sf] = train_then_finetune(b);
   CHECK(b.pending(sf));
   ClientId notebook = b.add("notebook", 2 * GiB, Priority::kBestEffort);
   const uint32_t sn = attach_known(b, notebook, 0);
@@ -62,10 +69,7 @@ TEST_CASE("backfill in the broker: the issue's three jobs: a small job goes ahea
 
 TEST_CASE("backfill in the broker: with backfill off, nothing goes ahead of a request waiting on the device (today's order)") {
   Bench b(with_headroom(backfill::Mode::kOff));
-  ClientId train = b.add("train", 20 * GiB);
-  REQUIRE(b.granted(attach_known(b, train, 0)));
-  ClientId finetune = b.add("finetune", 70 * GiB);
-  const uint32_t sf = attach_known(b, finetune, 0);
+  const auto [train, finetune, sf] = train_then_finetune(b);
   ClientId notebook = b.add("notebook", 2 * GiB, Priority::kBestEffort);
   const uint32_t sn = attach_known(b, notebook, 0);
   CHECK(b.pending(sf));
@@ -105,10 +109,7 @@ TEST_CASE("backfill in the broker: a job expected to end by the head's shadow ti
 
 TEST_CASE("backfill in the broker: a job without a known footprint is never backfilled, however small") {
   Bench b(with_headroom(backfill::Mode::kEasy));
-  ClientId train = b.add("train", 20 * GiB);
-  REQUIRE(b.granted(attach_known(b, train, 0)));
-  ClientId finetune = b.add("finetune", 70 * GiB);
-  const uint32_t sf = attach_known(b, finetune, 0);
+  const auto [train, finetune, sf] = train_then_finetune(b);
   ClientId tiny = b.add("tiny");  // no --mem, no history, no estimate: it reserves nothing
   const uint32_t st = attach_known(b, tiny, 512 * MiB);
   CHECK(b.pending(sf));
@@ -164,10 +165,7 @@ TEST_CASE("backfill in the broker: nothing goes ahead of a running job's parked 
 
 TEST_CASE("backfill in the broker: a backfilled job's growth beyond its footprint waits behind the head") {
   Bench b(with_headroom(backfill::Mode::kEasy));
-  ClientId train = b.add("train", 20 * GiB);
-  REQUIRE(b.granted(attach_known(b, train, 0)));
-  ClientId finetune = b.add("finetune", 70 * GiB);
-  const uint32_t sf = attach_known(b, finetune, 0);
+  const auto [train, finetune, sf] = train_then_finetune(b);
   ClientId nb = b.add("nb");  // its history says 2 GiB; it declares no limit, so it may grow past it
   REQUIRE(b.granted(attach_known(b, nb, 0, 2 * GiB)));
   const uint32_t g = b.grow(nb, 0, 4 * GiB);  // 2 beyond its footprint, with 56.4 GiB available
