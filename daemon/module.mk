@@ -62,6 +62,7 @@ DAEMON_SRCS := \
   daemon/engine/server_compute.cpp \
   daemon/engine/server_estimate.cpp \
   daemon/engine/server_queue.cpp \
+  daemon/engine/server_cancel.cpp \
   daemon/engine/server_metrics.cpp \
   daemon/engine/server_outside.cpp \
   daemon/engine/server_systemd.cpp \

@@ -334,6 +334,10 @@ class Broker {
   void driver_oom(ClientId id, uint32_t slot, Bytes request, Bytes in_use, Bytes physical_free, Nanos now);
   /// Answer the parked request `target_seq` of this client with kCancelled (no-op if not parked).
   void cancel(ClientId id, uint32_t target_seq, Nanos now);
+  /// `coloc cancel`: answers every parked request of the job (admissions and growth, on every
+  /// device) with kCancelled, so that it leaves the queue at once, and serves the queue behind it.
+  /// Returns how many requests it answered (0: it waited for nothing).
+  size_t cancel_job(JobSerial job, Nanos now);
 
   // ---- admin ----------------------------------------------------------------------------------
 

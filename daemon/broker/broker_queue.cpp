@@ -113,4 +113,18 @@ void Broker::note_backfill(uint32_t dev, uint64_t head, Job& job, const Backfill
                                          : fmt::format("in {:.1f} s", double(sat_sub(check.shadow.at, now)) / 1e9));
 }
 
+size_t Broker::cancel_job(JobSerial job, Nanos now) {
+  size_t answered = 0;
+  for (size_t i = 0; i < waiters_.size();) {
+    if (job_of(clients_.at(waiters_[i].client)).serial != job) {
+      ++i;
+      continue;
+    }
+    answer_waiter(i, false, Reason::kCancelled, now);  // erases waiters_[i]
+    ++answered;
+  }
+  if (answered) pump(now);
+  return answered;
+}
+
 }  // namespace coloc::broker

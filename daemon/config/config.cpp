@@ -184,6 +184,48 @@ Result<bool> parse_bool(std::string_view text, const std::string& what) {
   return invalid(what + ": '" + t + "' is not true or false");
 }
 
+Result<Config::Retention> parse_retention(std::string_view text, const std::string& what) {
+  Config::Retention r{0, 0};
+  const std::string all = trim(text);
+  if (all.empty()) return r;
+  auto bad = [&](const std::string& why) {
+    return invalid(what + ": '" + all + "' " + why + " (e.g. \"30d\", \"5000 reports\", \"30d, 5000 reports\", or \"\")");
+  };
+  bool has_age = false, has_count = false;
+  size_t from = 0;
+  for (;;) {
+    const size_t comma = all.find(',', from);
+    const std::string part = trim(std::string_view(all).substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (part.empty()) return bad("has an empty part");
+    constexpr std::string_view kReports = "reports";
+    if (part.size() > kReports.size() && part.compare(part.size() - kReports.size(), kReports.size(), kReports) == 0) {
+      const std::string n = trim(std::string_view(part).substr(0, part.size() - kReports.size()));
+      if (has_count) return bad("gives the count twice");
+      if (n.empty() || n.size() > 12 || n.find_first_not_of("0123456789") != std::string::npos || std::stoull(n) == 0)
+        return bad("has a count that is not a whole number above 0");
+      r.count = std::stoull(n);
+      has_count = true;
+    } else {
+      if (has_age) return bad("gives the age twice");
+      auto d = parse_duration(part, what);
+      if (!d) return bad("has '" + part + "', neither an age (a duration) nor a count (N reports)");
+      if (d.value() == 0) return bad("has an age of 0");
+      r.age = d.value();
+      has_age = true;
+    }
+    if (comma == std::string::npos) break;
+    from = comma + 1;
+  }
+  return r;
+}
+
+std::string format_retention(const Config::Retention& r) {
+  std::string out;
+  if (r.age) out = r.age % 86'400'000'000'000 == 0 ? std::to_string(r.age / 86'400'000'000'000) + "d" : format_duration(r.age);
+  if (r.count) out += (out.empty() ? "" : ", ") + std::to_string(r.count) + " reports";
+  return out;
+}
+
 std::string format_duration(broker::Nanos ns) {
   if (ns % 1'000'000'000 == 0) return std::to_string(ns / 1'000'000'000) + "s";
   if (ns % 1'000'000 == 0) return std::to_string(ns / 1'000'000) + "ms";

@@ -74,6 +74,13 @@ struct Config {
   broker::Nanos wait_timeout = 300'000'000'000;
   broker::Nanos admission_timeout = 0;  ///< how long an admission waits (0 = for ever)
   broker::backfill::Mode backfill = broker::backfill::Mode::kEasy;
+  /// How long ended jobs' reports are kept (report_retention): reports older than `age` (0 = any
+  /// age) and past the newest `count` (0 = any number) are deleted, off the loop.
+  struct Retention {
+    broker::Nanos age = 0;
+    uint64_t count = 10000;
+    bool operator==(const Retention&) const = default;
+  } report_retention;
   broker::Nanos sample_interval = 100'000'000;
   broker::Nanos resume_grace = 5'000'000'000;
   std::string watcher = "auto";  ///< auto | bpf | pidfd
@@ -155,6 +162,10 @@ Result<broker::Nanos> parse_quantum(std::string_view text, const std::string& wh
 Result<uint32_t> parse_target_slowdown(std::string_view text, const std::string& what);
 /// true/false (also on/off, yes/no, 1/0). Errors name `what`.
 Result<bool> parse_bool(std::string_view text, const std::string& what);
+/// report_retention: "" (keep every report), or a comma-separated age (a duration: "30d") and/or
+/// count ("5000 reports"), each at most once and more than 0. Errors name `what`.
+Result<Config::Retention> parse_retention(std::string_view text, const std::string& what);
+std::string format_retention(const Config::Retention& r);
 /// A duration as set() reads it back: "300s", "250ms", "1500us".
 std::string format_duration(broker::Nanos ns);
 /// A size as set() reads it back: "64MiB", "1GiB", or bytes ("1000").

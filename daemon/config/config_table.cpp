@@ -133,6 +133,17 @@ const Setting kSettings[] = {
      return {};
    },
    [](const Config& c) { return std::string(broker::backfill::mode_name(c.backfill)); }},
+  {"report_retention", "--report-retention", "an age and/or a count", "10000 reports",
+   "Ended jobs' reports kept: those younger than the age (\"30d\") and among the newest count (\"5000 reports\"); "
+   "both (\"30d, 5000 reports\"), or \"\" to keep every one",
+   true, true, kStr, "\"30d, 5000 reports\"",
+   [](Config& c, std::string_view t, const std::string& w) -> Result<void> {
+     auto r = parse_retention(t, w);
+     if (!r) return r.error();
+     c.report_retention = r.value();
+     return {};
+   },
+   [](const Config& c) { return format_retention(c.report_retention); }},
   {"sample_interval", "--sample-interval", "a duration", "100ms",
    "How often the clients' stats pages and NVML are sampled (report timelines), at least 1ms", true, true, kStr | kNum,
    "\"250ms\"",

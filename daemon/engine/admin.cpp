@@ -841,6 +841,49 @@ AdminAnswer Admin::history_forget(const proto::AdminMsg& msg, const Caller& call
   return {AdminStatus::kOk, json{{"forgotten", n}}.dump()};
 }
 
+AdminAnswer Admin::cancel(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now) {
+  const std::string name = msg.job;
+  Found f = find_own_job(name, caller, "cancel");
+  if (f.status == AdminStatus::kNotAllowed || f.status == AdminStatus::kAmbiguous) return {f.status, f.why};
+  if (!f.job) {
+    // Ended already? Its report says so (the index in memory: the loop never reads the disk here).
+    if (writer_) {
+      const auto colon = name.find(':');
+      const std::string id = colon == std::string::npos ? name : name.substr(colon + 1);
+      for (const report::ReportWriter::Ended& e : writer_->ended())
+        if (e.job == id && (is_admin(caller) || e.uid == caller.uid))
+          return {AdminStatus::kNotFound, "job '" + id + "' has ended (exit " +
+                                              (e.exit_status ? std::to_string(*e.exit_status) : std::string("unknown")) +
+                                              "): nothing to cancel; its report: coloc report " + e.name};
+    }
+    return {AdminStatus::kNotFound, f.why.empty() ? "no job '" + name + "'" : f.why};
+  }
+  if (!cancel_) return {AdminStatus::kInternal, "this colocd cannot cancel jobs"};
+  return cancel_(*f.job, int(msg.mode), broker::Nanos(msg.quantum_ms) * 1'000'000, caller, now);
+}
+
+AdminAnswer Admin::ended(const Caller& caller) const {
+  json jobs = json::array();
+  bool indexed = true;
+  if (writer_)
+    for (const report::ReportWriter::Ended& e : writer_->ended(&indexed)) {
+      const bool own = caller.uid == 0 || e.uid == caller.uid;  // as coloc history shows commands
+      jobs.push_back({{"job", e.job},
+                      {"report", e.name},
+                      {"uid", e.uid},
+                      {"user", e.user},
+                      {"command", own ? json(e.command) : json(nullptr)},
+                      {"start_unix_ms", e.start_ms},
+                      {"end_unix_ms", e.end_ms},
+                      {"exit_status", e.exit_status ? json(*e.exit_status) : json(nullptr)},
+                      {"exit_signal", e.exit_signal ? json(*e.exit_signal) : json(nullptr)},
+                      {"peak", e.peak},
+                      {"waited_s", e.waited_s},
+                      {"cancelled_by", e.cancelled_by.empty() ? json(nullptr) : json(e.cancelled_by)}});
+    }
+  return {AdminStatus::kOk, json{{"indexed", indexed}, {"jobs", jobs}}.dump()};
+}
+
 AdminAnswer Admin::handle(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now) {
   switch (proto::AdminOp(msg.op)) {
     case proto::AdminOp::kStatus:
@@ -864,6 +907,10 @@ AdminAnswer Admin::handle(const proto::AdminMsg& msg, const Caller& caller, brok
       return history(caller);
     case proto::AdminOp::kHistoryForget:
       return history_forget(msg, caller);
+    case proto::AdminOp::kCancel:
+      return cancel(msg, caller, now);
+    case proto::AdminOp::kEnded:
+      return ended(caller);
   }
   return {AdminStatus::kInvalid, "unknown admin operation"};
 }

@@ -120,6 +120,10 @@ class Admin {
   /// Where `coloc policy` saves what it sets (loaded and applied by the engine at start); null:
   /// policies are set live only.
   void set_policy_store(compute::PolicyStore* s) { policies_ = s; }
+  /// The engine's part of `coloc cancel` (Server::cancel_job): signals, the grace timer, the
+  /// report's record. Null: kCancel answers kInternal.
+  using Canceller = std::function<AdminAnswer(const broker::Job&, int sig, broker::Nanos grace, const Caller&, broker::Nanos now)>;
+  void set_canceller(Canceller c) { cancel_ = std::move(c); }
   /// The run history (coloc history); null: history is off (kHistory answers an empty list with
   /// "usable": false, kHistoryForget finds nothing).
   void set_history(history::HistoryStore* h) { history_ = h; }
@@ -160,6 +164,11 @@ class Admin {
   /// another user's unless the caller is root.
   AdminAnswer history(const Caller& caller) const;
   AdminAnswer history_forget(const proto::AdminMsg& msg, const Caller& caller);
+  /// kCancel: the caller's job (or any, for an admin), through the canceller. A job that has
+  /// ended (a report is filed under its name) or is not known: kNotFound.
+  AdminAnswer cancel(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
+  /// kEnded: the ended jobs (ReportWriter::ended), commands hidden as kHistory hides them.
+  AdminAnswer ended(const Caller& caller) const;
   /// The device `selector` names ("all" is the caller's): an index, a UUID or a unique prefix of
   /// one (with or without "GPU-"). nullptr and *why when none or several match.
   const DeviceRow* resolve_device(const std::string& selector, const std::vector<DeviceRow>& rows, std::string* why) const;
@@ -192,6 +201,7 @@ class Admin {
   report::ReportWriter* writer_ = nullptr;
   compute::PolicyStore* policies_ = nullptr;
   history::HistoryStore* history_ = nullptr;
+  Canceller cancel_;
 };
 
 /// The user name of `uid`, or the number as text. Cached for 60 s (thread-safe).

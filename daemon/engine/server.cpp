@@ -237,9 +237,13 @@ Result<void> Server::start() {
     return memory_reader_ && dev < unreadable_.size() && unreadable_[dev];
   };
   writer_ = std::make_unique<report::ReportWriter>(store_);
+  writer_->set_retention(retention_of(cfg_));
   admin_ = std::make_unique<Admin>(broker_, gates_, scheduler_, recorders_, store_, info_);
   admin_->set_report_writer(writer_.get());
   admin_->set_policy_store(&policies_);
+  admin_->set_canceller([this](const broker::Job& job, int sig, Nanos grace, const Caller& caller, Nanos t) {
+    return cancel_job(job, sig, grace, caller, t);
+  });
   if (cfg_.history) {
     history::HistoryOptions hopts;
     hopts.runs_kept = cfg_.history_runs;
@@ -790,6 +794,7 @@ void Server::on_register(Connection& c, const proto::Message& m) {
   }
   // Its step within the job (v11, COLOC_STEP; decode refuses the flag below v11, and a step without it).
   if (!spec.anchor) recorders_.at(job.serial).add_process(c.pid(), (r.flags & proto::kRegStep) ? std::string(r.step) : "");
+  if (r.flags & proto::kRegStep) slurm_jobs_.insert(job.serial);  // only the Slurm plugin sets a step
 
   auto reply = zeroed<proto::RegisterReplyMsg>();
   reply.epoch = info_.epoch;
@@ -906,6 +911,7 @@ void Server::on_broker_event(const broker::Event& e) {
 
 void Server::finalize_job(broker::JobSerial serial) {
   closing_.erase(serial);
+  slurm_jobs_.erase(serial);
   auto rec = recorders_.find(serial);
   if (rec == recorders_.end()) return;
   for (pid_t pid : rec->second.pending_exits()) {
@@ -952,6 +958,7 @@ void Server::settle() {
 void Server::rearm_deadline() {
   broker::Nanos t = broker_.next_deadline();
   for (auto& [serial, deadline] : closing_) t = std::min(t, deadline);
+  for (const Kill& k : kills_) t = std::min(t, k.at);
   if (t == armed_deadline_) return;  // most messages change no deadline: spare the system call
   armed_deadline_ = t;
   itimerspec its{};
@@ -976,6 +983,7 @@ void Server::on_deadline() {
   for (auto& [serial, deadline] : closing_)
     if (deadline <= t) due.push_back(serial);
   for (broker::JobSerial s : due) finalize_job(s);
+  kill_due(t);
   settle();
 }
 

@@ -118,6 +118,18 @@ class Server {
   /// reason, position, blocker, ask and estimated start, from Broker::queue) where it changed, and
   /// clears the note of a process that no longer waits. On the sampling timer (server_queue.cpp).
   void publish_queue_notes(Nanos t);
+  // `coloc cancel` (server_cancel.cpp).
+  /// Cancels `job` for `caller`: refused (kInvalid, naming scancel) for a Slurm job; else it leaves
+  /// the queue (Broker::cancel_job), its report records the cancel, its processes and anchor get
+  /// `sig` through pidfds, and SIGKILL at t + `grace` (kill_due). Answers {job, uid, user, signal,
+  /// grace_ms, signalled: [{pid, anchor}], left_queue}.
+  AdminAnswer cancel_job(const broker::Job& job, int sig, Nanos grace, const Caller& caller, Nanos t);
+  /// Sends SIGKILL to the cancelled processes whose grace ended by `t` (on the deadline timer).
+  void kill_due(Nanos t);
+  /// The config's report_retention as the report writer takes it.
+  static report::ReportWriter::Retention retention_of(const config::Config& c) {
+    return {int64_t(c.report_retention.age / 1'000'000), c.report_retention.count};
+  }
   /// Fills `ds` with the job's prediction on `dev` and where its reservation came from.
   void fill_prediction(const broker::Job& job, uint32_t dev, report::DeviceSample& ds) const;
   /// Records the job's run in the history (its recorder must still exist), then forgets it.
@@ -263,6 +275,16 @@ class Server {
   std::vector<uint64_t> doomed_;  ///< ids of connections to destroy in settle()
   std::map<broker::JobSerial, report::JobRecorder> recorders_;
   std::map<broker::JobSerial, Nanos> closing_;  ///< ended jobs waiting (briefly) for exit statuses
+  /// Cancelled jobs' processes that get SIGKILL at `at` (pidfds: a pid reused meanwhile is safe).
+  struct Kill {
+    Nanos at = 0;
+    std::string job;  ///< "uid:id", for the log
+    std::vector<UniqueFd> pidfds;
+  };
+  std::vector<Kill> kills_;
+  /// Jobs a Register with a Slurm step joined (the Slurm plugin's anchor and tasks): `coloc cancel`
+  /// points to scancel for these.
+  std::set<broker::JobSerial> slurm_jobs_;
   /// Watches kept after a hang-up, to learn the exit status: by pid, the process's start time and
   /// the number of watches.
   struct Linger {

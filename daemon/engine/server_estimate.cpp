@@ -223,7 +223,11 @@ void Server::record_history(broker::JobSerial serial) {
     r.ended_wall_ms = wall_now_ms();
     r.duration_ms = uint64_t(run.admitted_for / 1'000'000);
     r.exit_status = run.exit_status;
-    r.end = run.killed ? history::RunEnd::kKilled : run.oom ? history::RunEnd::kOom : history::RunEnd::kClean;
+    r.end = run.cancelled    ? history::RunEnd::kCancelled
+            : run.killed     ? history::RunEnd::kKilled
+            : run.oom_limit  ? history::RunEnd::kOomLimit
+            : run.oom        ? history::RunEnd::kOomDevice
+                             : history::RunEnd::kClean;
     r.peak = peak;
     history_->record(std::move(r));
   }

@@ -40,6 +40,21 @@ void Server::publish_queue_notes(Nanos t) {
     if (!fresh && w.order < it->second->order) it->second = &w;
   }
   std::map<uint32_t, std::vector<broker::Broker::QueueEntry>> queues;  // by device, as needed
+  // Every waiting request's reason goes into its job's report (the wait's "reasons").
+  for (const broker::Waiter& w : broker_.waiters()) {
+    const auto c = broker_.clients().find(w.client);
+    if (c == broker_.clients().end()) continue;
+    const uint32_t dev = w.admission ? w.devices.front().device : c->second.slots[w.slot].device;
+    auto q = queues.find(dev);
+    if (q == queues.end()) q = queues.emplace(dev, broker_.queue(dev, t)).first;
+    auto rec = recorders_.find(c->second.job);
+    if (rec == recorders_.end()) continue;
+    for (const broker::Broker::QueueEntry& e : q->second)
+      if (e.waiter == &w) {
+        rec->second.note_wait_reason(broker_.devices()[dev].uuid, w.admission, e.reason);
+        break;
+      }
+  }
   const int64_t wall = unix_ms_now();
   for (const auto& [id, client] : broker_.clients()) {
     auto conn = by_client_.find(id);

@@ -136,6 +136,7 @@ void Server::reload_config() {
   b.headroom_bytes = cfg_.headroom.bytes;
   b.max_per_user = cfg_.max_per_user;
   broker_.reconfigure(b, now());
+  if (writer_) writer_->set_retention(retention_of(cfg_));
   info_.admin_gid = admin.value();
   info_.admin_group = cfg_.admin_group;
   info_.high_priority_gid = high.value();

@@ -34,7 +34,7 @@ namespace {
 /// alone (history off).
 constexpr int kSchemaVersion = 1;
 
-// One table of runs, oldest first by id; `run_end` is 'clean', 'oom' or 'killed' ("end" is an SQL
+// One table of runs, oldest first by id; `run_end` is run_end_name's ('clean', 'oom-limit', ...) ("end" is an SQL
 // keyword). Integers are SQLite's signed 64 bits: the hashes and sizes are stored bit for bit.
 constexpr const char* kSchema =
     "CREATE TABLE IF NOT EXISTS runs ("
@@ -70,6 +70,9 @@ std::optional<RunEnd> parse_end(std::string_view s) {
   if (s == "clean") return RunEnd::kClean;
   if (s == "oom") return RunEnd::kOom;
   if (s == "killed") return RunEnd::kKilled;
+  if (s == "oom-limit") return RunEnd::kOomLimit;
+  if (s == "oom-device") return RunEnd::kOomDevice;
+  if (s == "cancelled") return RunEnd::kCancelled;
   return std::nullopt;
 }
 
@@ -121,6 +124,9 @@ const char* run_end_name(RunEnd e) {
     case RunEnd::kClean: return "clean";
     case RunEnd::kOom: return "oom";
     case RunEnd::kKilled: return "killed";
+    case RunEnd::kOomLimit: return "oom-limit";
+    case RunEnd::kOomDevice: return "oom-device";
+    case RunEnd::kCancelled: return "cancelled";
   }
   return "clean";
 }
@@ -595,6 +601,9 @@ json HistoryStore::list(uint32_t caller_uid) const {
         if (e.runs.empty()) continue;
         const Known k = known_of(e);
         const Run& last = e.runs.back();
+        json failures = json::object();
+        for (const Run& r : e.runs)
+          if (r.end != RunEnd::kClean) failures[run_end_name(r.end)] = failures.value(run_end_name(r.end), 0) + 1;
         rows.emplace_back(last.ended_wall_ms,
                           json{{"fingerprint", id},
                                {"uid", e.fp.uid},
@@ -609,7 +618,8 @@ json HistoryStore::list(uint32_t caller_uid) const {
                                {"run_ms", k.run_ms},
                                {"last_ended_ms", last.ended_wall_ms},
                                {"last_exit_status", last.exit_status ? json(*last.exit_status) : json(nullptr)},
-                               {"last_end", run_end_name(last.end)}});
+                               {"last_end", run_end_name(last.end)},
+                               {"failures", std::move(failures)}});
       }
   }
   std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first > b.first; });

@@ -55,9 +55,11 @@ struct Fingerprint {
   bool operator==(const Fingerprint&) const = default;
 };
 
-/// How a run ended.
-enum class RunEnd { kClean, kOom, kKilled };
-/// "clean", "oom", "killed".
+/// How a run ended: cleanly; out of memory at the job's own limit (or its user's cap), or because
+/// the device was full; out of memory with no cause recorded (runs recorded before colocd 0.28);
+/// killed by a signal; cancelled (`coloc cancel`). Every end but kClean is a failure.
+enum class RunEnd { kClean, kOom, kKilled, kOomLimit, kOomDevice, kCancelled };
+/// "clean", "oom", "killed", "oom-limit", "oom-device", "cancelled".
 const char* run_end_name(RunEnd e);
 
 /// One ended run, as the engine records it.
@@ -125,7 +127,8 @@ class HistoryStore {
   /// "uid", "user", "model", "command" (null unless `caller_uid` owns it or is root), "runs",
   /// "p50", "p95", "estimate" (bytes), "lower_bound" (Known::lower_bound), "run_ms"
   /// (Known::run_ms; 0: none), "last_ended_ms", "last_exit_status" (null: unknown),
-  /// "last_end" ("clean", "oom", "killed")}]}, the most recent run first.
+  /// "last_end" (run_end_name), "failures" ({run_end_name: how many of the kept runs ended so},
+  /// failures only)}]}, the most recent run first.
   nlohmann::json list(uint32_t caller_uid) const;
 
   enum class Forget { kOk, kNotFound, kNotAllowed };

@@ -221,12 +221,19 @@ JobRecorder::RunSummary JobRecorder::run_summary(Nanos now) const {
   for (const auto& [uuid, d] : devices_)
     if (d.admitted_at) first = first ? std::min(*first, *d.admitted_at) : *d.admitted_at;
   if (first && *first <= now) r.admitted_for = now - *first;
+  bool own = false, device = false;
   for (const auto& [uuid, d] : devices_) {
     Counters c = d.folded;
     c += d.live;
     r.oom |= !d.ooms.empty() || d.driver_ooms > 0 || c.failures > 0;
+    for (const Oom& o : d.ooms)
+      (o.reason == broker::Reason::kOwnLimit || o.reason == broker::Reason::kUserCap ? own : device) = true;
+    device |= d.driver_ooms > 0;
+    own |= c.failures > 0 && d.ooms.empty() && d.driver_ooms == 0;
     if (d.sampled) r.peaks[uuid] = d.peak;
   }
+  r.oom_limit = r.oom && own && !device;
+  r.cancelled = cancelled_.has_value();
   return r;
 }
 
@@ -456,6 +463,14 @@ json JobRecorder::to_json(Nanos now) const {
       j[k] = nullptr;
   }
   j["limit"] = bytes_or_null(job_limit_);
+  if (cancelled_)
+    j["cancelled"] = {{"by", cancelled_->by},
+                      {"uid", cancelled_->uid},
+                      {"signal", cancelled_->signal},
+                      {"at", iso8601_utc(cancelled_->at_ms)},
+                      {"at_unix_ms", cancelled_->at_ms}};
+  else
+    j["cancelled"] = nullptr;
 
   // The job's exit status is its command's (coloc run's goodbye), else its first process's.
   json procs = json::array();
@@ -491,6 +506,9 @@ json JobRecorder::to_json(Nanos now) const {
       json e{{"kind", w.admission ? "admission" : "memory"}, {"start_s", secs(rel(w.start))}, {"end_s", secs(rel(w_end))}};
       e["outcome"] = w.interrupted ? json("daemon-restart") : w.end ? json(reason_or_granted(w.outcome)) : json("waiting");
       e["across_restart"] = w.resumed || w.pending_since.has_value();
+      json reasons = json::array();
+      for (uint8_t r : w.reasons) reasons.push_back(proto::wait_reason_name(proto::WaitReason(r)));
+      e["reasons"] = std::move(reasons);
       waits.push_back(std::move(e));
     }
     json ooms = json::array();
@@ -695,7 +713,7 @@ json JobRecorder::state() const {
     json waits = json::array();
     for (const Wait& w : d.waits)
       waits.push_back({w.admission, w.start, opt_u64(w.end), uint32_t(w.outcome), w.interrupted, w.resumed,
-                       opt_u64(w.pending_since)});
+                       opt_u64(w.pending_since), w.reasons});
     json ooms = json::array();
     for (const Oom& o : d.ooms) ooms.push_back({o.at, uint32_t(o.reason), o.admission, o.request, o.in_use});
     json turns = json::array();
@@ -740,7 +758,23 @@ json JobRecorder::state() const {
           {"limit", job_limit_},
           {"processes", procs},
           {"processes_omitted", processes_omitted_},
+          {"cancelled", cancelled_ ? json{cancelled_->uid, cancelled_->by, cancelled_->signal, cancelled_->at_ms} : json(nullptr)},
           {"devices", devs}};
+}
+
+void JobRecorder::note_wait_reason(const broker::Uuid& device, bool admission, proto::WaitReason reason) {
+  auto it = devices_.find(device);
+  if (it == devices_.end()) return;
+  for (Wait& w : it->second.waits) {
+    if (w.end || w.admission != admission) continue;
+    if ((w.reasons.empty() || w.reasons.back() != uint8_t(reason)) && w.reasons.size() < kMaxReasons)
+      w.reasons.push_back(uint8_t(reason));
+    return;
+  }
+}
+
+void JobRecorder::cancelled(uid_t uid, std::string user, int signal, int64_t wall_ms) {
+  if (!cancelled_) cancelled_ = Cancel{uid, std::move(user), signal, wall_ms};
 }
 
 Result<JobRecorder> JobRecorder::from_state(const json& state, broker::JobSerial serial) {
@@ -750,6 +784,14 @@ Result<JobRecorder> JobRecorder::from_state(const json& state, broker::JobSerial
     if (key.id.empty()) throw StateError{"recorder.job is empty"};
     JobRecorder rec(serial, key, r.str("user"), r.str("command"), r.u64("cmdline_hash"), r.str("priority"),
                     r.u64("mono_start"), r.i64("wall_start_ms"));
+    // (Older daemons wrote no "cancelled".)
+    if (auto c = state.find("cancelled"); c != state.end() && !c->is_null()) {
+      if (!c->is_array() || c->size() != 4 || !(*c)[1].is_string() || !(*c)[2].is_number_integer() ||
+          !(*c)[3].is_number_integer())
+        throw StateError{"recorder.cancelled is not [uid, user, signal, Unix ms]"};
+      rec.cancelled_ = Cancel{uid_t(Reader::as_u64((*c)[0], "recorder.cancelled")), (*c)[1].get<std::string>(),
+                              (*c)[2].get<int>(), (*c)[3].get<int64_t>()};
+    }
     const json& procs = r.array("processes", kMaxListed);
     for (size_t i = 0; i < procs.size(); ++i) {
       std::string name = "recorder.processes[" + std::to_string(i) + "]";
@@ -798,10 +840,11 @@ Result<JobRecorder> JobRecorder::from_state(const json& state, broker::JobSerial
       for (size_t k = 0; k < waits.size(); ++k) {
         std::string name = dr.where + ".waits[" + std::to_string(k) + "]";
         const json& w = waits[k];
-        // (Older daemons wrote the first five.)
-        if (!w.is_array() || (w.size() != 5 && w.size() != 7) || !w[0].is_boolean() || !w[4].is_boolean() ||
-            (w.size() == 7 && !w[5].is_boolean()))
-          throw StateError{name + " is not [admission, start, end|null, outcome, interrupted, resumed, pending since|null]"};
+        // (Older daemons wrote the first five, or seven: no reasons.)
+        if (!w.is_array() || (w.size() != 5 && w.size() != 7 && w.size() != 8) || !w[0].is_boolean() ||
+            !w[4].is_boolean() || (w.size() >= 7 && !w[5].is_boolean()) ||
+            (w.size() == 8 && (!w[7].is_array() || w[7].size() > kMaxReasons)))
+          throw StateError{name + " is not [admission, start, end|null, outcome, interrupted, resumed, pending since|null, reasons]"};
         Wait x;
         x.admission = w[0].get<bool>();
         x.start = Reader::as_u64(w[1], name);
@@ -813,6 +856,12 @@ Result<JobRecorder> JobRecorder::from_state(const json& state, broker::JobSerial
           if (!w[6].is_null()) x.pending_since = std::max(Reader::as_u64(w[6], name), x.start);
           if (x.end) x.pending_since.reset();
         }
+        if (w.size() == 8)
+          for (const json& reason : w[7]) {
+            uint64_t v = Reader::as_u64(reason, name + ".reasons");
+            if (v >= proto::kWaitReasons) throw StateError{name + ".reasons holds " + std::to_string(v) + ", not a wait reason"};
+            x.reasons.push_back(uint8_t(v));
+          }
         d.waits.push_back(x);
       }
       const json& ooms = dr.array("ooms", kMaxListed);

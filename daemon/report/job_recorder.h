@@ -132,6 +132,15 @@ class JobRecorder {
   /// The exit status of the job's command, from its anchor's Goodbye (`coloc run`: the exit code,
   /// or 128 + the signal that killed it). It is the job's exit status, ahead of its first process's.
   void command_exited(int status) { command_status_ = status; }
+  /// The job's open wait of kind `admission` on `device` stood for `reason` (the queue's, at a
+  /// sample): the report lists each wait's reasons in the order seen, at most kMaxReasons, a
+  /// repeat of the last one not again.
+  void note_wait_reason(const broker::Uuid& device, bool admission, proto::WaitReason reason);
+  /// `coloc cancel`: who (uid, user name) cancelled the job with which signal, at `wall_ms`
+  /// (Unix ms). The report's "cancelled" ({by, uid, signal, at}); the first cancel counts.
+  void cancelled(uid_t uid, std::string user, int signal, int64_t wall_ms);
+  bool was_cancelled() const { return cancelled_.has_value(); }
+  static constexpr size_t kMaxReasons = 8;
   /// Processes whose end is not known yet.
   std::vector<pid_t> pending_exits() const;
 
@@ -145,6 +154,11 @@ class JobRecorder {
     std::optional<int> exit_status;
     bool killed = false;
     bool oom = false;
+    /// Its out-of-memory error was at its own limit (or its user's cap), not a full device: the
+    /// broker refused it for kOwnLimit or kUserCap, or its library failed an allocation (the
+    /// library fails only at the job's limit) with no refusal for a full device.
+    bool oom_limit = false;
+    bool cancelled = false;  ///< `coloc cancel` (JobRecorder::cancelled)
     std::map<broker::Uuid, Bytes> peaks;
   };
   RunSummary run_summary(Nanos now) const;
@@ -236,6 +250,13 @@ class JobRecorder {
     /// Open at a restart and its request not back yet: the last time the daemon saw it open
     /// (monotonic ns), where it closes if the request does not come back.
     std::optional<Nanos> pending_since;
+    std::vector<uint8_t> reasons;  ///< proto::WaitReason values, in the order seen (note_wait_reason)
+  };
+  struct Cancel {
+    uid_t uid = 0;
+    std::string by;
+    int signal = 0;
+    int64_t at_ms = 0;
   };
   struct Oom {
     Nanos at = 0;
@@ -299,6 +320,7 @@ class JobRecorder {
   std::map<broker::Uuid, Device> devices_;
   std::vector<ProcessExit> processes_;  ///< in registration order; exit fields filled when known
   std::optional<int> command_status_;   ///< command_exited()
+  std::optional<Cancel> cancelled_;     ///< cancelled()
   uint64_t processes_omitted_ = 0;      ///< ended processes dropped from processes_ (bound)
   bool away_ = false;                   ///< ended while the daemon was away
   int64_t away_before_ms_ = 0;          ///< then: the latest it can have ended (Unix ms)

@@ -73,6 +73,14 @@ static Result<void> write_synced(int fd, const std::string& text, const std::str
   return {};
 }
 
+namespace {
+/// N of "<stem>.N.json" (1 for "<stem>.json").
+int suffix_of(const std::string& path, const std::string& stem) {
+  if (path.size() <= stem.size() + 6) return 1;  // "<stem>.json"
+  return std::atoi(path.c_str() + stem.size() + 1);
+}
+}  // namespace
+
 Result<std::string> ReportStore::write(const std::string& job_id, const std::string& text) const {
   const std::string stem = dir_ + "/" + sanitize(job_id);
   // An unnamed file in the directory (O_TMPFILE), named once it is whole: no temporary name to
@@ -98,7 +106,11 @@ Result<std::string> ReportStore::write(const std::string& job_id, const std::str
     return w.error();
   }
   const std::string self = "/proc/self/fd/" + std::to_string(fd);
-  for (int n = 1; n < 100000; ++n) {
+  // Above the highest suffix filed: retention may have deleted older ones, and a free lower one
+  // would list this newest report as the oldest.
+  int first = 1;
+  if (std::vector<std::string> filed = find(job_id); !filed.empty()) first = suffix_of(filed.front(), stem) + 1;
+  for (int n = first; n < 100000; ++n) {
     std::string path = n == 1 ? stem + ".json" : stem + "." + std::to_string(n) + ".json";
     // link(2) fails rather than replace: a report is never overwritten.
     int rc = tmpl.empty() ? ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW)
@@ -121,9 +133,16 @@ std::vector<std::string> ReportStore::find(const std::string& job_id) const {
   const std::string stem = dir_ + "/" + sanitize(job_id);
   std::vector<std::string> found;
   struct stat st;
-  for (int n = 1; n < 100000; ++n) {
+  // Suffixes run up from 1; retention deletes the oldest, so a run of gaps may start anywhere:
+  // the search ends after kMaxGap missing suffixes in a row.
+  constexpr int kMaxGap = 64;
+  for (int n = 1, missing = 0; n < 100000 && missing < kMaxGap; ++n) {
     std::string path = n == 1 ? stem + ".json" : stem + "." + std::to_string(n) + ".json";
-    if (::stat(path.c_str(), &st) != 0) break;
+    if (::stat(path.c_str(), &st) != 0) {
+      ++missing;
+      continue;
+    }
+    missing = 0;
     found.insert(found.begin(), path);
   }
   return found;

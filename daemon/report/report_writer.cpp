@@ -3,9 +3,18 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include <cerrno>
-#include <chrono>
+#include <dirent.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "util/clock.h"
 #include "util/log.h"
 
 namespace coloc::report {
@@ -65,6 +74,123 @@ namespace {
 bool no_space(int err) { return err == ENOSPC || err == EDQUOT; }
 }  // namespace
 
+std::optional<ReportWriter::Ended> ReportWriter::summarize(const std::string& text, const std::string& name) {
+  using nlohmann::json;
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  auto num = [&](const json& o, const char* k) -> std::optional<double> {
+    auto it = o.find(k);
+    if (it == o.end() || !it->is_number()) return std::nullopt;
+    return it->get<double>();
+  };
+  auto text_of = [&](const char* k) {
+    auto it = j.find(k);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const auto end = num(j, "end_unix_ms"), start = num(j, "start_unix_ms"), uid = num(j, "uid");
+  if (!end || !start || !uid || text_of("job").empty()) return std::nullopt;
+  Ended e;
+  e.job = text_of("job");
+  e.user = text_of("user");
+  e.command = text_of("command");
+  e.name = name;
+  e.uid = uint32_t(*uid);
+  e.start_ms = int64_t(*start);
+  e.end_ms = int64_t(*end);
+  if (auto x = num(j, "exit_status")) e.exit_status = int(*x);
+  if (auto x = num(j, "exit_signal")) e.exit_signal = int(*x);
+  if (auto d = j.find("devices"); d != j.end() && d->is_array())
+    for (const json& dev : *d) {
+      if (!dev.is_object()) continue;
+      if (auto p = num(dev, "peak")) e.peak = std::max(e.peak, uint64_t(*p));
+      e.waited_s += num(dev, "wait_admission_s").value_or(0) + num(dev, "wait_memory_s").value_or(0);
+    }
+  if (auto c = j.find("cancelled"); c != j.end() && c->is_object() && (*c)["by"].is_string())
+    e.cancelled_by = (*c)["by"].get<std::string>();
+  return e;
+}
+
+std::vector<ReportWriter::Ended> ReportWriter::ended(bool* indexed) const {
+  std::lock_guard lk(mu_);
+  if (indexed) *indexed = indexed_;
+  return ended_;
+}
+
+void ReportWriter::set_retention(Retention r) {
+  {
+    std::lock_guard lk(mu_);
+    retention_ = r;
+    prune_due_ = true;
+  }
+  work_.notify_one();
+}
+
+void ReportWriter::index_add(Ended e) {
+  if (!index_names_.insert(e.name).second) return;  // read twice (written while the scan ran)
+  auto at = std::upper_bound(ended_.begin(), ended_.end(), e.end_ms,
+                             [](int64_t end, const Ended& x) { return end > x.end_ms; });
+  ended_.insert(at, std::move(e));
+}
+
+void ReportWriter::index_some() {
+  if (!listed_) {
+    std::vector<std::string> names;
+    if (DIR* d = ::opendir(store_.dir().c_str())) {
+      while (dirent* ent = ::readdir(d)) {
+        const std::string f = ent->d_name;
+        if (f.size() > 5 && f[0] != '.' && f.compare(f.size() - 5, 5, ".json") == 0) names.push_back(f);
+      }
+      ::closedir(d);
+    }
+    std::lock_guard lk(mu_);
+    to_index_ = std::move(names);
+    listed_ = true;
+  }
+  std::vector<std::string> batch;
+  {
+    std::lock_guard lk(mu_);
+    while (!to_index_.empty() && batch.size() < kIndexBatch) {
+      batch.push_back(std::move(to_index_.back()));
+      to_index_.pop_back();
+    }
+  }
+  std::vector<Ended> read;
+  for (const std::string& f : batch) {
+    std::ifstream in(store_.dir() + "/" + f);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (auto e = summarize(text.str(), f.substr(0, f.size() - 5))) read.push_back(std::move(*e));
+  }
+  std::lock_guard lk(mu_);
+  for (Ended& e : read) index_add(std::move(e));
+  if (to_index_.empty()) {
+    indexed_ = true;
+    prune_due_ = true;
+  }
+}
+
+void ReportWriter::prune() {
+  std::vector<std::string> gone;
+  {
+    std::lock_guard lk(mu_);
+    if (!indexed_) return;  // the count needs every report
+    const int64_t oldest = retention_.age_ms ? wall_ms() - retention_.age_ms : INT64_MIN;
+    std::vector<Ended> kept;
+    for (Ended& e : ended_) {
+      if (e.end_ms < oldest || (retention_.count && kept.size() >= retention_.count)) {
+        index_names_.erase(e.name);
+        gone.push_back(std::move(e.name));
+      } else {
+        kept.push_back(std::move(e));
+      }
+    }
+    ended_ = std::move(kept);
+  }
+  size_t deleted = 0;
+  for (const std::string& name : gone) deleted += ::unlink((store_.dir() + "/" + name + ".json").c_str()) == 0;
+  if (deleted) log::get("report")->info("report retention: {} report(s) deleted from {}", deleted, store_.dir());
+}
+
 bool ReportWriter::write_one(const Item& item) {
   auto lg = log::get("report");
   // Out of descriptors (colocd at its limit, under a flood): try again for a minute.
@@ -75,6 +201,13 @@ bool ReportWriter::write_one(const Item& item) {
   }
   if (path) {
     lg->info("job {} ended; report {}", item.label, path.value());
+    const std::string& p = path.value();
+    const std::string base = p.substr(p.rfind('/') + 1);
+    if (auto e = summarize(item.text, base.substr(0, base.size() - 5))) {
+      std::lock_guard lk(mu_);
+      index_add(std::move(*e));
+      prune_due_ = true;
+    }
     return true;
   }
   if (no_space(path.error().err)) return false;
@@ -101,9 +234,15 @@ void ReportWriter::hold(Item item) {
 void ReportWriter::run() {
   auto lg = log::get("report");
   std::unique_lock lk(mu_);
+  auto next_prune = std::chrono::steady_clock::now() + kPruneEvery;
   for (;;) {
-    if (held_.empty()) work_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-    else work_.wait_for(lk, kRetry, [&] { return stop_ || !queue_.empty(); });
+    // Reading the directory at start, a few reports per turn, goes on while nothing is to write.
+    if (indexed_ || stop_) {
+      const auto wake = [&] { return stop_ || !queue_.empty() || prune_due_; };
+      const auto limit = held_.empty() ? std::chrono::duration_cast<std::chrono::milliseconds>(kPruneEvery) : kRetry;
+      work_.wait_for(lk, limit, wake);
+      if (std::chrono::steady_clock::now() >= next_prune) prune_due_ = true;
+    }
     // Held reports first (the oldest first): while the oldest cannot be written, neither can the
     // rest, and a new one joins them, so reports reach the disk in the order jobs ended.
     size_t written_held = 0;
@@ -127,6 +266,17 @@ void ReportWriter::run() {
           lg->error("{} report(s) were never written (no disk space in {}) and are lost as colocd stops", held_.size(),
                     store_.dir());
         return;  // stopping, and everything is written
+      }
+      if (!indexed_) {
+        lk.unlock();
+        index_some();
+        lk.lock();
+      } else if (prune_due_) {
+        prune_due_ = false;
+        next_prune = std::chrono::steady_clock::now() + kPruneEvery;
+        lk.unlock();
+        prune();
+        lk.lock();
       }
       continue;
     }

@@ -11,12 +11,20 @@
 // submitted so far is on disk or held (admin requests that read reports call it first, so a report
 // is never missed because it is still in the queue; held() gives them the held ones); the
 // destructor writes what is left, then stops the thread.
+//
+// The same thread keeps the index of ended jobs (`coloc jobs --all`): at start it reads every
+// report in the directory (a few at a time, between writes), then adds each report it writes; the
+// loop reads the index from memory (ended()). It also applies the retention (set_retention): at
+// start, after each write, and every hour, the reports past the age or beyond the count (the
+// oldest ends first) are deleted.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +53,35 @@ class ReportWriter {
   /// How many reports are held now.
   size_t held_count() const;
 
+  /// One ended job, as `coloc jobs --all` lists it (from its report).
+  struct Ended {
+    std::string job, user, command;
+    std::string name;  ///< its report's file name without ".json" (what `coloc report` takes)
+    uint32_t uid = 0;
+    int64_t start_ms = 0, end_ms = 0;  ///< Unix ms
+    std::optional<int> exit_status, exit_signal;
+    uint64_t peak = 0;       ///< bytes: the largest of its devices' peaks
+    double waited_s = 0;     ///< its admission and memory waits, summed over its devices (s)
+    std::string cancelled_by;  ///< who cancelled it ("" = nobody)
+  };
+  /// The entry of a report's text (file name `name`); nullopt for a text that is not a complete
+  /// report.
+  static std::optional<Ended> summarize(const std::string& text, const std::string& name);
+  /// The ended jobs, newest end first; *indexed (when given): the directory has been read whole
+  /// (before that, the list holds what was read so far).
+  std::vector<Ended> ended(bool* indexed = nullptr) const;
+  /// Which reports to keep: those that ended within `age_ms` (0 = any age) and are among the
+  /// newest `count` (0 = any number). Applied on the writer's thread, at once.
+  struct Retention {
+    int64_t age_ms = 0;
+    uint64_t count = 0;
+  };
+  void set_retention(Retention r);
+  /// How often the retention is applied when no report is written.
+  static constexpr std::chrono::minutes kPruneEvery{60};
+  /// Reports read per step while indexing the directory at start.
+  static constexpr size_t kIndexBatch = 32;
+
   /// The most reports, and bytes of them, held for want of disk space.
   static constexpr size_t kMaxHeld = 1000;
   static constexpr size_t kMaxHeldBytes = 64u << 20;
@@ -61,6 +98,12 @@ class ReportWriter {
   bool write_one(const Item& item);
   /// Holds `item` (the lock held), dropping the oldest past the limits.
   void hold(Item item);
+  /// Reads up to kIndexBatch reports of the start-up scan into the index (the lock not held).
+  void index_some();
+  /// Adds a report to the index (the lock held).
+  void index_add(Ended e);
+  /// Deletes the reports the retention does not keep (the lock not held).
+  void prune();
 
   const ReportStore& store_;
   mutable std::mutex mu_;
@@ -70,6 +113,12 @@ class ReportWriter {
   size_t held_bytes_ = 0;
   uint64_t submitted_ = 0, written_ = 0;
   bool stop_ = false;
+  std::vector<Ended> ended_;             ///< newest end first
+  std::vector<std::string> to_index_;    ///< file names of the start-up scan still to read
+  std::set<std::string> index_names_;    ///< the names in ended_
+  bool listed_ = false, indexed_ = false;
+  Retention retention_;
+  bool prune_due_ = true;
   std::thread thread_;
 };
 

@@ -105,8 +105,11 @@
 //     v13 Pages of layout 8: ControlPage::queue, where the process's waiting request stands in its
 //         device's queue (reason, position, the job first in line, what it asks and why, its
 //         estimated start), which colocd writes and the client prints in its long-wait line
-//         (pages.h). Messages are unchanged. A v12 daemon refuses a v13 client with kVersion:
-//         clients then speak v12 (and say what they said before).
+//         (pages.h). Two admin operations: kCancel (signal a job's processes, SIGKILL after a
+//         grace; AdminMsg::mode is the signal and quantum_ms the grace) and kEnded (the jobs that
+//         ended, from their reports). Message layouts are unchanged. A v12 daemon refuses a v13
+//         client with kVersion: clients then speak v12 (and say what they said before; `coloc
+//         cancel` and `coloc jobs --all` need v13).
 //
 // Validation
 //   decode() checks everything a peer could get wrong: the header, the exact size for the type and
@@ -248,13 +251,21 @@ inline constexpr uint16_t kRegStep = 1u << 4;
 /// kHistory (v9): the run history colocd keeps (JSON; a fingerprint's command only to its owner
 /// and root). kHistoryForget (v9): forgets the fingerprint `job` names (16 hex digits), or every
 /// fingerprint the caller may forget ("all"); another user's needs root.
+/// kCancel (v13, the job's owner and admins): `job` names the job; `mode` is the signal its
+/// processes get first (1..kMaxSignal), `quantum_ms` the grace in ms before SIGKILL
+/// (0..kMaxCancelGraceMs). A job waiting for admission leaves the queue at once.
+/// kEnded (v13): the jobs that ended, newest first, from their reports (JSON; a job's command only
+/// to its owner and admins, as kHistory).
 enum class AdminOp : uint32_t {
   kStatus = 1, kJobs = 2, kSet = 3, kReport = 4, kPause = 5, kResume = 6, kPolicy = 7,
-  kHistory = 8, kHistoryForget = 9
+  kHistory = 8, kHistoryForget = 9, kCancel = 10, kEnded = 11
 };
+/// kCancel's bounds: a signal number (Linux's, SIGRTMAX included) and the longest grace (1 h).
+inline constexpr uint32_t kMaxSignal = 64, kMaxCancelGraceMs = 3600000;
 /// The newest AdminOp of protocol `version`.
 inline constexpr uint32_t last_admin_op(uint16_t version) {
-  return version >= 9   ? uint32_t(AdminOp::kHistoryForget)
+  return version >= 13  ? uint32_t(AdminOp::kEnded)
+         : version >= 9 ? uint32_t(AdminOp::kHistoryForget)
          : version >= 7 ? uint32_t(AdminOp::kPolicy)
          : version >= 6 ? uint32_t(AdminOp::kResume)
                         : uint32_t(AdminOp::kReport);
@@ -592,11 +603,11 @@ struct AdminMsg {
   uint64_t mem;         ///< kSet with kSetMem: the new limit in bytes (> 0); else 0
   uint8_t priority;     ///< kSet with kSetPriority: Priority; else 0
   uint8_t weight;       ///< (v7) kSet with kSetWeight: kMinWeight..kMaxWeight; else 0
-  uint8_t mode;         ///< (v7) kPolicy: PolicyMode; else 0
+  uint8_t mode;         ///< (v7) kPolicy: PolicyMode; (v13) kCancel: the signal, 1..kMaxSignal; else 0
   /// (v8) kPolicy with kPriority: the target slowdown in percent, 0 (the default,
   /// kDefaultTargetPct) or kMinTargetPct..kMaxTargetPct; else 0.
   uint8_t target_pct;
-  uint32_t quantum_ms;  ///< (v7) kPolicy with kTimeslice: 0 (default) or kMinQuantumMs..kMaxQuantumMs; else 0
+  uint32_t quantum_ms;  ///< (v7) kPolicy with kTimeslice: 0 (default) or kMinQuantumMs..kMaxQuantumMs; (v13) kCancel: the grace in ms, 0..kMaxCancelGraceMs; else 0
   char job[kJobIdSize];  ///< kSet, kReport: "job" or "uid:job"; else ""
 };
 
@@ -1029,6 +1040,14 @@ inline Status validate(const AdminMsg& m) noexcept {
                                                  : m.target_pct != 0 && (m.target_pct < kMinTargetPct || m.target_pct > kMaxTargetPct))
       return detail::fail(Error::kBadValue, "Admin.target_pct");
     if (m.job[0] == '\0') return detail::fail(Error::kBadString, "Admin.job (the device)");
+    return {};
+  }
+  if (m.op == uint32_t(AdminOp::kCancel)) {
+    if (m.set_fields != 0 || m.mem != 0 || m.priority != 0 || m.weight != 0 || m.target_pct != 0)
+      return detail::fail(Error::kReserved, "Admin.set_fields");
+    if (m.mode < 1 || m.mode > kMaxSignal) return detail::fail(Error::kBadValue, "Admin.mode (the signal)");
+    if (m.quantum_ms > kMaxCancelGraceMs) return detail::fail(Error::kBadValue, "Admin.quantum_ms (the grace)");
+    if (m.job[0] == '\0') return detail::fail(Error::kBadString, "Admin.job");
     return {};
   }
   if (m.mode != 0 || m.quantum_ms != 0 || m.target_pct != 0) return detail::fail(Error::kReserved, "Admin.mode");

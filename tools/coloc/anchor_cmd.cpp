@@ -91,6 +91,10 @@ int run_anchor(const AnchorOptions& opt) {
     if (!parse_weight(opt.weight, &weight, &error)) return refuse(2, "--weight: " + error);
   }
   spec.command = {opt.command.empty() ? std::string("(anchor)") : opt.command};
+  if (!opt.step.empty() && !proto::valid_step(opt.step.c_str()))
+    return refuse(2, "--step '" + opt.step + "': letters, digits, '.', '_' and '-' only (at most " +
+                         std::to_string(proto::kStepSize - 1) + ")");
+  spec.step = opt.step;
 
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_IGN);
   std::string why;

@@ -16,6 +16,7 @@ struct AnchorOptions {
   std::string on_full;   ///< "" = wait; wait or fail
   std::string weight;    ///< "" = colocd's default (1); else 1..100, set as `coloc set --weight` is
   std::string command;   ///< what the report names as the job's command ("" = "(anchor)")
+  std::string step;      ///< the Slurm step it stands for ("" = none; AnchorSpec::step)
   /// The job's end: when this descriptor turns readable the anchor reads at most one line, the
   /// job's exit status as a decimal number (0..255, as a shell reports it), says goodbye with it
   /// (or without a status on EOF alone), and exits 0. Required (>= 3).

@@ -62,8 +62,10 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
   // refuses the version, and says so).
   const bool v7 = msg.op > proto::last_admin_op(6) || msg.weight != 0 || msg.mode != 0 || msg.quantum_ms != 0 ||
                   (msg.op == uint32_t(proto::AdminOp::kSet) && (msg.set_fields & proto::kSetWeight));
-  // A policy's target is v8: sent as v8. The history ops are v9: sent as v9.
-  const uint16_t kAdminVersion = msg.op > proto::last_admin_op(8) ? 9
+  // A policy's target is v8: sent as v8. The history ops are v9: sent as v9; cancel and the ended
+  // jobs are v13: sent as v13.
+  const uint16_t kAdminVersion = msg.op > proto::last_admin_op(12) ? 13
+                                 : msg.op > proto::last_admin_op(8) ? 9
                                  : msg.target_pct != 0            ? 8
                                  : v7                             ? 7
                                  : msg.op > proto::last_admin_op(2) ? 6
@@ -150,6 +152,10 @@ int register_anchor_as(const std::string& socket, const AnchorSpec& spec, std::s
     r.flags = uint16_t(r.flags | proto::kRegEstimate);
   }
   std::memcpy(r.cmdline, cmd.text, sizeof r.cmdline);
+  if (!spec.step.empty() && version >= 11) {  // (v11) the Slurm step the anchor stands for
+    proto::set_string(r.step, spec.step.c_str());
+    r.flags = uint16_t(r.flags | proto::kRegStep);
+  }
   proto::Status st;
   if (int rc = wire::send(fd, r, 1, version, &st); rc != 0) {
     ::close(fd);

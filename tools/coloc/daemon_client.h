@@ -40,6 +40,10 @@ struct AnchorSpec {
   /// Bytes per device of the job's analytic estimate (COLOC_MEM_ESTIMATE, --estimate-from); 0 = none.
   /// Sent with kRegEstimate (protocol v10; left out for an older colocd).
   uint64_t estimate = 0;
+  /// The Slurm step the anchor stands for (`coloc anchor --step`, from the Slurm plugin; a
+  /// proto::valid_step() label, "" = none). Sent with kRegStep (v11): colocd then knows the job as
+  /// Slurm's, and `coloc cancel` points to scancel.
+  std::string step;
 };
 
 /// Connects to colocd at `socket` and registers as the anchor of `spec.job`, waiting up to

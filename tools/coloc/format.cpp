@@ -1,5 +1,8 @@
 #include "format.h"
 
+#include <signal.h>
+#include <string.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -438,6 +441,70 @@ std::string pause_text(const json& r, bool pause) {
   return o.str();
 }
 
+json filter_ended(const json& ended, const EndedFilter& f) {
+  json out{{"indexed", ended.value("indexed", true)}, {"jobs", json::array()}};
+  for (const json& e : ended.value("jobs", json::array())) {
+    if (f.since_unix_ms && e.value("end_unix_ms", int64_t(0)) < f.since_unix_ms) continue;
+    if (!f.user.empty() && str(e, "user") != f.user && std::to_string(e.value("uid", uint64_t(0))) != f.user) continue;
+    out["jobs"].push_back(e);
+  }
+  return out;
+}
+
+namespace {
+std::string local_time_text(int64_t unix_ms, int64_t now_s) {
+  const time_t t = time_t(unix_ms / 1000);
+  tm at{};
+  ::localtime_r(&t, &at);
+  char buf[32];
+  std::strftime(buf, sizeof buf, now_s - t >= 86400 ? "%b %d %H:%M" : "%H:%M:%S", &at);
+  return buf;
+}
+}  // namespace
+
+std::string ended_table(const json& ended) {
+  const json& list = ended.value("jobs", json::array());
+  const bool indexed = ended.value("indexed", true);
+  if (list.empty()) return indexed ? "No ended jobs.\n" : "No ended jobs yet (colocd is still reading the reports).\n";
+  const int64_t now_s = int64_t(::time(nullptr));
+  Table t({"JOB", "USER", "START", "END", "EXIT", "PEAK", "WAITED", "COMMAND"});
+  for (const json& e : list) {
+    std::string exit = e["exit_status"].is_number() ? std::to_string(e["exit_status"].get<int>())
+                       : e["exit_signal"].is_number() ? "signal " + std::to_string(e["exit_signal"].get<int>())
+                                                      : "-";
+    if (e.contains("cancelled_by") && e["cancelled_by"].is_string()) exit += " (cancelled by " + e["cancelled_by"].get<std::string>() + ")";
+    std::string command = e.contains("command") && e["command"].is_string() ? e["command"].get<std::string>() : "(hidden)";
+    if (command.size() > 60) command = command.substr(0, 27) + "..." + command.substr(command.size() - 30);
+    t.add({str(e, "job"), str(e, "user"), local_time_text(e.value("start_unix_ms", int64_t(0)), now_s),
+           local_time_text(e.value("end_unix_ms", int64_t(0)), now_s), exit, bytes_text(e["peak"]),
+           duration_text(e.value("waited_s", 0.0)), command});
+  }
+  std::string out = t.render();
+  if (!indexed) out += "(colocd is still reading the reports: older jobs may be missing)\n";
+  return out;
+}
+
+std::string cancel_text(const json& r) {
+  std::ostringstream o;
+  const json& sig = r.value("signalled", json::array());
+  const int signal = r.value("signal", 15);
+  const char* name = ::sigabbrev_np(signal);
+  o << "job " << str(r, "job") << " cancelled";
+  if (r.value("left_queue", false)) o << ": it left the queue";
+  o << (r.value("left_queue", false) ? "; " : ": ");
+  if (sig.empty()) {
+    o << "none of its processes was still running\n";
+    return o.str();
+  }
+  o << "SIG" << (name ? name : std::to_string(signal).c_str()) << " sent to " << sig.size()
+    << (sig.size() == 1 ? " process" : " processes");
+  const uint64_t grace = r.value("grace_ms", uint64_t(0));
+  if (signal != SIGKILL)
+    o << ", SIGKILL to those still running " << (grace ? "after " + duration_text(double(grace) / 1000) : std::string("at once"));
+  o << "\n";
+  return o.str();
+}
+
 std::string job_state_text(const json& j) {
   const std::string state = str(j, "state");
   const std::string compute = j.value("compute_state", std::string("running"));
@@ -703,6 +770,27 @@ std::string report_table(const json& r) {
 
 namespace coloc::cli {
 
+namespace {
+/// The FAILED cell of `coloc history`: "-", or how many of the kept runs failed and why ("2: own
+/// limit, killed"; a cause that ended several runs shows its count: "3: device x2, cancelled").
+std::string failures_text(const json& f) {
+  const json failures = f.value("failures", json::object());
+  if (!failures.is_object() || failures.empty()) return "-";
+  static const std::pair<const char*, const char*> kWhy[] = {{"oom-limit", "own limit"}, {"oom-device", "device"},
+                                                             {"oom", "out of memory"},   {"killed", "killed"},
+                                                             {"cancelled", "cancelled"}};
+  uint64_t total = 0;
+  std::string why;
+  for (const auto& [key, text] : kWhy) {
+    const uint64_t n = failures.contains(key) && failures[key].is_number_unsigned() ? failures[key].get<uint64_t>() : 0;
+    if (n == 0) continue;
+    total += n;
+    why += std::string(why.empty() ? "" : ", ") + text + (n > 1 ? " x" + std::to_string(n) : "");
+  }
+  return total ? std::to_string(total) + ": " + why : "-";
+}
+}  // namespace
+
 std::string history_table(const json& h, bool wide) {
   std::ostringstream o;
   const json& list = h.value("fingerprints", json::array());
@@ -713,7 +801,7 @@ std::string history_table(const json& h, bool wide) {
     return o.str();
   }
   if (list.empty()) return h.value("loaded", true) ? "No run history.\n" : "No run history (colocd is still reading it).\n";
-  Table t({"FINGERPRINT", "USER", "MODEL", "RUNS", "P50", "P95", "ESTIMATE", "TYPICAL RUN", "LAST RUN", "COMMAND"});
+  Table t({"FINGERPRINT", "USER", "MODEL", "RUNS", "FAILED", "P50", "P95", "ESTIMATE", "TYPICAL RUN", "LAST RUN", "COMMAND"});
   bool any_floor = false;
   for (const json& f : list) {
     std::string command = f.contains("command") && f["command"].is_string() ? f["command"].get<std::string>() : "(hidden)";
@@ -723,14 +811,15 @@ std::string history_table(const json& h, bool wide) {
     const bool floor = f.value("lower_bound", false);
     any_floor |= floor;
     const uint64_t run_ms = f.value("run_ms", uint64_t(0));
-    t.add({str(f, "fingerprint"), str(f, "user"), str(f, "model"), str(f, "runs"), bytes_text(f["p50"]),
+    t.add({str(f, "fingerprint"), str(f, "user"), str(f, "model"), str(f, "runs"), failures_text(f), bytes_text(f["p50"]),
            bytes_text(f["p95"]), (floor ? "\u2265 " : "") + bytes_text(f["estimate"]),
            run_ms ? duration_text(double(run_ms) / 1000) : "-", str(f, "last_end"), command});
   }
   std::string out = t.render();
   if (any_floor)
     out += "\n\u2265: no run ended cleanly; the largest failed run's peak (out of memory, or killed) is a lower bound of "
-           "what the job needs\n";
+           "what the job needs\nFAILED: runs that ran out of memory at their own limit or on a full device, were killed, "
+           "or were cancelled\n";
   return out;
 }
 

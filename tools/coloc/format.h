@@ -72,6 +72,20 @@ std::string job_state_text(const nlohmann::json& job);
 /// `coloc jobs`: one line per job.
 std::string jobs_table(const nlohmann::json& jobs);
 
+/// `coloc jobs --all`'s filters: jobs that ended at or after `since_unix_ms` (0 = any), of `user`
+/// (a name or a uid; "" = any).
+struct EndedFilter {
+  int64_t since_unix_ms = 0;
+  std::string user;
+};
+/// The kEnded answer with only the jobs `f` keeps ({"indexed", "jobs"}).
+nlohmann::json filter_ended(const nlohmann::json& ended, const EndedFilter& f);
+/// `coloc jobs --all`: one line per ended job, newest first (JOB, USER, START, END, EXIT, PEAK,
+/// WAITED, COMMAND; another user's command shows as "(hidden)").
+std::string ended_table(const nlohmann::json& ended);
+/// `coloc cancel`: what was signalled, and when SIGKILL follows.
+std::string cancel_text(const nlohmann::json& reply);
+
 // ---- the queue (a waiting request's "queue" object, docs/daemon.md "Admin answers") -----------
 
 /// A REASON cell: "Resources", "Outside", "UserCap", "Restart", or "Priority(JOB)" / "Queue(JOB)"

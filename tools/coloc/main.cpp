@@ -432,6 +432,11 @@ int run_cli(int argc, char** argv) {
   status_cmd->add_flag("--wide", wide, "Also grants, reservations, driver overhead and peaks (lines over 100 columns)");
   CLI::App* jobs_cmd = app.add_subcommand("jobs", "Every job: limit, in use, peak, state, priority");
   jobs_cmd->add_flag("--json", json_out, "Print the daemon's JSON");
+  bool jobs_all = false;
+  std::string jobs_since, jobs_user;
+  jobs_cmd->add_flag("--all", jobs_all, "The jobs that ended (from their reports), newest first, as sacct lists them");
+  jobs_cmd->add_option("--since", jobs_since, "With --all: only jobs that ended within this long (e.g. 2h, 2d)");
+  jobs_cmd->add_option("--user", jobs_user, "With --all: only this user's jobs (a name or a uid)");
 
   // report
   std::string job, svg_file;
@@ -439,6 +444,18 @@ int run_cli(int argc, char** argv) {
   report_cmd->add_option("job", job, "Job id (as coloc jobs shows it), or UID:JOB")->required();
   report_cmd->add_flag("--json", json_out, "Print the report's JSON");
   report_cmd->add_option("--svg", svg_file, "Also write a plot of memory over time (and the turns on timesliced devices) to this SVG file");
+
+  // cancel
+  std::string cancel_signal = "TERM", cancel_grace = "10s";
+  CLI::App* cancel_cmd = app.add_subcommand(
+      "cancel", "End a job: its processes get a signal (SIGTERM), then SIGKILL after the grace; a waiting job leaves the queue");
+  cancel_cmd->add_option("job", job, "Job id (as coloc jobs shows it), or UID:JOB")->required();
+  cancel_cmd->add_option("--signal", cancel_signal, "The signal sent first (default TERM; a name or a number)");
+  cancel_cmd->add_option("--grace", cancel_grace, "How long before SIGKILL (default 10s; 0: at once; at most 1h)");
+  cancel_cmd->add_flag("--json", json_out, "Print the daemon's JSON answer");
+  cancel_cmd->footer("Owners may cancel their own jobs; other users' jobs need root or the admin group (exit 5). A job "
+                     "that has ended exits 4. A job of the Slurm plugin is cancelled with scancel.");
+
 
   // set
   std::string set_mem, set_priority, set_weight;
@@ -525,6 +542,8 @@ int run_cli(int argc, char** argv) {
   anchor_cmd->add_option("--on-full", anchor_opt.on_full, "wait (default) or fail");
   anchor_cmd->add_option("--weight", anchor_opt.weight, "Quanta per round on timesliced devices, 1-100");
   anchor_cmd->add_option("--command", anchor_opt.command, "What the job's report names as its command");
+  anchor_cmd->add_option("--step", anchor_opt.step,
+                         "The Slurm step it stands for (the Slurm plugin sets it; `coloc cancel` then points to scancel)");
   anchor_cmd->add_option("--until-fd", anchor_opt.until_fd,
                          "An inherited descriptor: readable = the job ended (one line: its exit status, optional)")
       ->required();
@@ -585,6 +604,21 @@ int run_cli(int argc, char** argv) {
     return kOk;
   }
   if (jobs_cmd->parsed()) {
+    if (!jobs_all && (!jobs_since.empty() || !jobs_user.empty()))
+      return fail(kUsage, "jobs: --since and --user go with --all (the jobs that ended)");
+    if (jobs_all) {
+      uint64_t since_ns = 0;
+      std::string error;
+      if (!jobs_since.empty() && !coloc::cli::parse_duration_option("--since", jobs_since, &since_ns, &error))
+        return fail(kUsage, error);
+      if (!ask(socket, admin_msg(coloc::proto::AdminOp::kEnded), &j, &code)) return code;
+      coloc::cli::EndedFilter filter;
+      if (!jobs_since.empty()) filter.since_unix_ms = int64_t(::time(nullptr)) * 1000 - int64_t(since_ns / 1'000'000);
+      filter.user = jobs_user;
+      json kept = coloc::cli::filter_ended(j, filter);
+      std::cout << (json_out ? kept.dump(2) + "\n" : coloc::cli::ended_table(kept));
+      return kOk;
+    }
     if (!ask(socket, admin_msg(coloc::proto::AdminOp::kJobs), &j, &code)) return code;
     std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::jobs_table(j));
     return kOk;
@@ -698,6 +732,21 @@ int run_cli(int argc, char** argv) {
     }
     if (!ask(socket, m, &j, &code)) return code;
     std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::set_text(j));
+    return kOk;
+  }
+  if (cancel_cmd->parsed()) {
+    auto m = admin_msg(coloc::proto::AdminOp::kCancel, job);
+    int sig = 0;
+    uint64_t grace_ns = 0;
+    std::string error;
+    if (!coloc::cli::parse_signal(cancel_signal, &sig, &error)) return fail(kUsage, error);
+    if (!coloc::cli::parse_duration_option("--grace", cancel_grace, &grace_ns, &error)) return fail(kUsage, error);
+    if (grace_ns / 1'000'000 > coloc::proto::kMaxCancelGraceMs)
+      return fail(kUsage, "--grace '" + cancel_grace + "': at most 1h");
+    m.mode = uint8_t(sig);
+    m.quantum_ms = uint32_t(grace_ns / 1'000'000);
+    if (!ask(socket, m, &j, &code)) return code;
+    std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::cancel_text(j));
     return kOk;
   }
   if (pause_cmd->parsed() || resume_cmd->parsed()) {

@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <tuple>
 
@@ -138,11 +139,48 @@ uint64_t parse_wait_timeout(const std::string& text) {
   if (!digits) return 0;
   const std::string unit = t.substr(i);
   static const std::map<std::string, double> ns_per = {{"", 1e9}, {"s", 1e9}, {"ms", 1e6}, {"us", 1e3},
-                                                       {"ns", 1},   {"m", 60e9}, {"h", 3600e9}};
+                                                       {"ns", 1},   {"m", 60e9}, {"h", 3600e9}, {"d", 86400e9}};
   auto it = ns_per.find(unit);
   if (it == ns_per.end()) return 0;
   const double ns = std::strtod(t.substr(0, i).c_str(), nullptr) * it->second;
   return ns >= 1.8e19 ? 0 : uint64_t(ns);
+}
+
+bool parse_signal(const std::string& text, int* sig, std::string* error) {
+  std::string t;
+  for (char c : text) t.push_back(char(std::toupper(static_cast<unsigned char>(c))));
+  if (t.rfind("SIG", 0) == 0) t = t.substr(3);
+  if (!t.empty() && t.size() <= 2 && std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    const int n = std::stoi(t);
+    if (n >= 1 && n <= int(proto::kMaxSignal)) {
+      *sig = n;
+      return true;
+    }
+  } else if (!t.empty()) {
+    for (int n = 1; n <= int(proto::kMaxSignal); ++n)
+      if (const char* name = ::sigabbrev_np(n); name && t == name) {
+        *sig = n;
+        return true;
+      }
+  }
+  *error = "--signal '" + text + "': not a signal (a name such as TERM, INT, KILL or USR1, or a number from 1 to " +
+           std::to_string(proto::kMaxSignal) + ")";
+  return false;
+}
+
+bool parse_duration_option(const std::string& option, const std::string& text, uint64_t* ns, std::string* error) {
+  *ns = parse_wait_timeout(text);
+  if (*ns != 0) return true;
+  // 0 is also what parse_wait_timeout says of text that is not a duration: a zero is all zeros.
+  size_t b = text.find_first_not_of(" \t"), e = text.find_last_not_of(" \t\n");
+  const std::string t = b == std::string::npos ? "" : text.substr(b, e - b + 1);
+  const size_t units = t.find_first_not_of("0.");
+  const std::string digits = t.substr(0, units == std::string::npos ? t.size() : units);
+  if (!digits.empty() && digits.find('0') != std::string::npos && std::count(digits.begin(), digits.end(), '.') <= 1 &&
+      parse_wait_timeout("1" + t.substr(digits.size())) != 0)
+    return true;
+  *error = option + " '" + text + "': not a duration (a number of seconds, or with a unit: 500ms, 10s, 2m, 1h, 2d)";
+  return false;
 }
 
 bool parse_weight(const std::string& text, uint32_t* out, std::string* error) {

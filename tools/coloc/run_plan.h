@@ -65,6 +65,15 @@ inline constexpr uint64_t kDefaultContextBytes = 512ull << 20;
 /// also "us", "ns") in nanoseconds; 0 when it is not one, or is 0 (the daemon's default then).
 uint64_t parse_wait_timeout(const std::string& text);
 
+/// A signal (`coloc cancel --signal`): a name with or without "SIG" (any case: TERM, sigint), or
+/// a number from 1 to proto::kMaxSignal. False with a sentence in *error otherwise.
+bool parse_signal(const std::string& text, int* sig, std::string* error);
+
+/// A duration option (`coloc cancel --grace`, `coloc jobs --since`) in the grammar of
+/// parse_wait_timeout (days, "2d", too): its nanoseconds in *ns (0 for a zero), or false with a
+/// sentence naming `option` in *error (a negative number, or text that is not a duration).
+bool parse_duration_option(const std::string& option, const std::string& text, uint64_t* ns, std::string* error);
+
 /// A job's weight (`coloc set --weight`, `coloc run --weight`): a whole number from
 /// proto::kMinWeight to proto::kMaxWeight. False with a sentence in *error otherwise.
 bool parse_weight(const std::string& text, uint32_t* out, std::string* error);

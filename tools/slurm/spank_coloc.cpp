@@ -409,6 +409,7 @@ void start_anchor(spank_t sp) {
   if (!g_opt.weight.empty()) args.insert(args.end(), {"--weight", g_opt.weight});
   const std::string cmd = step_command(sp);
   if (!cmd.empty()) args.insert(args.end(), {"--command", cmd});
+  args.insert(args.end(), {"--step", g_step.label});
   args.insert(args.end(), {"--until-fd", "3", "--ready-fd", "4"});
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

@@ -27,7 +27,40 @@ TEST_CASE("protocol v13: pages of layout 8 carry the queue note, and nothing els
   CHECK(offsetof(pages::ControlPage, queue) == 64 + 88 * pages::kSlots);
   CHECK(sizeof(pages::ControlPage) <= pages::kPageSize);
   CHECK(offsetof(pages::StatsPage, busy_until) == 64 + 224 * pages::kSlots);  // the stats page is as it was
-  CHECK(proto::last_admin_op(13) == proto::last_admin_op(12));
+  CHECK(proto::last_admin_op(12) == uint32_t(proto::AdminOp::kHistoryForget));
+  CHECK(proto::last_admin_op(13) == uint32_t(proto::AdminOp::kEnded));
+}
+
+TEST_CASE("protocol v13: kCancel carries a signal and a grace within bounds; kEnded takes no job") {
+  proto::AdminMsg m{};
+  m.op = uint32_t(proto::AdminOp::kCancel);
+  std::snprintf(m.job, sizeof m.job, "train");
+  m.mode = 15;
+  m.quantum_ms = 10000;
+  CHECK(proto::validate(m));
+  m.quantum_ms = proto::kMaxCancelGraceMs + 1;
+  CHECK(!proto::validate(m));
+  m.quantum_ms = 0;
+  CHECK(proto::validate(m));
+  m.mode = 0;  // a signal is required
+  CHECK(!proto::validate(m));
+  m.mode = uint8_t(proto::kMaxSignal + 1);
+  CHECK(!proto::validate(m));
+  m.mode = 9;
+  m.mem = 1;  // kSet's fields are reserved here
+  CHECK(!proto::validate(m));
+  m.mem = 0;
+  m.job[0] = '\0';  // a job is required
+  CHECK(!proto::validate(m));
+
+  proto::AdminMsg e{};
+  e.op = uint32_t(proto::AdminOp::kEnded);
+  CHECK(proto::validate(e));
+  std::snprintf(e.job, sizeof e.job, "train");
+  CHECK(!proto::validate(e));
+  e.job[0] = '\0';
+  e.mode = 15;  // kCancel's fields are reserved on other ops
+  CHECK(!proto::validate(e));
 }
 
 TEST_CASE("protocol v13: every wait reason has its own name; a value outside the set reads '?'") {

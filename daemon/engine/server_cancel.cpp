@@ -1,0 +1,94 @@
+// daemon/engine/server_cancel.cpp — `coloc cancel`: the job leaves the queue at once, its processes
+// and its anchor get the signal through pidfds, and those still alive after the grace get SIGKILL
+// (a deadline of the engine's timer, so the loop never waits for them).
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "engine/resume_state.h"
+#include "engine/server.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+namespace coloc::engine {
+
+namespace {
+
+/// A pidfd for `pid` if it is still the process that started at `start` (its ProcKey), else an
+/// empty descriptor: a pid that a later process took is never signalled.
+UniqueFd open_pidfd(pid_t pid, uint64_t start) {
+  int fd = int(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return UniqueFd();
+  UniqueFd out(fd);
+  // Checked after the pidfd is open: from here on it names this process, whatever the pid does.
+  if (process_start_time(pid) != start) return UniqueFd();
+  return out;
+}
+
+bool send_signal(int pidfd, int sig) {
+  return ::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0) == 0;
+}
+
+}  // namespace
+
+AdminAnswer Server::cancel_job(const broker::Job& job, int sig, Nanos grace, const Caller& caller, Nanos t) {
+  if (slurm_jobs_.count(job.serial)) {
+    const std::string& id = job.key.id;
+    const std::string slurm_id = id.rfind("slurm-", 0) == 0 ? id.substr(6) : id;
+    return {proto::AdminStatus::kInvalid, "job '" + id + "' runs under Slurm: cancel it with `scancel " + slurm_id +
+                                              "` (Slurm ends its steps, and coloc sees them go)"};
+  }
+  const std::string who = user_name(caller.uid);
+  if (auto rec = recorders_.find(job.serial); rec != recorders_.end())
+    rec->second.cancelled(caller.uid, who, sig, wall_ms());
+  // First out of the queue, so that the jobs behind it are served now, not when its processes go.
+  const size_t left = broker_.cancel_job(job.serial, t);
+
+  nlohmann::json signalled = nlohmann::json::array();
+  Kill kill{t + grace, job.key.str(), {}};
+  for (broker::ClientId id : job.clients) {
+    auto it = by_client_.find(id);
+    if (it == by_client_.end()) continue;
+    const Connection& c = *it->second;
+    const bool anchor = broker_.clients().at(id).anchor;
+    UniqueFd fd = open_pidfd(c.pid(), c.start_time);
+    if (!fd.valid() || !send_signal(fd.get(), sig)) continue;  // gone already
+    signalled.push_back({{"pid", c.pid()}, {"anchor", anchor}});
+    kill.pidfds.push_back(std::move(fd));
+  }
+  log::limited(log::get("engine"), spdlog::level::info, "cancel uid " + std::to_string(caller.uid),
+               "job {} cancelled by {} (uid {}): signal {} to {} process(es){}, SIGKILL after {} ms", job.key.str(), who,
+               caller.uid, sig, kill.pidfds.size(), left ? ", out of the queue" : "", grace / 1'000'000);
+  nlohmann::json answer{{"job", job.key.id},
+                        {"uid", job.key.uid},
+                        {"user", user_name(job.key.uid)},
+                        {"signal", sig},
+                        {"grace_ms", grace / 1'000'000},
+                        {"signalled", signalled},
+                        {"left_queue", left > 0}};
+  if (!kill.pidfds.empty()) {
+    kills_.push_back(std::move(kill));
+    rearm_deadline();
+  }
+  return {proto::AdminStatus::kOk, answer.dump()};
+}
+
+void Server::kill_due(Nanos t) {
+  for (auto it = kills_.begin(); it != kills_.end();) {
+    if (it->at > t) {
+      ++it;
+      continue;
+    }
+    size_t killed = 0;
+    for (const UniqueFd& fd : it->pidfds) killed += send_signal(fd.get(), SIGKILL) ? 1 : 0;  // ESRCH: it went
+    if (killed)
+      log::limited(log::get("engine"), spdlog::level::info, "cancel kill",
+                   "job {}: SIGKILL to {} process(es) still alive after the grace", it->job, killed);
+    it = kills_.erase(it);
+  }
+}
+
+}  // namespace coloc::engine
