@@ -136,6 +136,10 @@ struct Device {
   /// (backfill.h): the earliest finite shadow time of those backfills. Stale once that head is
   /// served; an overrun stops backfill there until then.
   backfill::Promise promise;
+  /// The promise as it was before a colocd restart (restore_promise): the head's job and its
+  /// shadow time. The head's request comes back as a new one, so it is known by its job: while
+  /// that job's admission is the head and waits past the shadow time, nothing goes ahead of it.
+  std::optional<std::pair<JobKey, Nanos>> restored_promise;
 };
 
 /// A job's standing on one device.
@@ -338,6 +342,15 @@ class Broker {
   /// device) with kCancelled, so that it leaves the queue at once, and serves the queue behind it.
   /// Returns how many requests it answered (0: it waited for nothing).
   size_t cancel_job(JobSerial job, Nanos now);
+  /// After a restart: what the queue knew of `job` on `dev` (its expected end, ns, kNever = not
+  /// known; whether it went ahead of the queue there). False when the job is not admitted there.
+  bool restore_queue_state(JobSerial job, uint32_t dev, Nanos expected_end, bool backfilled);
+  /// After a restart: the promise device `dev` made to the head of its queue (its job, its shadow
+  /// time in ns); the earlier shadow wins when several restored jobs carry one.
+  void restore_promise(uint32_t dev, const JobKey& head, Nanos shadow);
+  /// What to save of device `dev`'s promise: the head's job and the shadow time; nullopt when it
+  /// made none (or its head no longer waits).
+  std::optional<std::pair<JobKey, Nanos>> promise_of(uint32_t dev) const;
 
   // ---- admin ----------------------------------------------------------------------------------
 

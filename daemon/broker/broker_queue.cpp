@@ -37,6 +37,8 @@ Broker::BackfillCheck Broker::check_backfill(uint32_t dev, const Waiter& head, b
   // Never past a running job's growth, nor past another request of its own job.
   if (growth_ahead || !head.admission || head.job == job.serial) return r;
   if (backfill::overrun(devices_[dev].promise, head.order, now)) return r;
+  if (const auto& rp = devices_[dev].restored_promise; rp && now > rp->second)
+    if (auto hj = jobs_.find(head.job); hj != jobs_.end() && hj->second.key == rp->first) return r;
   const std::vector<backfill::Holder> holders = holders_on(jobs_, dev);
   r.shadow = backfill::shadow(available(dev), extra_need(head, dev), holders, now);
   // Its footprint is known when its admission reserves one there (--mem, a cap, history, an estimate).
@@ -104,6 +106,7 @@ void Broker::note_backfill(uint32_t dev, uint64_t head, Job& job, const Backfill
   jd.backfilled = true;
   jd.backfill_verdict = check.verdict;
   backfill::Promise& p = devices_[dev].promise;
+  devices_[dev].restored_promise.reset();  // a promise of this colocd's own replaces it
   if (p.head != head) p = {head, check.shadow.at};
   else p.shadow = std::min(p.shadow, check.shadow.at);
   log::limited(log::get("broker"), spdlog::level::info, "backfill uid " + std::to_string(job.key.uid),
@@ -125,6 +128,32 @@ size_t Broker::cancel_job(JobSerial job, Nanos now) {
   }
   if (answered) pump(now);
   return answered;
+}
+
+bool Broker::restore_queue_state(JobSerial serial, uint32_t dev, Nanos expected_end, bool backfilled) {
+  auto it = jobs_.find(serial);
+  if (it == jobs_.end()) return false;
+  auto jd = it->second.devices.find(dev);
+  if (jd == it->second.devices.end() || !jd->second.admitted) return false;
+  jd->second.expected_end = expected_end;
+  jd->second.backfilled = jd->second.backfilled || backfilled;
+  return true;
+}
+
+void Broker::restore_promise(uint32_t dev, const JobKey& head, Nanos shadow) {
+  if (dev >= devices_.size() || shadow == kNever) return;
+  auto& rp = devices_[dev].restored_promise;
+  if (!rp || shadow < rp->second) rp = std::make_pair(head, shadow);
+}
+
+std::optional<std::pair<JobKey, Nanos>> Broker::promise_of(uint32_t dev) const {
+  if (dev >= devices_.size()) return std::nullopt;
+  const Device& d = devices_[dev];
+  if (d.promise.head != 0 && d.promise.shadow != kNever)
+    for (const Waiter& w : waiters_)
+      if (w.order == d.promise.head)
+        if (auto j = jobs_.find(w.job); j != jobs_.end()) return std::make_pair(j->second.key, d.promise.shadow);
+  return d.restored_promise;
 }
 
 }  // namespace coloc::broker

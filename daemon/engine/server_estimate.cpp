@@ -273,11 +273,51 @@ nlohmann::json Server::estimate_state(const broker::Job& job) const {
                      {"bytes", jd.reserved},
                      {"source", broker::footprint_name(jd.source)}});
   if (!res.empty()) out["reservations"] = res;
+  // The queue's state (issue 28): expected ends and backfills, and the promise a device made to
+  // the head of its queue, in Unix ms (a monotonic time means nothing after a reboot).
+  const Nanos t = now();
+  const int64_t wall = wall_now_ms();
+  auto unix_ms = [&](Nanos at) { return wall + (at >= t ? int64_t((at - t) / 1'000'000) : -int64_t((t - at) / 1'000'000)); };
+  nlohmann::json queue = nlohmann::json::array();
+  for (const auto& [dev, jd] : job.devices) {
+    if (!jd.admitted || (jd.expected_end == broker::kNever && !jd.backfilled)) continue;
+    nlohmann::json q{{"uuid", broker_.devices()[dev].uuid.str()},
+                     {"expected_end_unix_ms", jd.expected_end == broker::kNever ? nlohmann::json() : nlohmann::json(unix_ms(jd.expected_end))},
+                     {"backfilled", jd.backfilled}};
+    if (jd.backfilled)
+      if (auto p = broker_.promise_of(dev))
+        q["promise"] = {{"uid", p->first.uid}, {"job", p->first.id}, {"shadow_unix_ms", unix_ms(p->second)}};
+    queue.push_back(std::move(q));
+  }
+  if (!queue.empty()) out["queue"] = queue;
   return out.empty() ? nlohmann::json() : out;
 }
 
 void Server::restore_estimate(const broker::Job& job, const nlohmann::json& state, Nanos t) {
-  (void)t;
+  if (state.contains("queue") && state["queue"].is_array()) {
+    const int64_t wall = wall_now_ms();
+    auto mono = [&](int64_t unix_ms) { return unix_ms >= wall ? t + Nanos(unix_ms - wall) * 1'000'000 : t - std::min<Nanos>(t, Nanos(wall - unix_ms) * 1'000'000); };
+    size_t n = 0;
+    for (const nlohmann::json& q : state["queue"]) {
+      if (++n > proto::kMaxDevices) break;
+      broker::Uuid u;
+      if (!q.is_object() || !q.contains("uuid") || !q["uuid"].is_string() || !broker::Uuid::parse(q["uuid"].get<std::string>(), &u))
+        continue;
+      uint32_t dev = 0;
+      while (dev < broker_.devices().size() && !(broker_.devices()[dev].uuid == u)) ++dev;
+      if (dev == broker_.devices().size()) continue;
+      const nlohmann::json& end = q.value("expected_end_unix_ms", nlohmann::json());
+      const Nanos expected = end.is_number_integer() ? mono(end.get<int64_t>()) : broker::kNever;
+      broker_.restore_queue_state(job.serial, dev, expected, q.value("backfilled", false) == true);
+      if (q.contains("promise") && q["promise"].is_object()) {
+        const nlohmann::json& p = q["promise"];
+        if (p.contains("uid") && p["uid"].is_number_unsigned() && p.contains("job") && p["job"].is_string() &&
+            p.contains("shadow_unix_ms") && p["shadow_unix_ms"].is_number_integer())
+          broker_.restore_promise(dev, broker::JobKey{p["uid"].get<uint32_t>(), p["job"].get<std::string>()},
+                                  mono(p["shadow_unix_ms"].get<int64_t>()));
+      }
+    }
+  }
   // The saved state is colocd's own file, but read it as carefully as any input.
   if (state.contains("fingerprint") && state["fingerprint"].is_object() && !prints_.count(job.serial)) {
     const nlohmann::json& f = state["fingerprint"];

@@ -225,11 +225,16 @@ JobRecorder::RunSummary JobRecorder::run_summary(Nanos now) const {
   for (const auto& [uuid, d] : devices_) {
     Counters c = d.folded;
     c += d.live;
-    r.oom |= !d.ooms.empty() || d.driver_ooms > 0 || c.failures > 0;
-    for (const Oom& o : d.ooms)
+    // A wait cancelled (its process's signal, or `coloc cancel`) is no out-of-memory error.
+    bool refused = false;
+    for (const Oom& o : d.ooms) {
+      if (o.reason == broker::Reason::kCancelled) continue;
+      refused = true;
       (o.reason == broker::Reason::kOwnLimit || o.reason == broker::Reason::kUserCap ? own : device) = true;
+    }
+    r.oom |= refused || d.driver_ooms > 0 || c.failures > 0;
     device |= d.driver_ooms > 0;
-    own |= c.failures > 0 && d.ooms.empty() && d.driver_ooms == 0;
+    own |= c.failures > 0 && !refused && d.driver_ooms == 0;
     if (d.sampled) r.peaks[uuid] = d.peak;
   }
   r.oom_limit = r.oom && own && !device;
@@ -851,7 +856,7 @@ Result<JobRecorder> JobRecorder::from_state(const json& state, broker::JobSerial
         if (!w[2].is_null()) x.end = std::max(Reader::as_u64(w[2], name), x.start);
         x.outcome = reason_from(Reader::as_u64(w[3], name), name);
         x.interrupted = w[4].get<bool>();
-        if (w.size() == 7) {
+        if (w.size() >= 7) {
           x.resumed = w[5].get<bool>();
           if (!w[6].is_null()) x.pending_since = std::max(Reader::as_u64(w[6], name), x.start);
           if (x.end) x.pending_since.reset();

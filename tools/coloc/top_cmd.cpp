@@ -217,6 +217,9 @@ std::string top_frame(const json& s, const TopView& view) {
         r[1] = key;
         if (view.colour) r = " \033[" + std::string(kJobFg[i % 5]) + ";1m" + key + "\033[0m" + r.substr(2);
         o << r << "\n";
+        // A waiting job: where it stands in the device's queue, and why (its reason).
+        if (j.contains("queue") && j["queue"].is_object())
+          line("     " + queue_sentence(j["queue"], int64_t(::time(nullptr))));
       }
     }
     o << outside_processes_text(dev, width);

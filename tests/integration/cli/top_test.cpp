@@ -67,6 +67,9 @@ TEST_CASE("coloc top: --once and the live view under tmux show the waiting job, 
   CHECK(f.find("\033") == std::string::npos);
   CHECK(f.find(" A held-") != std::string::npos);
   CHECK(f.find("wait-admit") != std::string::npos);
+  // Its reason under its row: what is missing is held outside coloc (issue 28).
+  CHECK_MESSAGE(f.find("#1 in line: Outside") != std::string::npos, f);
+  CHECK(n.job("held")["queue"]["reason"] == "Outside");
   CHECK(f.find("8.0G") != std::string::npos);  // its limit
   const size_t bar = f.find("  [");
   REQUIRE(bar != std::string::npos);

@@ -413,6 +413,34 @@ TEST_CASE("colocd metrics: a live scrape passes promtool and equals coloc status
   CHECK(one(after, "coloc_admissions_total") == 2);
 }
 
+TEST_CASE("colocd metrics: each waiting job is a coloc_job_waiting series, its position, labelled with its reason") {
+  Colocd d({"--metrics-listen", kAnyPort}, true, false);
+  const std::string addr = metrics_address(d);
+  auto held = d.client({"--job", "held", "--mem", "8GiB", "attach:1:10GiB:1GiB", "hold"});
+  REQUIRE(wait_until([&] { return has_event(*held, "holding"); }, 20s));
+  auto first = d.client({"--job", "first", "--mem", "4GiB", "attach:1:10GiB:1GiB", "hold"});
+  REQUIRE(wait_until([&] { return d.job("first")["state"] == "admission-pending"; }, 20s));
+  auto second = d.client({"--job", "second", "--mem", "4GiB", "attach:1:10GiB:1GiB", "hold"});
+  REQUIRE(wait_until([&] { return d.job("second")["state"] == "admission-pending"; }, 20s));
+  // The series line of `job`, or "".
+  auto series = [](const std::string& body, const std::string& job) {
+    std::istringstream in(body);
+    for (std::string l; std::getline(in, l);)
+      if (l.rfind("coloc_job_waiting{coloc_job=\"" + job + "\"", 0) == 0) return l;
+    return std::string();
+  };
+  HttpAnswer m = get_metrics(addr);
+  REQUIRE(m.status == 200);
+  const std::string f = series(m.body, "first"), s2 = series(m.body, "second");
+  CHECK_MESSAGE(f.find("reason=\"Resources\"} 1") != std::string::npos, m.body);
+  CHECK_MESSAGE(s2.find("reason=\"Queue\"} 2") != std::string::npos, m.body);
+  CHECK_MESSAGE(series(m.body, "held").empty(), m.body);  // running: no series
+  // And as coloc status --json has them.
+  CHECK(d.job("first")["queue"]["reason"] == "Resources");
+  CHECK(d.job("second")["queue"]["position"] == 2);
+  for (auto* p : {&held, &first, &second}) (*p)->kill(SIGKILL);
+}
+
 TEST_CASE("colocd metrics: hostile scrapers (idle, garbage, huge, 100 at once) do not stall a job's allocations") {
   Colocd d({"--metrics-listen", kAnyPort}, true, false);
   const std::string addr = metrics_address(d);

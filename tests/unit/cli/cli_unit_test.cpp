@@ -113,7 +113,8 @@ TEST_CASE("coloc run: the anchor registers the job's settings as its processes w
   CHECK(parse_wait_timeout(" 2m ") == 120'000'000'000ull);
   CHECK(parse_wait_timeout("3") == 3'000'000'000ull);
   CHECK(parse_wait_timeout("10us") == 10'000ull);
-  for (const char* bad : {"", "soon", "5 s", "-3s", "5d"}) {
+  CHECK(parse_wait_timeout("2d") == 2ull * 86400 * 1'000'000'000);  // days too (issue 28)
+  for (const char* bad : {"", "soon", "5 s", "-3s", "5w"}) {
     CAPTURE(bad);
     CHECK(parse_wait_timeout(bad) == 0);
   }
@@ -549,8 +550,9 @@ TEST_CASE("coloc policy and weights: the tables, the weight and quantum grammar,
 TEST_CASE("tables: coloc history marks an estimate from failed runs only as a lower bound, and gives the typical run") {
   json h = json::parse(R"({"path": "/x/history.db", "loaded": true, "usable": true, "fingerprints": [
     {"fingerprint": "00000000000000aa", "uid": 1000, "user": "alice", "model": "H100", "command": "python a.py",
-     "runs": 1, "p50": 8589934592, "p95": 8589934592, "estimate": 9019431322, "lower_bound": true, "run_ms": 0,
-     "last_ended_ms": 1, "last_exit_status": 1, "last_end": "oom"},
+     "runs": 3, "p50": 8589934592, "p95": 8589934592, "estimate": 9019431322, "lower_bound": true, "run_ms": 0,
+     "last_ended_ms": 1, "last_exit_status": 1, "last_end": "oom-limit",
+     "failures": {"oom-limit": 2, "cancelled": 1}},
     {"fingerprint": "00000000000000bb", "uid": 1000, "user": "alice", "model": "H100", "command": "python b.py",
      "runs": 3, "p50": 1073741824, "p95": 1073741824, "estimate": 1127428915, "lower_bound": false, "run_ms": 754000,
      "last_ended_ms": 1, "last_exit_status": 0, "last_end": "clean"}]})");
@@ -559,4 +561,54 @@ TEST_CASE("tables: coloc history marks an estimate from failed runs only as a lo
   CHECK_MESSAGE(t.find("\u2265 1.05 GiB") == std::string::npos, t);
   CHECK_MESSAGE(t.find("12 min 34 s") != std::string::npos, t);
   CHECK_MESSAGE(t.find("is a lower bound of what the job needs") != std::string::npos, t);
+  // Which runs failed, and why.
+  CHECK_MESSAGE(t.find("3: own limit x2, cancelled") != std::string::npos, t);
+  CHECK_MESSAGE(t.find("FAILED") != std::string::npos, t);
+}
+
+TEST_CASE("cancel and jobs --all: signals and durations parse or say what is wrong; the texts say what happened") {
+  int sig = 0;
+  std::string error;
+  CHECK((coloc::cli::parse_signal("TERM", &sig, &error) && sig == SIGTERM));
+  CHECK((coloc::cli::parse_signal("sigint", &sig, &error) && sig == SIGINT));
+  CHECK((coloc::cli::parse_signal("9", &sig, &error) && sig == SIGKILL));
+  CHECK((coloc::cli::parse_signal("USR1", &sig, &error) && sig == SIGUSR1));
+  for (const char* bad : {"", "FOO", "0", "65", "-9", "SIG"}) {
+    INFO(bad);
+    CHECK_FALSE(coloc::cli::parse_signal(bad, &sig, &error));
+    CHECK(error.rfind("--signal '", 0) == 0);
+  }
+  uint64_t ns = 1;
+  CHECK((coloc::cli::parse_duration_option("--grace", "0", &ns, &error) && ns == 0));
+  CHECK((coloc::cli::parse_duration_option("--grace", "0.0s", &ns, &error) && ns == 0));
+  CHECK((coloc::cli::parse_duration_option("--grace", "10s", &ns, &error) && ns == 10'000'000'000ull));
+  CHECK((coloc::cli::parse_duration_option("--since", "2d", &ns, &error) && ns == 2ull * 86400 * 1'000'000'000));
+  for (const char* bad : {"-1", "yesterday", "", "1x", "."}) {
+    INFO(bad);
+    CHECK_FALSE(coloc::cli::parse_duration_option("--since", bad, &ns, &error));
+    CHECK(error.rfind("--since '", 0) == 0);
+  }
+  const std::string c = cancel_text(json::parse(
+      R"({"job": "train-1a2b3c", "signal": 15, "grace_ms": 10000, "left_queue": true, "signalled": [{"pid": 1, "anchor": true}]})"));
+  CHECK_MESSAGE(c == "job train-1a2b3c cancelled: it left the queue; SIGTERM sent to 1 process, SIGKILL to those still "
+                     "running after 10.0 s\n", c);
+  json ended = json::parse(R"({"indexed": true, "jobs": [
+    {"job": "b-2", "report": "b-2", "uid": 0, "user": "root", "command": "python b.py", "start_unix_ms": 2000,
+     "end_unix_ms": 3000, "exit_status": 143, "exit_signal": null, "peak": 1073741824, "waited_s": 12.5, "cancelled_by": "root"},
+    {"job": "a-1", "report": "a-1", "uid": 1000, "user": "alice", "command": null, "start_unix_ms": 1000,
+     "end_unix_ms": 2000, "exit_status": 0, "exit_signal": null, "peak": 0, "waited_s": 0, "cancelled_by": null}]})");
+  const std::string t = ended_table(ended);
+  CHECK_MESSAGE(t.find("143 (cancelled by root)") != std::string::npos, t);
+  CHECK_MESSAGE(t.find("(hidden)") != std::string::npos, t);
+  CHECK_MESSAGE(t.find("12.5 s") != std::string::npos, t);
+  CHECK(t.find("b-2") < t.find("a-1"));
+  EndedFilter f;
+  f.user = "alice";
+  CHECK(filter_ended(ended, f)["jobs"].size() == 1);
+  f.user = "1000";
+  CHECK(filter_ended(ended, f)["jobs"].size() == 1);
+  f = {};
+  f.since_unix_ms = 2500;
+  CHECK(filter_ended(ended, f)["jobs"].size() == 1);
+  CHECK(ended_table(json{{"indexed", false}, {"jobs", json::array()}}).find("still reading") != std::string::npos);
 }

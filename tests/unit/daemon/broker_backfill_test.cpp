@@ -146,6 +146,49 @@ TEST_CASE("backfill in the broker: a backfilled job that runs past its expected 
   CHECK(b.granted(s2));  // ...and the queue moves again
 }
 
+TEST_CASE("backfill in the broker: the queue's state saved before a restart holds after it: expected ends, and the promise to a late head") {
+  Bench b(with_headroom(backfill::Mode::kEasy));
+  ClientId lng = b.add("long", 40 * GiB);
+  REQUIRE(b.granted(attach_known(b, lng, 0, 0, 100 * kSec)));
+  ClientId head = b.add("head", 60 * GiB);
+  const uint32_t sh = attach_known(b, head, 0);
+  ClientId quick = b.add("quick");
+  REQUIRE(b.granted(attach_known(b, quick, 0, 30 * GiB, 90 * kSec)));
+  const auto promise = b.broker.promise_of(0);
+  REQUIRE(promise.has_value());
+  CHECK(promise->first == JobKey{1000, "head"});
+  CHECK(promise->second == b.now + 100 * kSec);
+  const Nanos quick_end = standing(b, "quick").expected_end;
+  CHECK(quick_end == b.now + 90 * kSec);
+  // A new broker (colocd restarted): the same jobs come back (the head's request is a new one),
+  // and the engine restores what it saved.
+  Bench a(with_headroom(backfill::Mode::kEasy));
+  a.now = b.now;
+  ClientId lng2 = a.add("long", 40 * GiB);
+  REQUIRE(a.granted(attach_known(a, lng2, 0)));
+  ClientId quick2 = a.add("quick");
+  REQUIRE(a.granted(attach_known(a, quick2, 0, 30 * GiB)));
+  CHECK(a.broker.restore_queue_state(a.broker.find_job({1000, "quick"})->serial, 0, quick_end, true));
+  CHECK(standing(a, "quick").backfilled);
+  CHECK(standing(a, "quick").expected_end == quick_end);
+  CHECK_FALSE(a.broker.restore_queue_state(a.broker.find_job({1000, "quick"})->serial, 5, quick_end, true));  // no such device
+  a.broker.restore_promise(0, promise->first, promise->second);
+  ClientId head2 = a.add("head", 60 * GiB);
+  const uint32_t sh2 = attach_known(a, head2, 0);
+  CHECK(a.pending(sh2));
+  // Past the shadow time the head waits on: nothing more goes ahead of it...
+  a.advance(100 * kSec + 1);
+  a.remove(lng2);
+  ClientId small = a.add("small", 1 * GiB);
+  const uint32_t s1 = attach_known(a, small, 0);
+  CHECK(a.pending(s1));
+  a.remove(quick2);  // ...until it starts
+  CHECK(a.granted(sh2));
+  CHECK(a.granted(s1));
+  (void)sh;
+  (void)quick;
+}
+
 TEST_CASE("backfill in the broker: nothing goes ahead of a running job's parked growth on the device") {
   Bench b(with_headroom(backfill::Mode::kEasy));
   ClientId run = b.add("run");

@@ -195,6 +195,27 @@ history = false
   REQUIRE(apply_toml("backfill = \"off\"\nadmission_timeout = \"2h\"\n", "f.toml", c).ok());
   CHECK(c.backfill == coloc::broker::backfill::Mode::kOff);
   CHECK(c.admission_timeout == 7200ull * 1'000'000'000);
+  // report_retention: an age and/or a count; each bad one names the key and changes nothing.
+  const Config kept = c;
+  for (const char* bad : {"\"30x\"", "\"0 reports\"", "\"30d, 40d\"", "\"5 reports, 6 reports\"", "\"30d,\"",
+                          "\"-1d\"", "\"many reports\""}) {
+    INFO(bad);
+    e = apply_toml(std::string("report_retention = ") + bad + "\n", "f.toml", c);
+    REQUIRE_FALSE(e.ok());
+    CHECK(e.error().message().rfind("f.toml:1: report_retention: ", 0) == 0);
+    CHECK(changed(kept, c).empty());
+  }
+  CHECK(c.report_retention.count == 10000);  // the default: the newest 10,000, any age
+  CHECK(c.report_retention.age == 0);
+  REQUIRE(apply_toml("report_retention = \"30d, 5000 reports\"\n", "f.toml", c).ok());
+  CHECK(c.report_retention.age == 30ull * 86400 * 1'000'000'000);
+  CHECK(c.report_retention.count == 5000);
+  CHECK(coloc::config::format_retention(c.report_retention) == "30d, 5000 reports");
+  REQUIRE(apply_toml("report_retention = \"12h\"\n", "f.toml", c).ok());
+  CHECK(c.report_retention.count == 0);
+  CHECK(coloc::config::format_retention(c.report_retention) == "43200s");
+  REQUIRE(apply_toml("report_retention = \"\"\n", "f.toml", c).ok());
+  CHECK(c.report_retention == Config::Retention{0, 0});
 }
 
 TEST_CASE("config: an unknown key suggests the nearest one; a wrong type names the expected one") {

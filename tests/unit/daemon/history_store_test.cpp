@@ -241,6 +241,27 @@ TEST_CASE("history store: the expected run is the median time from admission to 
   CHECK(again.lookup(fp)->run_ms == 60'000);
 }
 
+TEST_CASE("history store: each failed run keeps its cause (own limit, device, kill, cancel), in the list and across a restart") {
+  TempDir dir("history");
+  const Fingerprint fp = fp_of(1000);
+  {
+    HistoryStore s(dir / "history.db");
+    s.wait_idle();
+    for (RunEnd e : {RunEnd::kOomLimit, RunEnd::kOomLimit, RunEnd::kOomDevice, RunEnd::kCancelled, RunEnd::kClean,
+                     RunEnd::kKilled})
+      s.record(run_of(fp, 8 * GiB, e));
+    const json row = s.list(1000)["fingerprints"][0];
+    CHECK(row["failures"] == json{{"oom-limit", 2}, {"oom-device", 1}, {"cancelled", 1}, {"killed", 1}});
+    CHECK(row["last_end"] == "killed");
+    s.wait_idle();
+  }
+  HistoryStore again(dir / "history.db");
+  again.wait_idle();
+  const json row = again.list(1000)["fingerprints"][0];
+  CHECK(row["failures"] == json{{"oom-limit", 2}, {"oom-device", 1}, {"cancelled", 1}, {"killed", 1}});
+  CHECK(again.lookup(fp)->runs == 6);
+}
+
 TEST_CASE("history store: only the last runs_kept runs are kept, in the cache and on disk") {
   TempDir dir("history");
   const std::string db = dir / "history.db";

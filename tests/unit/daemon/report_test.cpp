@@ -147,6 +147,67 @@ TEST_CASE("job recorder: a run's time for the history counts from its first admi
   CHECK(run.admitted_for == 8 * kSec);
 }
 
+TEST_CASE("job recorder: a wait lists the queue's reasons in the order seen; a cancel names who; both survive a restart") {
+  JobRecorder r(1, {1000, "q"}, "alice", "python train.py", 0xabc, "normal", 100 * kSec, 1700000000000);
+  Event e{};
+  e.device = gpu(1);
+  e.kind = Event::Kind::kWaitBegin;
+  e.admission = true;
+  e.at = 101 * kSec;
+  r.on_event(e);
+  r.note_wait_reason(gpu(1), true, coloc::proto::WaitReason::kQueue);
+  r.note_wait_reason(gpu(1), true, coloc::proto::WaitReason::kQueue);  // a repeat: not again
+  r.note_wait_reason(gpu(1), true, coloc::proto::WaitReason::kResources);
+  r.note_wait_reason(gpu(1), false, coloc::proto::WaitReason::kPriority);  // no memory wait open: nothing
+  r.note_wait_reason(gpu(2), true, coloc::proto::WaitReason::kPriority);   // not a device of the job: nothing
+  for (int i = 0; i < 20; ++i)  // bounded
+    r.note_wait_reason(gpu(1), true, i % 2 ? coloc::proto::WaitReason::kOutside : coloc::proto::WaitReason::kUserCap);
+  CHECK_FALSE(r.was_cancelled());
+  r.cancelled(0, "root", 15, 1700000005000);
+  r.cancelled(1000, "alice", 9, 1700000006000);  // the first cancel counts
+  CHECK(r.was_cancelled());
+  auto check = [](const nlohmann::json& j) {
+    const auto& reasons = j["devices"][0]["waits"][0]["reasons"];
+    REQUIRE(reasons.size() == JobRecorder::kMaxReasons);
+    CHECK(reasons[0] == "Queue");
+    CHECK(reasons[1] == "Resources");
+    CHECK(reasons[2] == "UserCap");
+    CHECK(j["cancelled"]["by"] == "root");
+    CHECK(j["cancelled"]["signal"] == 15);
+    CHECK(j["cancelled"]["at"] == "2023-11-14T22:13:25.000Z");
+  };
+  check(r.to_json(110 * kSec));
+  auto back = JobRecorder::from_state(r.state(), 1);
+  REQUIRE(back.ok());
+  check(back.value().to_json(110 * kSec));
+  CHECK(back.value().run_summary(110 * kSec).cancelled);
+}
+
+TEST_CASE("job recorder: an out-of-memory error at the job's own limit is told from one on a full device") {
+  auto with = [](Reason reason, uint64_t failures) {
+    JobRecorder r(1, {1000, "q"}, "alice", "python train.py", 0xabc, "normal", 100 * kSec, 1700000000000);
+    DeviceSample s;
+    s.capacity = 80ull << 30;
+    s.live.failures = failures;
+    r.sample(gpu(1), 101 * kSec, s);
+    if (reason != Reason::kNone) {
+      Event e{};
+      e.device = gpu(1);
+      e.kind = Event::Kind::kRefused;
+      e.reason = reason;
+      e.at = 102 * kSec;
+      r.on_event(e);
+    }
+    return r.run_summary(103 * kSec);
+  };
+  CHECK(with(Reason::kOwnLimit, 0).oom_limit);
+  CHECK(with(Reason::kUserCap, 0).oom_limit);
+  CHECK_FALSE(with(Reason::kDeviceFull, 0).oom_limit);
+  CHECK(with(Reason::kDeviceFull, 0).oom);
+  CHECK(with(Reason::kNone, 3).oom_limit);  // failed in its library, no refusal: its limit
+  CHECK_FALSE(with(Reason::kNone, 0).oom);
+}
+
 TEST_CASE("report store: sanitized names, never overwritten") {
   coloc::test::TempDir tmp("coloc-reports");
   ReportStore store(tmp / "reports");
