@@ -67,7 +67,11 @@ SAN_RUNTIME := $(if $(SAN),$(shell $(CXX) -print-file-name=lib$(SAN).so))
 # ---- flags ------------------------------------------------------------------------------
 # Assertions stay on in every build (no -DNDEBUG).
 CPPFLAGS := -Iinclude -isystem $(CUDA_HOME)/include -MMD -MP
-CXXFLAGS := -std=c++20 $(OPT) -g -fPIC -Wall -Wextra -Wno-missing-field-initializers $(SANWARN) $(SANFLAGS)
+# Debug information: full in the plain build (a debugger's variables); line tables only in the
+# sanitizer builds, which need no more for their reports' stacks and compile a fifth faster
+# (daemon/engine/server.cpp under ASan+UBSan: 40 s with -g, 31 s with -g1).
+DEBUG := $(if $(SAN),-g1,-g)
+CXXFLAGS := -std=c++20 $(OPT) $(DEBUG) -fPIC -Wall -Wextra -Wno-missing-field-initializers $(SANWARN) $(SANFLAGS)
 LDFLAGS  := $(SANFLAGS)
 # Debian's compiled spdlog/fmt, for the daemon, the CLI and the tests (never the interposer).
 SPDLOG_CPPFLAGS := -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL

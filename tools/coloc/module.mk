@@ -13,9 +13,14 @@ $(OBJ)/tools/coloc/run_plan.o $(OBJ)/tools/coloc/doctor_cmd.o: CPPFLAGS += $(COL
 # mass start: binding three shared C++ libraries cost it 1.2 ms per start, as much as the rest of
 # its work (docs/performance.md). Its objects are compiled apart (obj/coloc-bin/) from the ones
 # the tests link with the daemon's compiled spdlog.
+# A sanitizer build links the sanitizer runtime dynamically anyway: there the binary is linked
+# from the objects the tests use (compiled spdlog and fmt, shared), which saves compiling the CLI
+# twice in each sanitizer build.
 COLOC_BIN_SRCS := $(COLOC_CLI_CORE_SRCS) tools/coloc/main.cpp daemon/util/log.cpp
-COLOC_BIN_OBJS := $(patsubst %.cpp,$(OBJ)/coloc-bin/%.o,$(COLOC_BIN_SRCS))
+COLOC_BIN_OBJS := $(if $(SAN),$(COLOC_CLI_CORE_OBJS) $(OBJ)/tools/coloc/main.o $(OBJ)/daemon/util/log.o,\
+                    $(patsubst %.cpp,$(OBJ)/coloc-bin/%.o,$(COLOC_BIN_SRCS)))
 COLOC_BIN_LDFLAGS := $(if $(SAN),,-static-libstdc++ -static-libgcc)
+COLOC_BIN_LIBS := $(if $(SAN),$(SPDLOG_LIBS))
 $(OBJ)/coloc-bin/%.o: %.cpp tools/coloc/module.mk | $(DEPS_STAMP)
 	$(call say,CXX,$< (coloc))
 	$(Q)mkdir -p $(@D)
@@ -27,7 +32,7 @@ COLOC_CLI_LIBS := $(BUILD)/lib/libcolocest.a
 $(COLOC_CLI): $(COLOC_BIN_OBJS) $(COLOC_CLI_LIBS) tools/coloc/module.mk
 	$(call say,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CXX) $(LDFLAGS) $(COLOC_BIN_LDFLAGS) -o $@ $(COLOC_BIN_OBJS) $(COLOC_CLI_LIBS) -lpthread
+	$(Q)$(CXX) $(LDFLAGS) $(COLOC_BIN_LDFLAGS) -o $@ $(COLOC_BIN_OBJS) $(COLOC_CLI_LIBS) $(COLOC_BIN_LIBS) -lpthread
 
 PRODUCTS += $(COLOC_CLI)
 TEST_EXTRA_OBJS += $(COLOC_CLI_CORE_OBJS)
