@@ -458,6 +458,8 @@ void Broker::grant_attach(Client& c, uint32_t seq, const std::vector<AttachNeed>
     if (!jd.admitted) {
       jd.admitted = true;
       jd.admitted_at = now;
+      // A promise restored after a restart was to this job's admission here: it is kept.
+      if (d.restored_promise && d.restored_promise->first == job.key) d.restored_promise.reset();
       jd.cap = devs[i].cap;
       const auto [reserved, source] = footprint_for(limit_on(job, dev), devs[i].estimate, job.estimate, d);
       set_job_device(job, dev, reserved, jd.granted);

@@ -850,11 +850,11 @@ AdminAnswer Admin::cancel(const proto::AdminMsg& msg, const Caller& caller, brok
     if (writer_) {
       const auto colon = name.find(':');
       const std::string id = colon == std::string::npos ? name : name.substr(colon + 1);
-      for (const report::ReportWriter::Ended& e : writer_->ended())
-        if (e.job == id && (is_admin(caller) || e.uid == caller.uid))
-          return {AdminStatus::kNotFound, "job '" + id + "' has ended (exit " +
-                                              (e.exit_status ? std::to_string(*e.exit_status) : std::string("unknown")) +
-                                              "): nothing to cancel; its report: coloc report " + e.name};
+      const std::optional<uint32_t> uid = is_admin(caller) ? std::nullopt : std::optional<uint32_t>(caller.uid);
+      if (auto e = writer_->find_ended(id, uid))
+        return {AdminStatus::kNotFound, "job '" + id + "' has ended (exit " +
+                                            (e->exit_status ? std::to_string(*e->exit_status) : std::string("unknown")) +
+                                            "): nothing to cancel; its report: coloc report " + e->name};
     }
     return {AdminStatus::kNotFound, f.why.empty() ? "no job '" + name + "'" : f.why};
   }
@@ -865,8 +865,10 @@ AdminAnswer Admin::cancel(const proto::AdminMsg& msg, const Caller& caller, brok
 AdminAnswer Admin::ended(const Caller& caller) const {
   json jobs = json::array();
   bool indexed = true;
+  size_t total = 0;
+  // The newest kMaxEnded only: the answer is built on the loop, and any user may ask.
   if (writer_)
-    for (const report::ReportWriter::Ended& e : writer_->ended(&indexed)) {
+    for (const report::ReportWriter::Ended& e : writer_->newest(kMaxEnded, &total, &indexed)) {
       const bool own = caller.uid == 0 || e.uid == caller.uid;  // as coloc history shows commands
       jobs.push_back({{"job", e.job},
                       {"report", e.name},
@@ -881,7 +883,7 @@ AdminAnswer Admin::ended(const Caller& caller) const {
                       {"waited_s", e.waited_s},
                       {"cancelled_by", e.cancelled_by.empty() ? json(nullptr) : json(e.cancelled_by)}});
     }
-  return {AdminStatus::kOk, json{{"indexed", indexed}, {"jobs", jobs}}.dump()};
+  return {AdminStatus::kOk, json{{"indexed", indexed}, {"total", total}, {"jobs", jobs}}.dump()};
 }
 
 AdminAnswer Admin::handle(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now) {

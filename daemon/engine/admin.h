@@ -167,8 +167,11 @@ class Admin {
   /// kCancel: the caller's job (or any, for an admin), through the canceller. A job that has
   /// ended (a report is filed under its name) or is not known: kNotFound.
   AdminAnswer cancel(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
-  /// kEnded: the ended jobs (ReportWriter::ended), commands hidden as kHistory hides them.
+  /// kEnded: the newest kMaxEnded ended jobs (ReportWriter::newest) and how many there are
+  /// ("total"), commands hidden as kHistory hides them (but to their owner and root).
   AdminAnswer ended(const Caller& caller) const;
+  /// The most ended jobs one kEnded answer lists (about 500 bytes each).
+  static constexpr size_t kMaxEnded = 1000;
   /// The device `selector` names ("all" is the caller's): an index, a UUID or a unique prefix of
   /// one (with or without "GPU-"). nullptr and *why when none or several match.
   const DeviceRow* resolve_device(const std::string& selector, const std::vector<DeviceRow>& rows, std::string* why) const;

@@ -276,10 +276,12 @@ class Server {
   std::map<broker::JobSerial, report::JobRecorder> recorders_;
   std::map<broker::JobSerial, Nanos> closing_;  ///< ended jobs waiting (briefly) for exit statuses
   /// Cancelled jobs' processes that get SIGKILL at `at` (pidfds: a pid reused meanwhile is safe).
+  /// One per job: a second cancel signals the same processes again (and any new ones), and the
+  /// earlier deadline holds, so cancels repeated with long graces hold no more descriptors.
   struct Kill {
     Nanos at = 0;
-    std::string job;  ///< "uid:id", for the log
-    std::vector<UniqueFd> pidfds;
+    std::string job;  ///< "uid:id": the job, and the log's name for it
+    std::vector<std::pair<pid_t, UniqueFd>> pidfds;
   };
   std::vector<Kill> kills_;
   /// Jobs a Register with a Slurm step joined (the Slurm plugin's anchor and tasks): `coloc cancel`

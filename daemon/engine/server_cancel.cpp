@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -48,31 +49,45 @@ AdminAnswer Server::cancel_job(const broker::Job& job, int sig, Nanos grace, con
   const size_t left = broker_.cancel_job(job.serial, t);
 
   nlohmann::json signalled = nlohmann::json::array();
-  Kill kill{t + grace, job.key.str(), {}};
+  // A job cancelled again: its entry, the earlier deadline kept.
+  auto kill = std::find_if(kills_.begin(), kills_.end(), [&](const Kill& k) { return k.job == job.key.str(); });
+  if (kill == kills_.end()) {
+    kills_.push_back({t + grace, job.key.str(), {}});
+    kill = std::prev(kills_.end());
+  } else {
+    kill->at = std::min(kill->at, t + grace);
+  }
   for (broker::ClientId id : job.clients) {
     auto it = by_client_.find(id);
     if (it == by_client_.end()) continue;
     const Connection& c = *it->second;
     const bool anchor = broker_.clients().at(id).anchor;
-    UniqueFd fd = open_pidfd(c.pid(), c.start_time);
-    if (!fd.valid() || !send_signal(fd.get(), sig)) continue;  // gone already
+    auto known = std::find_if(kill->pidfds.begin(), kill->pidfds.end(), [&](const auto& p) { return p.first == c.pid(); });
+    if (known == kill->pidfds.end()) {
+      UniqueFd fd = open_pidfd(c.pid(), c.start_time);
+      if (!fd.valid()) continue;  // gone already
+      kill->pidfds.emplace_back(c.pid(), std::move(fd));
+      known = std::prev(kill->pidfds.end());
+    }
+    if (!send_signal(known->second.get(), sig)) {  // that one is gone: a new process took its pid?
+      UniqueFd fd = open_pidfd(c.pid(), c.start_time);
+      if (!fd.valid() || !send_signal(fd.get(), sig)) continue;
+      known->second = std::move(fd);
+    }
     signalled.push_back({{"pid", c.pid()}, {"anchor", anchor}});
-    kill.pidfds.push_back(std::move(fd));
   }
   log::limited(log::get("engine"), spdlog::level::info, "cancel uid " + std::to_string(caller.uid),
                "job {} cancelled by {} (uid {}): signal {} to {} process(es){}, SIGKILL after {} ms", job.key.str(), who,
-               caller.uid, sig, kill.pidfds.size(), left ? ", out of the queue" : "", grace / 1'000'000);
+               caller.uid, sig, signalled.size(), left ? ", out of the queue" : "", (kill->at - t) / 1'000'000);
   nlohmann::json answer{{"job", job.key.id},
                         {"uid", job.key.uid},
                         {"user", user_name(job.key.uid)},
                         {"signal", sig},
-                        {"grace_ms", grace / 1'000'000},
+                        {"grace_ms", (kill->at - t) / 1'000'000},
                         {"signalled", signalled},
                         {"left_queue", left > 0}};
-  if (!kill.pidfds.empty()) {
-    kills_.push_back(std::move(kill));
-    rearm_deadline();
-  }
+  if (kill->pidfds.empty()) kills_.erase(kill);
+  else rearm_deadline();
   return {proto::AdminStatus::kOk, answer.dump()};
 }
 
@@ -83,7 +98,7 @@ void Server::kill_due(Nanos t) {
       continue;
     }
     size_t killed = 0;
-    for (const UniqueFd& fd : it->pidfds) killed += send_signal(fd.get(), SIGKILL) ? 1 : 0;  // ESRCH: it went
+    for (const auto& [pid, fd] : it->pidfds) killed += send_signal(fd.get(), SIGKILL) ? 1 : 0;  // ESRCH: it went
     if (killed)
       log::limited(log::get("engine"), spdlog::level::info, "cancel kill",
                    "job {}: SIGKILL to {} process(es) still alive after the grace", it->job, killed);

@@ -9,6 +9,7 @@
 // it, and nothing lowers a reservation while the job runs. The broker keeps the source
 // (JobDevice::source); a restart keeps history, estimate and online reservations alike.
 #include <algorithm>
+#include <cstdint>
 #include <ctime>
 
 #include "engine/server.h"
@@ -296,7 +297,12 @@ nlohmann::json Server::estimate_state(const broker::Job& job) const {
 void Server::restore_estimate(const broker::Job& job, const nlohmann::json& state, Nanos t) {
   if (state.contains("queue") && state["queue"].is_array()) {
     const int64_t wall = wall_now_ms();
-    auto mono = [&](int64_t unix_ms) { return unix_ms >= wall ? t + Nanos(unix_ms - wall) * 1'000'000 : t - std::min<Nanos>(t, Nanos(wall - unix_ms) * 1'000'000); };
+    // (A time more than a year away is no time colocd wrote: clamped, so nothing overflows.)
+    constexpr int64_t kYearMs = 366LL * 86'400'000;
+    auto mono = [&](int64_t unix_ms) {
+      const int64_t d = std::clamp<int64_t>(unix_ms - std::clamp<int64_t>(wall, -kYearMs * 100, kYearMs * 100), -kYearMs, kYearMs);
+      return d >= 0 ? t + Nanos(d) * 1'000'000 : t - std::min<Nanos>(t, Nanos(-d) * 1'000'000);
+    };
     size_t n = 0;
     for (const nlohmann::json& q : state["queue"]) {
       if (++n > proto::kMaxDevices) break;
@@ -306,14 +312,18 @@ void Server::restore_estimate(const broker::Job& job, const nlohmann::json& stat
       uint32_t dev = 0;
       while (dev < broker_.devices().size() && !(broker_.devices()[dev].uuid == u)) ++dev;
       if (dev == broker_.devices().size()) continue;
-      const nlohmann::json& end = q.value("expected_end_unix_ms", nlohmann::json());
-      const Nanos expected = end.is_number_integer() ? mono(end.get<int64_t>()) : broker::kNever;
-      broker_.restore_queue_state(job.serial, dev, expected, q.value("backfilled", false) == true);
+      const nlohmann::json end = q.contains("expected_end_unix_ms") ? q["expected_end_unix_ms"] : nlohmann::json();
+      const Nanos expected = end.is_number_integer() && !end.is_number_unsigned() ? mono(end.get<int64_t>())
+                             : end.is_number_unsigned() && end.get<uint64_t>() < uint64_t(INT64_MAX) ? mono(int64_t(end.get<uint64_t>()))
+                                                                                                     : broker::kNever;
+      const bool backfilled = q.contains("backfilled") && q["backfilled"].is_boolean() && q["backfilled"].get<bool>();
+      broker_.restore_queue_state(job.serial, dev, expected, backfilled);
       if (q.contains("promise") && q["promise"].is_object()) {
         const nlohmann::json& p = q["promise"];
-        if (p.contains("uid") && p["uid"].is_number_unsigned() && p.contains("job") && p["job"].is_string() &&
-            p.contains("shadow_unix_ms") && p["shadow_unix_ms"].is_number_integer())
-          broker_.restore_promise(dev, broker::JobKey{p["uid"].get<uint32_t>(), p["job"].get<std::string>()},
+        if (p.contains("uid") && p["uid"].is_number_unsigned() && p["uid"].get<uint64_t>() <= UINT32_MAX &&
+            p.contains("job") && p["job"].is_string() && p.contains("shadow_unix_ms") &&
+            p["shadow_unix_ms"].is_number_integer() && p["shadow_unix_ms"].get<double>() < 9e18)
+          broker_.restore_promise(dev, broker::JobKey{uint32_t(p["uid"].get<uint64_t>()), p["job"].get<std::string>()},
                                   mono(p["shadow_unix_ms"].get<int64_t>()));
       }
     }

@@ -130,22 +130,33 @@ Result<std::string> ReportStore::write(const std::string& job_id, const std::str
 }
 
 std::vector<std::string> ReportStore::find(const std::string& job_id) const {
-  const std::string stem = dir_ + "/" + sanitize(job_id);
-  std::vector<std::string> found;
-  struct stat st;
-  // Suffixes run up from 1; retention deletes the oldest, so a run of gaps may start anywhere:
-  // the search ends after kMaxGap missing suffixes in a row.
-  constexpr int kMaxGap = 64;
-  for (int n = 1, missing = 0; n < 100000 && missing < kMaxGap; ++n) {
-    std::string path = n == 1 ? stem + ".json" : stem + "." + std::to_string(n) + ".json";
-    if (::stat(path.c_str(), &st) != 0) {
-      ++missing;
-      continue;
+  // One pass over the directory: retention deletes the oldest reports first, so the suffixes
+  // still filed under a reused id (a fixed COLOC_JOB) may start anywhere, after any gap.
+  const std::string name = sanitize(job_id);
+  std::vector<std::pair<long, std::string>> found;  // (suffix, path)
+  if (DIR* d = ::opendir(dir_.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string f = e->d_name;
+      // "<name>.json" or "<name>.<N>.json", N a number from 2 without leading zeros
+      if (f.size() < name.size() + 5 || f.compare(0, name.size(), name) != 0 || f.compare(f.size() - 5, 5, ".json") != 0)
+        continue;
+      const std::string mid = f.substr(name.size(), f.size() - 5 - name.size());
+      long n = 1;
+      if (!mid.empty()) {
+        if (mid.size() < 2 || mid.size() > 7 || mid[0] != '.' || mid[1] == '0' ||
+            mid.find_first_not_of("0123456789", 1) != std::string::npos)
+          continue;
+        n = std::stol(mid.substr(1));
+        if (n < 2) continue;
+      }
+      found.emplace_back(n, dir_ + "/" + f);
     }
-    missing = 0;
-    found.insert(found.begin(), path);
+    ::closedir(d);
   }
-  return found;
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& [n, path] : found) out.push_back(std::move(path));
+  return out;
 }
 
 std::vector<std::string> ReportStore::run_ids_of(const std::string& name) const {

@@ -83,11 +83,21 @@ std::optional<ReportWriter::Ended> ReportWriter::summarize(const std::string& te
     if (it == o.end() || !it->is_number()) return std::nullopt;
     return it->get<double>();
   };
+  // Whole numbers within range only (a cast of a double out of range is undefined).
+  auto whole = [&](const json& o, const char* k, double lo, double hi) -> std::optional<int64_t> {
+    auto it = o.find(k);
+    if (it == o.end() || !(it->is_number_integer() || it->is_number_unsigned())) return std::nullopt;
+    const double v = it->get<double>();
+    if (v < lo || v > hi) return std::nullopt;
+    return it->is_number_unsigned() ? int64_t(it->get<uint64_t>()) : it->get<int64_t>();
+  };
   auto text_of = [&](const char* k) {
     auto it = j.find(k);
     return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
   };
-  const auto end = num(j, "end_unix_ms"), start = num(j, "start_unix_ms"), uid = num(j, "uid");
+  constexpr double kMaxMs = 1e15;  // year 33658
+  const auto end = whole(j, "end_unix_ms", 0, kMaxMs), start = whole(j, "start_unix_ms", 0, kMaxMs),
+             uid = whole(j, "uid", 0, 4294967295.0);
   if (!end || !start || !uid || text_of("job").empty()) return std::nullopt;
   Ended e;
   e.job = text_of("job");
@@ -97,12 +107,12 @@ std::optional<ReportWriter::Ended> ReportWriter::summarize(const std::string& te
   e.uid = uint32_t(*uid);
   e.start_ms = int64_t(*start);
   e.end_ms = int64_t(*end);
-  if (auto x = num(j, "exit_status")) e.exit_status = int(*x);
-  if (auto x = num(j, "exit_signal")) e.exit_signal = int(*x);
+  if (auto x = whole(j, "exit_status", -1e6, 1e6)) e.exit_status = int(*x);
+  if (auto x = whole(j, "exit_signal", 0, 1e6)) e.exit_signal = int(*x);
   if (auto d = j.find("devices"); d != j.end() && d->is_array())
     for (const json& dev : *d) {
       if (!dev.is_object()) continue;
-      if (auto p = num(dev, "peak")) e.peak = std::max(e.peak, uint64_t(*p));
+      if (auto p = whole(dev, "peak", 0, 9.2e18)) e.peak = std::max(e.peak, uint64_t(*p));
       e.waited_s += num(dev, "wait_admission_s").value_or(0) + num(dev, "wait_memory_s").value_or(0);
     }
   if (auto c = j.find("cancelled"); c != j.end() && c->is_object() && (*c)["by"].is_string())
@@ -114,6 +124,20 @@ std::vector<ReportWriter::Ended> ReportWriter::ended(bool* indexed) const {
   std::lock_guard lk(mu_);
   if (indexed) *indexed = indexed_;
   return ended_;
+}
+
+std::vector<ReportWriter::Ended> ReportWriter::newest(size_t limit, size_t* total, bool* indexed) const {
+  std::lock_guard lk(mu_);
+  if (indexed) *indexed = indexed_;
+  if (total) *total = ended_.size();
+  return std::vector<Ended>(ended_.begin(), ended_.begin() + ptrdiff_t(std::min(limit, ended_.size())));
+}
+
+std::optional<ReportWriter::Ended> ReportWriter::find_ended(const std::string& job_id, std::optional<uint32_t> uid) const {
+  std::lock_guard lk(mu_);
+  for (const Ended& e : ended_)
+    if (e.job == job_id && (!uid || e.uid == *uid)) return e;
+  return std::nullopt;
 }
 
 void ReportWriter::set_retention(Retention r) {

@@ -70,6 +70,10 @@ class ReportWriter {
   /// The ended jobs, newest end first; *indexed (when given): the directory has been read whole
   /// (before that, the list holds what was read so far).
   std::vector<Ended> ended(bool* indexed = nullptr) const;
+  /// The newest `limit` of them; *total (when given): how many there are.
+  std::vector<Ended> newest(size_t limit, size_t* total, bool* indexed = nullptr) const;
+  /// The newest ended job `job_id` of user `uid` (any user when nullopt), looked up under the lock.
+  std::optional<Ended> find_ended(const std::string& job_id, std::optional<uint32_t> uid) const;
   /// Which reports to keep: those that ended within `age_ms` (0 = any age) and are among the
   /// newest `count` (0 = any number). Applied on the writer's thread, at once.
   struct Retention {

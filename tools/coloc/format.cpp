@@ -442,7 +442,7 @@ std::string pause_text(const json& r, bool pause) {
 }
 
 json filter_ended(const json& ended, const EndedFilter& f) {
-  json out{{"indexed", ended.value("indexed", true)}, {"jobs", json::array()}};
+  json out{{"indexed", ended.value("indexed", true)}, {"total", ended.value("total", json(nullptr))}, {"jobs", json::array()}};
   for (const json& e : ended.value("jobs", json::array())) {
     if (f.since_unix_ms && e.value("end_unix_ms", int64_t(0)) < f.since_unix_ms) continue;
     if (!f.user.empty() && str(e, "user") != f.user && std::to_string(e.value("uid", uint64_t(0))) != f.user) continue;
@@ -481,6 +481,9 @@ std::string ended_table(const json& ended) {
   }
   std::string out = t.render();
   if (!indexed) out += "(colocd is still reading the reports: older jobs may be missing)\n";
+  if (ended.contains("total") && ended["total"].is_number_unsigned() && ended["total"].get<uint64_t>() > 1000)
+    out += "(from the newest 1000 of " + std::to_string(ended["total"].get<uint64_t>()) +
+           " ended jobs; an older one's report: coloc report JOB)\n";
   return out;
 }
 

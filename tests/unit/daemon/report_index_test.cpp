@@ -137,6 +137,23 @@ TEST_CASE("report retention: by count the newest are kept; by age those that end
   CHECK(w.ended().size() == 5);
 }
 
+TEST_CASE("report store: a reused id's reports are all found after retention deleted more than 64 of its oldest") {
+  coloc::test::TempDir tmp("coloc-gaps");
+  ReportStore store(tmp / "reports");
+  REQUIRE(store.prepare().ok());
+  for (int i = 1; i <= 70; ++i) REQUIRE(store.write("nightly", "{}").ok());
+  REQUIRE(store.write("nightly-other", "{}").ok());  // another id with the same start: not listed
+  for (int i = 1; i <= 66; ++i)
+    std::filesystem::remove(tmp / (i == 1 ? std::string("reports/nightly.json") : "reports/nightly." + std::to_string(i) + ".json"));
+  auto p = store.write("nightly", "{}");
+  REQUIRE(p.ok());
+  CHECK(p.value() == tmp / "reports/nightly.71.json");
+  auto found = store.find("nightly");
+  REQUIRE(found.size() == 5);
+  CHECK(found[0] == tmp / "reports/nightly.71.json");
+  CHECK(found[4] == tmp / "reports/nightly.67.json");
+}
+
 TEST_CASE("report store: after retention deleted a job's older reports, a new one takes the next suffix and lists first") {
   coloc::test::TempDir tmp("coloc-suffix");
   ReportStore store(tmp / "reports");
