@@ -57,25 +57,31 @@ AdminAnswer Server::cancel_job(const broker::Job& job, int sig, Nanos grace, con
   } else {
     kill->at = std::min(kill->at, t + grace);
   }
+  // Every pidfd first, then the signals back to back: the anchor forwards a signal to its
+  // command, which may end (and be reaped) before a pidfd opened after that signal.
+  struct Target {
+    size_t slot;  ///< in kill->pidfds
+    pid_t pid;
+    bool anchor;
+  };
+  std::vector<Target> targets;
   for (broker::ClientId id : job.clients) {
     auto it = by_client_.find(id);
     if (it == by_client_.end()) continue;
     const Connection& c = *it->second;
-    const bool anchor = broker_.clients().at(id).anchor;
     auto known = std::find_if(kill->pidfds.begin(), kill->pidfds.end(), [&](const auto& p) { return p.first == c.pid(); });
+    UniqueFd fresh = open_pidfd(c.pid(), c.start_time);  // (a known pid may be a new process now)
     if (known == kill->pidfds.end()) {
-      UniqueFd fd = open_pidfd(c.pid(), c.start_time);
-      if (!fd.valid()) continue;  // gone already
-      kill->pidfds.emplace_back(c.pid(), std::move(fd));
+      if (!fresh.valid()) continue;  // gone already
+      kill->pidfds.emplace_back(c.pid(), std::move(fresh));
       known = std::prev(kill->pidfds.end());
+    } else if (fresh.valid()) {
+      known->second = std::move(fresh);
     }
-    if (!send_signal(known->second.get(), sig)) {  // that one is gone: a new process took its pid?
-      UniqueFd fd = open_pidfd(c.pid(), c.start_time);
-      if (!fd.valid() || !send_signal(fd.get(), sig)) continue;
-      known->second = std::move(fd);
-    }
-    signalled.push_back({{"pid", c.pid()}, {"anchor", anchor}});
+    targets.push_back({size_t(known - kill->pidfds.begin()), c.pid(), broker_.clients().at(id).anchor});
   }
+  for (const Target& tg : targets)
+    if (send_signal(kill->pidfds[tg.slot].second.get(), sig)) signalled.push_back({{"pid", tg.pid}, {"anchor", tg.anchor}});
   log::limited(log::get("engine"), spdlog::level::info, "cancel uid " + std::to_string(caller.uid),
                "job {} cancelled by {} (uid {}): signal {} to {} process(es){}, SIGKILL after {} ms", job.key.str(), who,
                caller.uid, sig, signalled.size(), left ? ", out of the queue" : "", (kill->at - t) / 1'000'000);
