@@ -68,9 +68,20 @@ TEST_CASE("report index: a report's entry holds its times, exit, largest peak an
   CHECK(e->peak == 5ull << 30);
   CHECK(e->waited_s == doctest::Approx(4.0));
   CHECK(e->cancelled_by.empty());
-  json cancelled = json::parse(report_text("x", 1));
+  json cancelled = json::parse(report_text("x", 1'800'000'000'000));
   cancelled["cancelled"] = {{"by", "alice"}, {"uid", 1000}, {"signal", 15}};
-  CHECK(ReportWriter::summarize(cancelled.dump(), "x")->cancelled_by == "alice");
+  auto c = ReportWriter::summarize(cancelled.dump(), "x");
+  REQUIRE(c);
+  CHECK(c->cancelled_by == "alice");
+  // Numbers out of range, or not whole, make no entry (a cast would be undefined).
+  json bad = json::parse(report_text("x", 1'800'000'000'000));
+  bad["uid"] = -1;
+  CHECK(!ReportWriter::summarize(bad.dump(), "x"));
+  bad["uid"] = 0;
+  bad["end_unix_ms"] = 1e300;
+  CHECK(!ReportWriter::summarize(bad.dump(), "x"));
+  bad["end_unix_ms"] = 1.5;
+  CHECK(!ReportWriter::summarize(bad.dump(), "x"));
   CHECK(!ReportWriter::summarize("{\"job\": \"x\", \"start", "x"));
   CHECK(!ReportWriter::summarize("[1, 2]", "x"));
   CHECK(!ReportWriter::summarize(json{{"job", "x"}, {"uid", 0}}.dump(), "x"));  // no end: not a complete report
