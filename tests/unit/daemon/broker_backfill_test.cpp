@@ -39,6 +39,19 @@ std::tuple<ClientId, ClientId, uint32_t> train_then_finetune(Bench& b) {
   return {train, finetune, sf};
 }
 
+/// `long` (40 GiB, ends in 100 s), `head` (60 GiB, waiting: its shadow time is +100 s) and
+/// `quick` (30 GiB from history, expected to end in 90 s, backfilled into the head's extra);
+/// returns their clients and the head's Attach seq.
+std::tuple<ClientId, ClientId, uint32_t, ClientId> long_head_quick(Bench& b) {
+  ClientId lng = b.add("long", 40 * GiB);
+  REQUIRE(b.granted(attach_known(b, lng, 0, 0, 100 * kSec)));
+  ClientId head = b.add("head", 60 * GiB);
+  const uint32_t sh = attach_known(b, head, 0);
+  ClientId quick = b.add("quick");
+  REQUIRE(b.granted(attach_known(b, quick, 0, 30 * GiB, 90 * kSec)));
+  return {lng, head, sh, quick};
+}
+
 const JobDevice& standing(const Bench& b, const std::string& job) {
   return b.broker.find_job({1000, job})->devices.at(0);
 }
@@ -121,12 +134,7 @@ TEST_CASE("backfill in the broker: a job without a known footprint is never back
 
 TEST_CASE("backfill in the broker: a backfilled job that runs past its expected end stops all backfill on the device until the head starts") {
   Bench b(with_headroom(backfill::Mode::kEasy));
-  ClientId lng = b.add("long", 40 * GiB);
-  REQUIRE(b.granted(attach_known(b, lng, 0, 0, 100 * kSec)));
-  ClientId head = b.add("head", 60 * GiB);
-  const uint32_t sh = attach_known(b, head, 0);
-  ClientId quick = b.add("quick");
-  REQUIRE(b.granted(attach_known(b, quick, 0, 30 * GiB, 90 * kSec)));
+  auto [lng, head, sh, quick] = long_head_quick(b);
   // `long` ends on time, `quick` does not: the head waits past its shadow time.
   b.advance(100 * kSec);
   b.remove(lng);
@@ -148,12 +156,7 @@ TEST_CASE("backfill in the broker: a backfilled job that runs past its expected 
 
 TEST_CASE("backfill in the broker: the queue's state saved before a restart holds after it: expected ends, and the promise to a late head") {
   Bench b(with_headroom(backfill::Mode::kEasy));
-  ClientId lng = b.add("long", 40 * GiB);
-  REQUIRE(b.granted(attach_known(b, lng, 0, 0, 100 * kSec)));
-  ClientId head = b.add("head", 60 * GiB);
-  const uint32_t sh = attach_known(b, head, 0);
-  ClientId quick = b.add("quick");
-  REQUIRE(b.granted(attach_known(b, quick, 0, 30 * GiB, 90 * kSec)));
+  auto [lng, head, sh, quick] = long_head_quick(b);
   const auto promise = b.broker.promise_of(0);
   REQUIRE(promise.has_value());
   CHECK(promise->first == JobKey{1000, "head"});
