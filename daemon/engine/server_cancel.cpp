@@ -80,11 +80,19 @@ AdminAnswer Server::cancel_job(const broker::Job& job, int sig, Nanos grace, con
     }
     targets.push_back({size_t(known - kill->pidfds.begin()), c.pid(), broker_.clients().at(id).anchor});
   }
-  for (const Target& tg : targets)
-    if (send_signal(kill->pidfds[tg.slot].second.get(), sig)) signalled.push_back({{"pid", tg.pid}, {"anchor", tg.anchor}});
+  // The CUDA processes before the anchor: the anchor forwards what it gets to its command, which
+  // may then end, and be reaped, between two of these calls. A target that ended after its pidfd
+  // opened (ESRCH) is listed as `ended`: the cancel reached it either way.
+  std::stable_partition(targets.begin(), targets.end(), [](const Target& tg) { return !tg.anchor; });
+  for (const Target& tg : targets) {
+    const bool sent = send_signal(kill->pidfds[tg.slot].second.get(), sig);
+    nlohmann::json e{{"pid", tg.pid}, {"anchor", tg.anchor}};
+    if (!sent) e["ended"] = true;
+    signalled.push_back(std::move(e));
+  }
   log::limited(log::get("engine"), spdlog::level::info, "cancel uid " + std::to_string(caller.uid),
                "job {} cancelled by {} (uid {}): signal {} to {} process(es){}, SIGKILL after {} ms", job.key.str(), who,
-               caller.uid, sig, signalled.size(), left ? ", out of the queue" : "", (kill->at - t) / 1'000'000);
+               caller.uid, sig, targets.size(), left ? ", out of the queue" : "", (kill->at - t) / 1'000'000);
   nlohmann::json answer{{"job", job.key.id},
                         {"uid", job.key.uid},
                         {"user", user_name(job.key.uid)},

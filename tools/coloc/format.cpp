@@ -489,7 +489,11 @@ std::string ended_table(const json& ended) {
 
 std::string cancel_text(const json& r) {
   std::ostringstream o;
-  const json& sig = r.value("signalled", json::array());
+  const json all = r.value("signalled", json::array());
+  json sig = json::array();  // those the signal reached; the others ended before it
+  for (const json& e : all)
+    if (!(e.is_object() && e.value("ended", false))) sig.push_back(e);
+  const size_t ended = all.size() - sig.size();
   const int signal = r.value("signal", 15);
   const char* name = ::sigabbrev_np(signal);
   o << "job " << str(r, "job") << " cancelled";
@@ -501,6 +505,7 @@ std::string cancel_text(const json& r) {
   }
   o << "SIG" << (name ? name : std::to_string(signal).c_str()) << " sent to " << sig.size()
     << (sig.size() == 1 ? " process" : " processes");
+  if (ended) o << " (" << ended << " more had just ended)";
   const uint64_t grace = r.value("grace_ms", uint64_t(0));
   if (signal != SIGKILL)
     o << ", SIGKILL to those still running " << (grace ? "after " + duration_text(double(grace) / 1000) : std::string("at once"));

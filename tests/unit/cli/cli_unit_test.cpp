@@ -592,6 +592,11 @@ TEST_CASE("cancel and jobs --all: signals and durations parse or say what is wro
       R"({"job": "train-1a2b3c", "signal": 15, "grace_ms": 10000, "left_queue": true, "signalled": [{"pid": 1, "anchor": true}]})"));
   CHECK_MESSAGE(c == "job train-1a2b3c cancelled: it left the queue; SIGTERM sent to 1 process, SIGKILL to those still "
                      "running after 10.0 s\n", c);
+  const std::string c2 = cancel_text(json::parse(
+      R"({"job": "t-1", "signal": 15, "grace_ms": 0, "left_queue": false,
+          "signalled": [{"pid": 2, "anchor": false}, {"pid": 1, "anchor": true, "ended": true}]})"));
+  CHECK_MESSAGE(c2 == "job t-1 cancelled: SIGTERM sent to 1 process (1 more had just ended), SIGKILL to those still "
+                      "running at once\n", c2);
   json ended = json::parse(R"({"indexed": true, "jobs": [
     {"job": "b-2", "report": "b-2", "uid": 0, "user": "root", "command": "python b.py", "start_unix_ms": 2000,
      "end_unix_ms": 3000, "exit_status": 143, "exit_signal": null, "peak": 1073741824, "waited_s": 12.5, "cancelled_by": "root"},
