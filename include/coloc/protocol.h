@@ -255,7 +255,7 @@ inline constexpr uint16_t kRegStep = 1u << 4;
 /// processes get first (1..kMaxSignal), `quantum_ms` the grace in ms before SIGKILL
 /// (0..kMaxCancelGraceMs). A job waiting for admission leaves the queue at once.
 /// kEnded (v13): the jobs that ended, newest first, from their reports (JSON; a job's command only
-/// to its owner and admins, as kHistory).
+/// to its owner and root, as kHistory).
 enum class AdminOp : uint32_t {
   kStatus = 1, kJobs = 2, kSet = 3, kReport = 4, kPause = 5, kResume = 6, kPolicy = 7,
   kHistory = 8, kHistoryForget = 9, kCancel = 10, kEnded = 11
