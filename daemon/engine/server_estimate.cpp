@@ -10,21 +10,15 @@
 // (JobDevice::source); a restart keeps history, estimate and online reservations alike.
 #include <algorithm>
 #include <cstdint>
-#include <ctime>
 
 #include "engine/server.h"
 #include "history/history_store.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 namespace coloc::engine {
 
 namespace {
-
-int64_t wall_now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
-}
 
 /// One process's prediction on one slot, read under the page's seqlock (pages.h EstimateStats);
 /// nullopt while the client writes it (read again next time) or when it reports nothing.
@@ -221,7 +215,7 @@ void Server::record_history(broker::JobSerial serial) {
     history::RunRecord r;
     r.fp = {print.uid, print.command_hash, print.env_hash, model};
     r.command = print.command;
-    r.ended_wall_ms = wall_now_ms();
+    r.ended_wall_ms = wall_ms();
     r.duration_ms = uint64_t(run.admitted_for / 1'000'000);
     r.exit_status = run.exit_status;
     r.end = run.cancelled    ? history::RunEnd::kCancelled
@@ -277,7 +271,7 @@ nlohmann::json Server::estimate_state(const broker::Job& job) const {
   // The queue's state (issue 28): expected ends and backfills, and the promise a device made to
   // the head of its queue, in Unix ms (a monotonic time means nothing after a reboot).
   const Nanos t = now();
-  const int64_t wall = wall_now_ms();
+  const int64_t wall = wall_ms();
   auto unix_ms = [&](Nanos at) { return wall + (at >= t ? int64_t((at - t) / 1'000'000) : -int64_t((t - at) / 1'000'000)); };
   nlohmann::json queue = nlohmann::json::array();
   for (const auto& [dev, jd] : job.devices) {
@@ -296,7 +290,7 @@ nlohmann::json Server::estimate_state(const broker::Job& job) const {
 
 void Server::restore_estimate(const broker::Job& job, const nlohmann::json& state, Nanos t) {
   if (state.contains("queue") && state["queue"].is_array()) {
-    const int64_t wall = wall_now_ms();
+    const int64_t wall = wall_ms();
     // (A time more than a year away is no time colocd wrote: clamped, so nothing overflows.)
     constexpr int64_t kYearMs = 366LL * 86'400'000;
     auto mono = [&](int64_t unix_ms) {

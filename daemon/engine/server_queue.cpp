@@ -1,12 +1,12 @@
 // daemon/engine/server_queue.cpp — the queue as each waiting process learns it: its control page's
 // queue note (pages.h, layout 8), from Broker::queue, on the sampling timer.
-#include <time.h>
-
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <unordered_map>
 
 #include "engine/server.h"
+#include "util/clock.h"
 
 namespace coloc::engine {
 
@@ -24,12 +24,6 @@ pages::AskSource ask_source(const broker::Broker& b, const broker::Waiter& w, ui
   return pages::AskSource::kContext;
 }
 
-int64_t unix_ms_now() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
-}
-
 }  // namespace
 
 void Server::publish_queue_notes(Nanos t) {
@@ -39,23 +33,27 @@ void Server::publish_queue_notes(Nanos t) {
     auto [it, fresh] = first.emplace(w.client, &w);
     if (!fresh && w.order < it->second->order) it->second = &w;
   }
-  std::map<uint32_t, std::vector<broker::Broker::QueueEntry>> queues;  // by device, as needed
+  // Each device's queue, computed once when first needed, and every entry by its request.
+  std::map<uint32_t, std::vector<broker::Broker::QueueEntry>> queues;
+  std::unordered_map<const broker::Waiter*, const broker::Broker::QueueEntry*> entry_of;
+  auto entry_for = [&](const broker::Waiter& w, uint32_t dev) -> const broker::Broker::QueueEntry* {
+    if (!queues.count(dev))
+      for (const broker::Broker::QueueEntry& e : queues.emplace(dev, broker_.queue(dev, t)).first->second)
+        entry_of.emplace(e.waiter, &e);
+    auto e = entry_of.find(&w);
+    return e == entry_of.end() ? nullptr : e->second;
+  };
   // Every waiting request's reason goes into its job's report (the wait's "reasons").
   for (const broker::Waiter& w : broker_.waiters()) {
     const auto c = broker_.clients().find(w.client);
     if (c == broker_.clients().end()) continue;
     const uint32_t dev = w.admission ? w.devices.front().device : c->second.slots[w.slot].device;
-    auto q = queues.find(dev);
-    if (q == queues.end()) q = queues.emplace(dev, broker_.queue(dev, t)).first;
     auto rec = recorders_.find(c->second.job);
     if (rec == recorders_.end()) continue;
-    for (const broker::Broker::QueueEntry& e : q->second)
-      if (e.waiter == &w) {
-        rec->second.note_wait_reason(broker_.devices()[dev].uuid, w.admission, e.reason);
-        break;
-      }
+    if (const broker::Broker::QueueEntry* e = entry_for(w, dev))
+      rec->second.note_wait_reason(broker_.devices()[dev].uuid, w.admission, e->reason);
   }
-  const int64_t wall = unix_ms_now();
+  const int64_t wall = wall_ms();
   for (const auto& [id, client] : broker_.clients()) {
     auto conn = by_client_.find(id);
     if (conn == by_client_.end() || !client.control) continue;
@@ -64,20 +62,16 @@ void Server::publish_queue_notes(Nanos t) {
     if (auto f = first.find(id); f != first.end()) {
       const broker::Waiter& w = *f->second;
       const uint32_t dev = w.admission ? w.devices.front().device : client.slots[w.slot].device;
-      auto q = queues.find(dev);
-      if (q == queues.end()) q = queues.emplace(dev, broker_.queue(dev, t)).first;
-      for (const broker::Broker::QueueEntry& e : q->second) {
-        if (e.waiter != &w) continue;
-        v.reason = uint32_t(e.reason);
+      if (const broker::Broker::QueueEntry* e = entry_for(w, dev)) {
+        v.reason = uint32_t(e->reason);
         v.source = uint32_t(ask_source(broker_, w, dev));
-        v.position = e.position;
-        v.asks = e.need;
-        v.missing = e.missing;
-        if (e.start != broker::kNever) v.start_ms = uint64_t(wall + int64_t((e.start > t ? e.start - t : 0) / 1'000'000));
-        if (e.blocker)
-          if (auto j = broker_.jobs().find(e.blocker); j != broker_.jobs().end())
+        v.position = e->position;
+        v.asks = e->need;
+        v.missing = e->missing;
+        if (e->start != broker::kNever) v.start_ms = uint64_t(wall + int64_t((e->start > t ? e->start - t : 0) / 1'000'000));
+        if (e->blocker)
+          if (auto j = broker_.jobs().find(e->blocker); j != broker_.jobs().end())
             std::strncpy(v.behind, j->second.key.id.c_str(), sizeof v.behind - 1);
-        break;
       }
     }
     // A start estimate moves with every look: only a change of a minute or more is news.
