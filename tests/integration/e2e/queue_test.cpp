@@ -3,7 +3,7 @@
 // `notebook` (--mem 2GiB) is backfilled into memory `finetune` will not need, instead of waiting
 // behind it; `finetune` still starts as soon as `train` ends. `coloc status --json` and
 // `coloc jobs` give each waiting job its reason and position, and the waiting job's stderr line
-// says them.
+// says them, with a best-effort job behind `finetune` for its priority.
 #include "e2e.h"
 
 using namespace coloc::test;
@@ -24,6 +24,9 @@ TEST_CASE("e2e queue: a small best-effort job is backfilled while a big one wait
   // waits behind `finetune` (Queue).
   auto big = n.run({"--job", "big", "--mem", "10GiB"}, {cuprobe(), "init", "ctx", "0"});
   REQUIRE(n.wait_state("big", "admission-pending"));
+  // A best-effort job asking more than that extra waits behind `finetune` for its priority.
+  auto low = n.run({"--job", "low", "--mem", "10GiB", "--priority", "best-effort"}, {cuprobe(), "init", "ctx", "0"});
+  REQUIRE(n.wait_state("low", "admission-pending"));
   // 8.40 GiB will be free beyond `finetune`'s 70 once `train` ends: `notebook` fits in them.
   auto notebook = n.run({"--job", "notebook", "--mem", "2GiB", "--priority", "best-effort"},
                         {cuprobe(), "init", "ctx", "0", "touch", n.file("nb-up"), "hold-file", n.file("nb-go")});
@@ -43,6 +46,9 @@ TEST_CASE("e2e queue: a small best-effort job is backfilled while a big one wait
   CHECK(b["queue"]["reason"] == "Queue");
   CHECK(b["queue"]["position"] == 2);
   CHECK(b["queue"]["behind"].get<std::string>().rfind("finetune-", 0) == 0);
+  json lo = n.job("low");
+  CHECK(lo["queue"]["reason"] == "Priority");
+  CHECK(lo["queue"]["behind"].get<std::string>().rfind("finetune-", 0) == 0);
   json nb = n.job("notebook");
   CHECK(nb["state"] == "running");
   CHECK(nb["devices"][0]["backfilled"] == true);
@@ -56,6 +62,12 @@ TEST_CASE("e2e queue: a small best-effort job is backfilled while a big one wait
                     std::string::npos,
                 finetune->err_so_far());
   CHECK_MESSAGE(finetune->err_so_far().find("it waits until it is admitted") != std::string::npos, finetune->err_so_far());
+  for (auto [proc, words] : {std::pair{&big, "#2 in line, Queue: behind finetune-"},
+                             std::pair{&low, "in line, Priority: behind finetune-"}}) {
+    CHECK_MESSAGE(wait_until([&] { return (*proc)->err_so_far().find(words) != std::string::npos; }, 20s),
+                  (*proc)->err_so_far());
+  }
+  CHECK_MESSAGE(low->err_so_far().find(", of a higher priority; it asks 10.00 GiB") != std::string::npos, low->err_so_far());
   // `train` ends: `finetune` starts at once, ahead of `big` (which still does not fit).
   write_file(n.file("train-go"), "");
   finish(*train);
@@ -67,6 +79,8 @@ TEST_CASE("e2e queue: a small best-effort job is backfilled while a big one wait
   finish(*finetune);
   ProcResult rb = finish(*big);
   CHECK(step(rb.out, "ctx")["rc_name"] == "CUDA_SUCCESS");
+  ProcResult rl = finish(*low);
+  CHECK(step(rl.out, "ctx")["rc_name"] == "CUDA_SUCCESS");
 }
 
 }  // TEST_SUITE
