@@ -40,6 +40,7 @@ const char* refusal_name(Refusal r) {
     case Refusal::cancelled: return "interrupted by a signal";
     case Refusal::user_cap: return "user cap";
     case Refusal::no_daemon: return "no daemon";
+    case Refusal::job_cancelled: return "job cancelled";
   }
   return "?";
 }

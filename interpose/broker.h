@@ -85,9 +85,10 @@ enum class Refusal : uint8_t {
   cancelled,        ///< the wait was ended by SIGINT or SIGTERM
   user_cap,         ///< over the per-user cap of the daemon (--max-per-user)
   no_daemon,        ///< the daemon is away and the job asked to fail (--on-full fail)
+  job_cancelled,    ///< the job was cancelled (`coloc cancel`): nothing new is granted to it
 };
 /// "none", "own limit", "device full", "deadlock broken", "not admitted", "timeout",
-/// "interrupted by a signal", "user cap", "no daemon".
+/// "interrupted by a signal", "user cap", "no daemon", "job cancelled".
 const char* refusal_name(Refusal r);
 
 /// What the hooks tell the broker about a device the process is about to use.

@@ -69,6 +69,7 @@ Refusal refusal_of(uint32_t reason) {
     case proto::Reason::kTimeout: return Refusal::timeout;
     case proto::Reason::kCancelled: return Refusal::cancelled;
     case proto::Reason::kUserCap: return Refusal::user_cap;
+    case proto::Reason::kJobCancelled: return Refusal::job_cancelled;
     case proto::Reason::kNone:
     case proto::Reason::kBadRequest: break;
   }
@@ -851,6 +852,10 @@ void DaemonBroker::describe_refusal(int slot, Refusal why, char* out, size_t cap
       return;
     case Refusal::no_daemon:
       std::snprintf(out, cap, "; colocd is away (restarting) and COLOC_ON_FULL=fail does not wait for it");
+      return;
+    case Refusal::job_cancelled:
+      std::snprintf(out, cap, "; the job was cancelled (`coloc cancel`, its report says by whom), so colocd grants "
+                              "it nothing new");
       return;
     default: return;
   }

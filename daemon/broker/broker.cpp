@@ -546,6 +546,10 @@ void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> re
     refuse(c, seq, Reply::Kind::kAttach, 0, Reason::kBadRequest, 0, std::nullopt, 0, now);
     return;
   }
+  if (job_of(c).cancelled) {
+    refuse(c, seq, Reply::Kind::kAttach, 0, Reason::kJobCancelled, 0, devs.front().device, 0, now);
+    return;
+  }
   for (size_t i = 0; i < reqs.size(); ++i) {
     if (reqs[i].measured) refresh_outside(devs[i].device, reqs[i].physical_free, now);
     else report_outside(devs[i].device, reqs[i].physical_free, now, c, 0, 0, 0);
@@ -610,6 +614,10 @@ void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes ph
   if (d.kind == Decision::Kind::kRefuse) {
     refuse(c, seq, Reply::Kind::kGrow, slot, d.reason, need, dev, 0, now, in_use);
     pump(now);  // a refusal over the limit may have trimmed grants
+    return;
+  }
+  if (job.cancelled) {  // what would wait is refused: it is on its way out
+    refuse(c, seq, Reply::Kind::kGrow, slot, Reason::kJobCancelled, need, dev, 0, now, in_use);
     return;
   }
   if (d.device_short) note_short(dev);

@@ -190,6 +190,10 @@ struct Job {
   /// its clients that declared one. Its reservation at a first admission on a device where it has
   /// no limit and no history (footprint_for).
   Bytes estimate = 0;
+  /// It was cancelled (Broker::cancel_job, `coloc cancel`): from then on it gets no admission and
+  /// nothing that would wait; a growth that fits at once is still granted (a job that catches the
+  /// signal may save its state). Not saved across a restart (neither is the pending SIGKILL).
+  bool cancelled = false;
 };
 
 struct ClientSlot {

@@ -117,13 +117,14 @@ void Broker::note_backfill(uint32_t dev, uint64_t head, Job& job, const Backfill
 }
 
 size_t Broker::cancel_job(JobSerial job, Nanos now) {
+  if (auto j = jobs_.find(job); j != jobs_.end()) j->second.cancelled = true;
   size_t answered = 0;
   for (size_t i = 0; i < waiters_.size();) {
     if (job_of(clients_.at(waiters_[i].client)).serial != job) {
       ++i;
       continue;
     }
-    answer_waiter(i, false, Reason::kCancelled, now);  // erases waiters_[i]
+    answer_waiter(i, false, Reason::kJobCancelled, now);  // erases waiters_[i]
     ++answered;
   }
   if (answered) pump(now);

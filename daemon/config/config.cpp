@@ -197,9 +197,14 @@ Result<Config::Retention> parse_retention(std::string_view text, const std::stri
     const size_t comma = all.find(',', from);
     const std::string part = trim(std::string_view(all).substr(from, comma == std::string::npos ? std::string::npos : comma - from));
     if (part.empty()) return bad("has an empty part");
-    constexpr std::string_view kReports = "reports";
-    if (part.size() > kReports.size() && part.compare(part.size() - kReports.size(), kReports.size(), kReports) == 0) {
-      const std::string n = trim(std::string_view(part).substr(0, part.size() - kReports.size()));
+    // "N reports" ("1 report" too); a bare number is neither (seconds or a count? it says not).
+    const std::string_view unit = part.ends_with("reports") ? "reports" : part.ends_with("report") ? "report" : "";
+    if (part.find_first_not_of("0123456789.") == std::string::npos)
+      return bad("has '" + part + "' without a unit: write \"" + part + " reports\" for a count, or \"" + part +
+                 "d\" (or s, m, h) for an age");
+    if (!unit.empty()) {
+      const std::string n = trim(std::string_view(part).substr(0, part.size() - unit.size()));
+      if (n.find_first_of(" \t") != std::string::npos) return bad("has '" + part + "': separate an age and a count with a comma");
       if (has_count) return bad("gives the count twice");
       if (n.empty() || n.size() > 12 || n.find_first_not_of("0123456789") != std::string::npos || std::stoull(n) == 0)
         return bad("has a count that is not a whole number above 0");

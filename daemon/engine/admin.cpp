@@ -10,12 +10,14 @@
 #include <cctype>
 #include <chrono>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
 
 #include "broker/arith.h"
 #include "coloc/version.h"
+#include "util/fs.h"
 #include "util/log.h"
 
 namespace coloc::engine {
@@ -26,13 +28,6 @@ using proto::AdminStatus;
 namespace {
 
 json bytes_or_null(broker::Bytes b) { return b == broker::kNoLimit ? json(nullptr) : json(b); }
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 }  // namespace
 
@@ -544,24 +539,26 @@ AdminAnswer Admin::report(const std::string& name, const Caller& caller, broker:
   };
   auto filed = [&](const std::string& job_id) {
     std::vector<Filed> out;
-    // A report still queued is read too (waiting at most 2 s: the disk may be slow, or colocd at
-    // its descriptor limit, and the loop must not stall).
-    if (writer_) (void)writer_->flush(std::chrono::milliseconds(2000));
+    // The writer's reports of this id not yet on disk, taken first: the loop never waits for the
+    // writer. One being written may be on disk too by now; it is listed once.
+    const std::vector<std::string> unwritten = writer_ ? writer_->unwritten(job_id) : std::vector<std::string>();
     for (const std::string& path : store_.find(job_id)) {
-      std::string text = read_text(path);
+      auto read = read_regular_file(path, report::ReportWriter::kMaxReportBytes);  // never a FIFO's read
+      if (!read) continue;
+      std::string text = std::move(read).value();
+      if (std::find(unwritten.begin(), unwritten.end(), text) != unwritten.end()) continue;
       json j = json::parse(text, nullptr, false);
       if (j.is_discarded() || !j.is_object() || j.value("job", std::string()) != job_id) continue;
       std::string base = path.substr(path.rfind('/') + 1);
       out.push_back({std::move(text), base.substr(0, base.size() - 5), j.value("uid", uid_t(-1))});
     }
-    // Held in memory for want of disk space (report_writer.h): the newest, as a file would be.
-    if (writer_)
-      for (std::string& text : writer_->held(job_id)) {
-        json j = json::parse(text, nullptr, false);
-        if (j.is_discarded() || !j.is_object()) continue;
-        const uid_t owner = j.value("uid", uid_t(-1));
-        out.insert(out.begin(), {std::move(text), report::ReportStore::sanitize(job_id), owner});
-      }
+    // Not on disk yet, or held in memory for want of disk space (report_writer.h): the newest.
+    for (std::string text : unwritten) {
+      json j = json::parse(text, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) continue;
+      const uid_t owner = j.value("uid", uid_t(-1));
+      out.insert(out.begin(), {std::move(text), report::ReportStore::sanitize(job_id), owner});
+    }
     return out;
   };
   // The answer: the report, naming the other reports of the same id and owner (when there are).
@@ -859,17 +856,20 @@ AdminAnswer Admin::cancel(const proto::AdminMsg& msg, const Caller& caller, brok
     return {AdminStatus::kNotFound, f.why.empty() ? "no job '" + name + "'" : f.why};
   }
   if (!cancel_) return {AdminStatus::kInternal, "this colocd cannot cancel jobs"};
-  return cancel_(*f.job, int(msg.mode), broker::Nanos(msg.quantum_ms) * 1'000'000, caller, now);
+  return cancel_(*f.job, int(msg.mode), broker::Nanos(msg.quantum_ms) * 1'000'000, caller, is_admin(caller), now);
 }
 
-AdminAnswer Admin::ended(const Caller& caller) const {
+AdminAnswer Admin::ended(const proto::AdminMsg& msg, const Caller& caller) const {
   json jobs = json::array();
   bool indexed = true;
   size_t total = 0;
-  // The newest kMaxEnded only: the answer is built on the loop, and any user may ask.
+  report::ReportWriter::Filter filter;
+  filter.since_ms = int64_t(std::min<uint64_t>(msg.mem, uint64_t(std::numeric_limits<int64_t>::max())));
+  if (msg.set_fields & proto::kEndedUser) filter.uid = msg.quantum_ms;
+  // The newest kMaxEnded that the filter keeps: the answer is built on the loop, and any user may ask.
   if (writer_)
-    for (const report::ReportWriter::Ended& e : writer_->newest(kMaxEnded, &total, &indexed)) {
-      const bool own = caller.uid == 0 || e.uid == caller.uid;  // as coloc history shows commands
+    for (const report::ReportWriter::Ended& e : writer_->newest(kMaxEnded, filter, &total, &indexed)) {
+      const bool own = is_admin(caller) || e.uid == caller.uid;  // as coloc report shows commands
       jobs.push_back({{"job", e.job},
                       {"report", e.name},
                       {"uid", e.uid},
@@ -912,7 +912,7 @@ AdminAnswer Admin::handle(const proto::AdminMsg& msg, const Caller& caller, brok
     case proto::AdminOp::kCancel:
       return cancel(msg, caller, now);
     case proto::AdminOp::kEnded:
-      return ended(caller);
+      return ended(msg, caller);
   }
   return {AdminStatus::kInvalid, "unknown admin operation"};
 }

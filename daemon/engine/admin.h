@@ -121,8 +121,10 @@ class Admin {
   /// policies are set live only.
   void set_policy_store(compute::PolicyStore* s) { policies_ = s; }
   /// The engine's part of `coloc cancel` (Server::cancel_job): signals, the grace timer, the
-  /// report's record. Null: kCancel answers kInternal.
-  using Canceller = std::function<AdminAnswer(const broker::Job&, int sig, broker::Nanos grace, const Caller&, broker::Nanos now)>;
+  /// report's record; `admin`: the caller is root or in the admin group. Null: kCancel answers
+  /// kInternal.
+  using Canceller = std::function<AdminAnswer(const broker::Job&, int sig, broker::Nanos grace, const Caller&,
+                                              bool admin, broker::Nanos now)>;
   void set_canceller(Canceller c) { cancel_ = std::move(c); }
   /// The run history (coloc history); null: history is off (kHistory answers an empty list with
   /// "usable": false, kHistoryForget finds nothing).
@@ -167,9 +169,10 @@ class Admin {
   /// kCancel: the caller's job (or any, for an admin), through the canceller. A job that has
   /// ended (a report is filed under its name) or is not known: kNotFound.
   AdminAnswer cancel(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
-  /// kEnded: the newest kMaxEnded ended jobs (ReportWriter::newest) and how many there are
-  /// ("total"), commands hidden as kHistory hides them (but to their owner and root).
-  AdminAnswer ended(const Caller& caller) const;
+  /// kEnded: the newest kMaxEnded ended jobs that end at or after `msg.mem` (Unix ms) and are of
+  /// the uid in `msg.quantum_ms` (with kEndedUser), and how many match ("total"); a job's command
+  /// only to its owner and admins, as kReport shows it.
+  AdminAnswer ended(const proto::AdminMsg& msg, const Caller& caller) const;
   /// The most ended jobs one kEnded answer lists (about 500 bytes each).
   static constexpr size_t kMaxEnded = 1000;
   /// The device `selector` names ("all" is the caller's): an index, a UUID or a unique prefix of

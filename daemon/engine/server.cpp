@@ -241,8 +241,8 @@ Result<void> Server::start() {
   admin_ = std::make_unique<Admin>(broker_, gates_, scheduler_, recorders_, store_, info_);
   admin_->set_report_writer(writer_.get());
   admin_->set_policy_store(&policies_);
-  admin_->set_canceller([this](const broker::Job& job, int sig, Nanos grace, const Caller& caller, Nanos t) {
-    return cancel_job(job, sig, grace, caller, t);
+  admin_->set_canceller([this](const broker::Job& job, int sig, Nanos grace, const Caller& caller, bool admin, Nanos t) {
+    return cancel_job(job, sig, grace, caller, admin, t);
   });
   if (cfg_.history) {
     history::HistoryOptions hopts;
@@ -864,7 +864,7 @@ void Server::send_reply(const broker::Reply& r) {
   if (r.kind == broker::Reply::Kind::kAttach) {
     auto m = zeroed<proto::AttachReplyMsg>();
     m.outcome = uint32_t(r.granted ? proto::Outcome::kGranted : proto::Outcome::kRefused);
-    m.reason = uint32_t(r.reason);
+    m.reason = uint32_t(proto::reason_for_version(r.reason, c.version));
     m.waited_ns = r.waited;
     if (r.granted) {
       m.n_devices = uint32_t(r.slots.size());
@@ -877,7 +877,7 @@ void Server::send_reply(const broker::Reply& r) {
   } else {
     auto m = zeroed<proto::GrowReplyMsg>();
     m.outcome = uint32_t(r.granted ? proto::Outcome::kGranted : proto::Outcome::kRefused);
-    m.reason = uint32_t(r.reason);
+    m.reason = uint32_t(proto::reason_for_version(r.reason, c.version));
     m.slot = r.slot;
     m.grant = r.grant;
     m.limit = r.limit;

@@ -119,11 +119,12 @@ class Server {
   /// clears the note of a process that no longer waits. On the sampling timer (server_queue.cpp).
   void publish_queue_notes(Nanos t);
   // `coloc cancel` (server_cancel.cpp).
-  /// Cancels `job` for `caller`: refused (kInvalid, naming scancel) for a Slurm job; else it leaves
-  /// the queue (Broker::cancel_job), its report records the cancel, its processes and anchor get
-  /// `sig` through pidfds, and SIGKILL at t + `grace` (kill_due). Answers {job, uid, user, signal,
-  /// grace_ms, signalled: [{pid, anchor}], left_queue}.
-  AdminAnswer cancel_job(const broker::Job& job, int sig, Nanos grace, const Caller& caller, Nanos t);
+  /// Cancels `job` for `caller` (`admin`: root or the admin group): a Slurm job is refused
+  /// (kNotAllowed, naming scancel) unless `admin`, since a job marks itself as Slurm's; else it
+  /// leaves the queue and gets nothing new (Broker::cancel_job), its report records the cancel, its
+  /// processes and anchor get `sig` through pidfds, and SIGKILL at t + `grace` (kill_due). Answers
+  /// {job, uid, user, signal, grace_ms, signalled: [{pid, anchor, ended?}], left_queue, slurm}.
+  AdminAnswer cancel_job(const broker::Job& job, int sig, Nanos grace, const Caller& caller, bool admin, Nanos t);
   /// Sends SIGKILL to the cancelled processes whose grace ended by `t` (on the deadline timer).
   void kill_due(Nanos t);
   /// The config's report_retention as the report writer takes it.

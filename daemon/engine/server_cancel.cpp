@@ -35,12 +35,17 @@ bool send_signal(int pidfd, int sig) {
 
 }  // namespace
 
-AdminAnswer Server::cancel_job(const broker::Job& job, int sig, Nanos grace, const Caller& caller, Nanos t) {
-  if (slurm_jobs_.count(job.serial)) {
+AdminAnswer Server::cancel_job(const broker::Job& job, int sig, Nanos grace, const Caller& caller, bool admin,
+                               Nanos t) {
+  // A Slurm job is Slurm's to end. Any process may say it runs in a Slurm step (COLOC_STEP), so
+  // root and the admin group may still cancel one here: a job cannot make itself uncancellable.
+  const bool slurm = slurm_jobs_.count(job.serial) > 0;
+  if (slurm && !admin) {
     const std::string& id = job.key.id;
     const std::string slurm_id = id.rfind("slurm-", 0) == 0 ? id.substr(6) : id;
-    return {proto::AdminStatus::kInvalid, "job '" + id + "' runs under Slurm: cancel it with `scancel " + slurm_id +
-                                              "` (Slurm ends its steps, and coloc sees them go)"};
+    return {proto::AdminStatus::kNotAllowed, "job '" + id + "' runs under Slurm: cancel it with `scancel " + slurm_id +
+                                                 "` (Slurm ends its steps, and coloc sees them go); root and the "
+                                                 "admin group may cancel it here"};
   }
   const std::string who = user_name(caller.uid);
   if (auto rec = recorders_.find(job.serial); rec != recorders_.end())
@@ -99,7 +104,8 @@ AdminAnswer Server::cancel_job(const broker::Job& job, int sig, Nanos grace, con
                         {"signal", sig},
                         {"grace_ms", (kill->at - t) / 1'000'000},
                         {"signalled", signalled},
-                        {"left_queue", left > 0}};
+                        {"left_queue", left > 0},
+                        {"slurm", slurm}};
   if (kill->pidfds.empty()) kills_.erase(kill);
   else rearm_deadline();
   return {proto::AdminStatus::kOk, answer.dump()};

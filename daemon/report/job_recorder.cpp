@@ -228,7 +228,7 @@ JobRecorder::RunSummary JobRecorder::run_summary(Nanos now) const {
     // A wait cancelled (its process's signal, or `coloc cancel`) is no out-of-memory error.
     bool refused = false;
     for (const Oom& o : d.ooms) {
-      if (o.reason == broker::Reason::kCancelled) continue;
+      if (o.reason == broker::Reason::kCancelled || o.reason == broker::Reason::kJobCancelled) continue;
       refused = true;
       (o.reason == broker::Reason::kOwnLimit || o.reason == broker::Reason::kUserCap ? own : device) = true;
     }

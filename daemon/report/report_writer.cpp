@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/clock.h"
+#include "util/fs.h"
 #include "util/log.h"
 
 namespace coloc::report {
@@ -57,10 +58,13 @@ size_t ReportWriter::pending() const {
   return size_t(submitted_ - written_);
 }
 
-std::vector<std::string> ReportWriter::held(const std::string& job_id) const {
+std::vector<std::string> ReportWriter::unwritten(const std::string& job_id) const {
   std::lock_guard lk(mu_);
   std::vector<std::string> out;
   for (const Item& i : held_)
+    if (i.job_id == job_id) out.push_back(i.text);
+  if (writing_ && writing_->job_id == job_id) out.push_back(writing_->text);
+  for (const Item& i : queue_)
     if (i.job_id == job_id) out.push_back(i.text);
   return out;
 }
@@ -96,6 +100,7 @@ std::optional<ReportWriter::Ended> ReportWriter::summarize(const std::string& te
     return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
   };
   constexpr double kMaxMs = 1e15;  // year 33658
+  constexpr double kMaxWaitS = 366.0 * 86400;
   const auto end = whole(j, "end_unix_ms", 0, kMaxMs), start = whole(j, "start_unix_ms", 0, kMaxMs),
              uid = whole(j, "uid", 0, 4294967295.0);
   if (!end || !start || !uid || text_of("job").empty()) return std::nullopt;
@@ -113,7 +118,9 @@ std::optional<ReportWriter::Ended> ReportWriter::summarize(const std::string& te
     for (const json& dev : *d) {
       if (!dev.is_object()) continue;
       if (auto p = whole(dev, "peak", 0, 9.2e18)) e.peak = std::max(e.peak, uint64_t(*p));
-      e.waited_s += num(dev, "wait_admission_s").value_or(0) + num(dev, "wait_memory_s").value_or(0);
+      // A wait is a duration of at most a year (a report that says more is not believed).
+      for (const char* k : {"wait_admission_s", "wait_memory_s"})
+        if (auto w = num(dev, k); w && *w >= 0 && *w <= kMaxWaitS) e.waited_s += *w;
     }
   if (auto c = j.find("cancelled"); c != j.end() && c->is_object() && (*c)["by"].is_string())
     e.cancelled_by = (*c)["by"].get<std::string>();
@@ -126,11 +133,18 @@ std::vector<ReportWriter::Ended> ReportWriter::ended(bool* indexed) const {
   return ended_;
 }
 
-std::vector<ReportWriter::Ended> ReportWriter::newest(size_t limit, size_t* total, bool* indexed) const {
+std::vector<ReportWriter::Ended> ReportWriter::newest(size_t limit, const Filter& f, size_t* total, bool* indexed) const {
   std::lock_guard lk(mu_);
   if (indexed) *indexed = indexed_;
-  if (total) *total = ended_.size();
-  return std::vector<Ended>(ended_.begin(), ended_.begin() + ptrdiff_t(std::min(limit, ended_.size())));
+  std::vector<Ended> out;
+  size_t kept = 0;
+  for (const Ended& e : ended_) {  // newest end first: the rest ended before `since_ms`
+    if (e.end_ms < f.since_ms) break;
+    if (f.uid && e.uid != *f.uid) continue;
+    if (kept++ < limit) out.push_back(e);
+  }
+  if (total) *total = kept;
+  return out;
 }
 
 std::optional<ReportWriter::Ended> ReportWriter::find_ended(const std::string& job_id, std::optional<uint32_t> uid) const {
@@ -180,10 +194,12 @@ void ReportWriter::index_some() {
   }
   std::vector<Ended> read;
   for (const std::string& f : batch) {
-    std::ifstream in(store_.dir() + "/" + f);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (auto e = summarize(text.str(), f.substr(0, f.size() - 5))) read.push_back(std::move(*e));
+    // Not std::ifstream: a FIFO named *.json must not stop the writer.
+    auto text = read_regular_file(store_.dir() + "/" + f, kMaxReportBytes);
+    if (!text) continue;
+    // One that says it ends more than a day from now would head the list for ever.
+    if (auto e = summarize(text.value(), f.substr(0, f.size() - 5)); e && e->end_ms <= wall_ms() + 86'400'000)
+      read.push_back(std::move(*e));
   }
   std::lock_guard lk(mu_);
   for (Ended& e : read) index_add(std::move(e));
@@ -309,9 +325,11 @@ void ReportWriter::run() {
     if (!held_.empty()) {
       hold(std::move(item));
     } else {
+      writing_ = &item;
       lk.unlock();
       const bool done = write_one(item);
       lk.lock();
+      writing_ = nullptr;
       if (!done) hold(std::move(item));
     }
     ++written_;

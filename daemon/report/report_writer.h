@@ -48,8 +48,10 @@ class ReportWriter {
   bool flush(std::chrono::milliseconds limit);
   /// Reports submitted and not yet written or held.
   size_t pending() const;
-  /// The reports of `job_id` held in memory for want of disk space, oldest first.
-  std::vector<std::string> held(const std::string& job_id) const;
+  /// The reports of `job_id` not on disk: held in memory for want of disk space, being written,
+  /// or queued; oldest first. (`coloc report` reads these instead of waiting for the writer; a
+  /// report being written may be on disk as well by the time the caller reads the directory.)
+  std::vector<std::string> unwritten(const std::string& job_id) const;
   /// How many reports are held now.
   size_t held_count() const;
 
@@ -70,8 +72,14 @@ class ReportWriter {
   /// The ended jobs, newest end first; *indexed (when given): the directory has been read whole
   /// (before that, the list holds what was read so far).
   std::vector<Ended> ended(bool* indexed = nullptr) const;
-  /// The newest `limit` of them; *total (when given): how many there are.
-  std::vector<Ended> newest(size_t limit, size_t* total, bool* indexed = nullptr) const;
+  /// Which ended jobs to list: those that ended at or after `since_ms` (Unix ms; 0: any), of user
+  /// `uid` (nullopt: any).
+  struct Filter {
+    int64_t since_ms = 0;
+    std::optional<uint32_t> uid;
+  };
+  /// The newest `limit` of those `f` keeps; *total (when given): how many it keeps.
+  std::vector<Ended> newest(size_t limit, const Filter& f, size_t* total, bool* indexed = nullptr) const;
   /// The newest ended job `job_id` of user `uid` (any user when nullopt), looked up under the lock.
   std::optional<Ended> find_ended(const std::string& job_id, std::optional<uint32_t> uid) const;
   /// Which reports to keep: those that ended within `age_ms` (0 = any age) and are among the
@@ -85,6 +93,8 @@ class ReportWriter {
   static constexpr std::chrono::minutes kPruneEvery{60};
   /// Reports read per step while indexing the directory at start.
   static constexpr size_t kIndexBatch = 32;
+  /// The largest report file read (bytes): a larger file in the directory is no report of ours.
+  static constexpr size_t kMaxReportBytes = 64u << 20;
 
   /// The most reports, and bytes of them, held for want of disk space.
   static constexpr size_t kMaxHeld = 1000;
@@ -114,6 +124,7 @@ class ReportWriter {
   std::condition_variable work_, done_;
   std::deque<Item> queue_;
   std::deque<Item> held_;  ///< oldest first
+  const Item* writing_ = nullptr;  ///< the queued report being written (taken off queue_), if any
   size_t held_bytes_ = 0;
   uint64_t submitted_ = 0, written_ = 0;
   bool stop_ = false;

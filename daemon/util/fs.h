@@ -17,4 +17,10 @@ Result<void> mkdir_p(const std::string& dir, mode_t mode);
 /// Writes all of `text` to `fd` (retrying short writes and EINTR). Errors name `path`.
 Result<void> write_all(int fd, const std::string& text, const std::string& path);
 
+/// The whole text of the regular file `path`, at most `max_bytes` long. Opened without blocking,
+/// so that a FIFO or a device placed where a file is expected neither blocks nor fills memory.
+/// Errors (naming `path`): the open's errno, EINVAL "not a regular file", EFBIG over `max_bytes`,
+/// a read's errno.
+Result<std::string> read_regular_file(const std::string& path, size_t max_bytes);
+
 }  // namespace coloc

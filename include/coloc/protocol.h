@@ -203,6 +203,7 @@ enum class Reason : uint32_t {
   kCancelled = 5,       ///< the client cancelled the wait (SIGINT/SIGTERM, its own timeout)
   kUserCap = 6,         ///< over the per-user cap on grants (--max-per-user)
   kBadRequest = 7,      ///< the request names a slot that is not attached, or similar misuse
+  kJobCancelled = 8,    ///< (v13) the job was cancelled (`coloc cancel`): it gets nothing new
 };
 
 /// Why a request waits (issue 28; the set lives here, and only here: colocd decides it, its books
@@ -255,7 +256,9 @@ inline constexpr uint16_t kRegStep = 1u << 4;
 /// processes get first (1..kMaxSignal), `quantum_ms` the grace in ms before SIGKILL
 /// (0..kMaxCancelGraceMs). A job waiting for admission leaves the queue at once.
 /// kEnded (v13): the jobs that ended, newest first, from their reports (JSON; a job's command only
-/// to its owner and root, as kHistory).
+/// to its owner and admins, as kReport). `mem` is the earliest end to list (Unix ms; 0: any) and,
+/// with `set_fields` kEndedUser, `quantum_ms` the uid whose jobs to list; the daemon applies both
+/// before it caps the answer at its newest 1,000.
 enum class AdminOp : uint32_t {
   kStatus = 1, kJobs = 2, kSet = 3, kReport = 4, kPause = 5, kResume = 6, kPolicy = 7,
   kHistory = 8, kHistoryForget = 9, kCancel = 10, kEnded = 11
@@ -274,6 +277,8 @@ inline constexpr uint32_t last_admin_op(uint16_t version) {
 inline constexpr uint32_t kSetMem = 1u << 0;
 inline constexpr uint32_t kSetPriority = 1u << 1;
 inline constexpr uint32_t kSetWeight = 1u << 2;  ///< (v7)
+/// AdminMsg::set_fields for kEnded (v13): `quantum_ms` is the uid whose ended jobs to list.
+inline constexpr uint32_t kEndedUser = 1u << 0;
 /// A job's weight under the timeslice policy: quanta per round (coloc set --weight).
 inline constexpr uint8_t kMinWeight = 1, kMaxWeight = 100, kDefaultWeight = 1;
 /// A device's compute policy (coloc policy). kPriority (served from v8; a v7 daemon refuses it as
@@ -729,8 +734,14 @@ inline const char* reason_name(Reason r) noexcept {
     case Reason::kCancelled: return "cancelled";
     case Reason::kUserCap: return "user-cap";
     case Reason::kBadRequest: return "bad-request";
+    case Reason::kJobCancelled: return "job-cancelled";
   }
   return "?";
+}
+/// The reason a peer of protocol `version` can read: kJobCancelled (v13) goes to older clients as
+/// kCancelled, which they show as an interrupted wait.
+inline constexpr Reason reason_for_version(Reason r, uint16_t version) noexcept {
+  return r == Reason::kJobCancelled && version < 13 ? Reason::kCancelled : r;
 }
 /// "Priority", "Queue", "Resources", "Outside", "UserCap", "Restart" (Slurm's REASON style), "None";
 /// "?" for values outside the enum.
@@ -848,7 +859,7 @@ inline Status check_common_register(uint64_t limit, uint8_t priority, uint8_t on
 }
 
 inline bool outcome_ok(uint32_t o) noexcept { return o == uint32_t(Outcome::kGranted) || o == uint32_t(Outcome::kRefused); }
-inline bool reason_ok(uint32_t r) noexcept { return r <= uint32_t(Reason::kBadRequest); }
+inline bool reason_ok(uint32_t r) noexcept { return r <= uint32_t(Reason::kJobCancelled); }
 inline Status check_outcome(uint32_t outcome, uint32_t reason, const char* f_outcome, const char* f_reason) noexcept {
   if (!outcome_ok(outcome)) return fail(Error::kBadEnum, f_outcome);
   if (!reason_ok(reason)) return fail(Error::kBadEnum, f_reason);
@@ -1040,6 +1051,13 @@ inline Status validate(const AdminMsg& m) noexcept {
                                                  : m.target_pct != 0 && (m.target_pct < kMinTargetPct || m.target_pct > kMaxTargetPct))
       return detail::fail(Error::kBadValue, "Admin.target_pct");
     if (m.job[0] == '\0') return detail::fail(Error::kBadString, "Admin.job (the device)");
+    return {};
+  }
+  if (m.op == uint32_t(AdminOp::kEnded)) {
+    if (m.priority != 0 || m.weight != 0 || m.mode != 0 || m.target_pct != 0) return detail::fail(Error::kReserved, "Admin.mode");
+    if (m.set_fields & ~kEndedUser) return detail::fail(Error::kBadValue, "Admin.set_fields");
+    if (!(m.set_fields & kEndedUser) && m.quantum_ms != 0) return detail::fail(Error::kReserved, "Admin.quantum_ms");
+    if (m.job[0] != '\0') return detail::fail(Error::kBadString, "Admin.job");
     return {};
   }
   if (m.op == uint32_t(AdminOp::kCancel)) {
@@ -1239,7 +1257,7 @@ inline Status decode_body(const void* data, size_t len, Message* out, AdminMsg* 
   if (len > sizeof *into) return fail(Error::kTooLong, "Admin");
   std::memcpy(into, data, sizeof *into);
   if (into->op > last_admin_op(out->h.version))
-    return fail(Error::kBadEnum, "Admin.op (pause and resume: v6; policy: v7; history: v9)");
+    return fail(Error::kBadEnum, "Admin.op (pause and resume: v6; policy: v7; history: v9; cancel and ended: v13)");
   if (out->h.version < 7 && (into->weight != 0 || into->mode != 0 || into->target_pct != 0 || into->quantum_ms != 0))
     return fail(Error::kReserved, "Admin.reserved0 (weight, mode, quantum: v7)");
   if (out->h.version < 8 && into->target_pct != 0) return fail(Error::kReserved, "Admin.target_pct (v8)");
@@ -1370,7 +1388,7 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
   }
   if constexpr (std::is_same_v<T, AdminMsg>) {
     if (copy.op > last_admin_op(version)) {
-      r.status = detail::fail(Error::kBadVersion, "Admin.op (pause and resume: v6; policy: v7; history: v9)");
+      r.status = detail::fail(Error::kBadVersion, "Admin.op (pause and resume: v6; policy: v7; history: v9; cancel and ended: v13)");
       return r;
     }
     if (version < 7 && (copy.weight != 0 || copy.mode != 0 || copy.quantum_ms != 0)) {

@@ -1,5 +1,6 @@
 #include "format.h"
 
+#include <pwd.h>
 #include <signal.h>
 #include <string.h>
 
@@ -81,11 +82,17 @@ std::string ran_text(const json& r) {
 
 namespace {
 
-/// A simple left-aligned table: columns sized to their widest cell.
+/// A simple left-aligned table: columns sized to their widest cell. A cell's control characters
+/// show as '?': what a report on disk says reaches no terminal as an escape sequence.
 class Table {
  public:
   explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
-  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void add(std::vector<std::string> row) {
+    for (std::string& cell : row)
+      for (char& c : cell)
+        if ((unsigned char)c < 0x20 || c == 0x7f) c = '?';
+    rows_.push_back(std::move(row));
+  }
   std::string render(const std::string& indent = "") const {
     std::vector<size_t> w;
     for (auto& r : rows_)
@@ -441,23 +448,27 @@ std::string pause_text(const json& r, bool pause) {
   return o.str();
 }
 
-json filter_ended(const json& ended, const EndedFilter& f) {
-  json out{{"indexed", ended.value("indexed", true)}, {"total", ended.value("total", json(nullptr))}, {"jobs", json::array()}};
-  for (const json& e : ended.value("jobs", json::array())) {
-    if (f.since_unix_ms && e.value("end_unix_ms", int64_t(0)) < f.since_unix_ms) continue;
-    if (!f.user.empty() && str(e, "user") != f.user && std::to_string(e.value("uid", uint64_t(0))) != f.user) continue;
-    out["jobs"].push_back(e);
+std::optional<uint32_t> resolve_user(const std::string& user, std::string* error) {
+  if (!user.empty() && user.size() <= 10 && user.find_first_not_of("0123456789") == std::string::npos) {
+    const uint64_t uid = std::stoull(user);
+    if (uid < 0xffffffffull) return uint32_t(uid);  // (uid_t)-1 is no user
+  } else if (!user.empty()) {
+    std::vector<char> buf(16384);
+    passwd pw{}, *found = nullptr;
+    if (::getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found) == 0 && found) return uint32_t(found->pw_uid);
   }
-  return out;
+  *error = "'" + user + "': no such user (a name of this machine, or a uid)";
+  return std::nullopt;
 }
 
 namespace {
-std::string local_time_text(int64_t unix_ms, int64_t now_s) {
+// With the date always: `--since 2d` lists two days' times.
+std::string local_time_text(int64_t unix_ms) {
   const time_t t = time_t(unix_ms / 1000);
   tm at{};
   ::localtime_r(&t, &at);
   char buf[32];
-  std::strftime(buf, sizeof buf, now_s - t >= 86400 ? "%b %d %H:%M" : "%H:%M:%S", &at);
+  std::strftime(buf, sizeof buf, "%b %d %H:%M:%S", &at);
   return buf;
 }
 }  // namespace
@@ -466,18 +477,26 @@ std::string ended_table(const json& ended) {
   const json& list = ended.value("jobs", json::array());
   const bool indexed = ended.value("indexed", true);
   if (list.empty()) return indexed ? "No ended jobs.\n" : "No ended jobs yet (colocd is still reading the reports).\n";
-  const int64_t now_s = int64_t(::time(nullptr));
   Table t({"JOB", "USER", "START", "END", "EXIT", "PEAK", "WAITED", "COMMAND"});
   for (const json& e : list) {
-    std::string exit = e["exit_status"].is_number() ? std::to_string(e["exit_status"].get<int>())
-                       : e["exit_signal"].is_number() ? "signal " + std::to_string(e["exit_signal"].get<int>())
-                                                      : "-";
-    if (e.contains("cancelled_by") && e["cancelled_by"].is_string()) exit += " (cancelled by " + e["cancelled_by"].get<std::string>() + ")";
+    if (!e.is_object()) continue;
+    auto num = [&](const char* k) -> std::optional<double> {
+      auto it = e.find(k);
+      return it != e.end() && it->is_number() ? std::optional<double>(it->get<double>()) : std::nullopt;
+    };
+    auto ms = [&](const char* k) { return int64_t(std::clamp(num(k).value_or(0), 0.0, 1e15)); };
+    std::string exit = num("exit_status") ? std::to_string(int64_t(*num("exit_status")))
+                       : num("exit_signal") ? "signal " + std::to_string(int64_t(*num("exit_signal")))
+                                            : "-";
+    // What a report on disk says, at most so wide.
+    auto fit = [](std::string s, size_t most) { return s.size() > most ? s.substr(0, most - 3) + "..." : s; };
+    if (e.contains("cancelled_by") && e["cancelled_by"].is_string())
+      exit += " (cancelled by " + fit(e["cancelled_by"].get<std::string>(), 32) + ")";
     std::string command = e.contains("command") && e["command"].is_string() ? e["command"].get<std::string>() : "(hidden)";
     if (command.size() > 60) command = command.substr(0, 27) + "..." + command.substr(command.size() - 30);
-    t.add({str(e, "job"), str(e, "user"), local_time_text(e.value("start_unix_ms", int64_t(0)), now_s),
-           local_time_text(e.value("end_unix_ms", int64_t(0)), now_s), exit, bytes_text(e["peak"]),
-           duration_text(e.value("waited_s", 0.0)), command});
+    t.add({fit(str(e, "job"), 64), fit(str(e, "user"), 32), local_time_text(ms("start_unix_ms")),
+           local_time_text(ms("end_unix_ms")), exit, bytes_text(e.value("peak", json(nullptr))),
+           duration_text(std::clamp(num("waited_s").value_or(0), 0.0, 1e12)), command});
   }
   std::string out = t.render();
   if (!indexed) out += "(colocd is still reading the reports: older jobs may be missing)\n";
@@ -510,6 +529,7 @@ std::string cancel_text(const json& r) {
   if (signal != SIGKILL)
     o << ", SIGKILL to those still running " << (grace ? "after " + duration_text(double(grace) / 1000) : std::string("at once"));
   o << "\n";
+  if (r.value("slurm", false)) o << "note: it said it runs under Slurm, which will see its step fail (scancel ends a Slurm job)\n";
   return o.str();
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -72,14 +73,9 @@ std::string job_state_text(const nlohmann::json& job);
 /// `coloc jobs`: one line per job.
 std::string jobs_table(const nlohmann::json& jobs);
 
-/// `coloc jobs --all`'s filters: jobs that ended at or after `since_unix_ms` (0 = any), of `user`
-/// (a name or a uid; "" = any).
-struct EndedFilter {
-  int64_t since_unix_ms = 0;
-  std::string user;
-};
-/// The kEnded answer with only the jobs `f` keeps ({"indexed", "jobs"}).
-nlohmann::json filter_ended(const nlohmann::json& ended, const EndedFilter& f);
+/// `coloc jobs --all --user U`: the uid of `user`, a name of this machine or a uid (0..2^32-2);
+/// nullopt with *error ("'U': no such user") otherwise.
+std::optional<uint32_t> resolve_user(const std::string& user, std::string* error);
 /// `coloc jobs --all`: one line per ended job, newest first (JOB, USER, START, END, EXIT, PEAK,
 /// WAITED, COMMAND; another user's command shows as "(hidden)").
 std::string ended_table(const nlohmann::json& ended);

@@ -430,7 +430,8 @@ int run_cli(int argc, char** argv) {
       app.add_subcommand("status", "Each device (index, policy, capacity, headroom, in use) and its jobs (state, weight, GPU share)");
   status_cmd->add_flag("--json", json_out, "Print the daemon's JSON");
   status_cmd->add_flag("--wide", wide, "Also grants, reservations, driver overhead and peaks (lines over 100 columns)");
-  CLI::App* jobs_cmd = app.add_subcommand("jobs", "Every job: limit, in use, peak, state, priority");
+  CLI::App* jobs_cmd = app.add_subcommand(
+      "jobs", "Every job: limit, in use, peak, state, priority; a waiting job's REASON and estimated START");
   jobs_cmd->add_flag("--json", json_out, "Print the daemon's JSON");
   bool jobs_all = false;
   std::string jobs_since, jobs_user;
@@ -454,7 +455,8 @@ int run_cli(int argc, char** argv) {
   cancel_cmd->add_option("--grace", cancel_grace, "How long before SIGKILL (default 10s; 0: at once; at most 1h)");
   cancel_cmd->add_flag("--json", json_out, "Print the daemon's JSON answer");
   cancel_cmd->footer("Owners may cancel their own jobs; other users' jobs need root or the admin group (exit 5). A job "
-                     "that has ended exits 4. A job of the Slurm plugin is cancelled with scancel.");
+                     "that has ended exits 4. A job of the Slurm plugin is cancelled with scancel (root and the admin "
+                     "group may cancel it here).");
 
 
   // set
@@ -553,8 +555,8 @@ int run_cli(int argc, char** argv) {
 
   // A subcommand with a footer of its own does not show coloc's (its exit codes): it says its own,
   // or coloc's general ones.
-  for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, set_cmd, pause_cmd, resume_cmd, policy_cmd, history_cmd,
-                        forget_cmd, doctor_cmd, top_cmd, anchor_cmd}) {
+  for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, cancel_cmd, set_cmd, pause_cmd, resume_cmd, policy_cmd,
+                        history_cmd, forget_cmd, doctor_cmd, top_cmd, anchor_cmd}) {
     std::string own = sub->get_footer();
     if (!own.empty() && own.find("Exit codes:") == std::string::npos)
       own += "\nExit codes: 0 ok, 1 failed, 2 usage, 3 daemon unreachable, 4 no such job, device or fingerprint, 5 not "
@@ -611,12 +613,20 @@ int run_cli(int argc, char** argv) {
       std::string error;
       if (!jobs_since.empty() && !coloc::cli::parse_duration_option("--since", jobs_since, &since_ns, &error))
         return fail(kUsage, error);
-      if (!ask(socket, admin_msg(coloc::proto::AdminOp::kEnded), &j, &code)) return code;
-      coloc::cli::EndedFilter filter;
-      if (!jobs_since.empty()) filter.since_unix_ms = int64_t(::time(nullptr)) * 1000 - int64_t(since_ns / 1'000'000);
-      filter.user = jobs_user;
-      json kept = coloc::cli::filter_ended(j, filter);
-      std::cout << (json_out ? kept.dump(2) + "\n" : coloc::cli::ended_table(kept));
+      // colocd filters, before it caps the list at its newest 1,000.
+      coloc::proto::AdminMsg m = admin_msg(coloc::proto::AdminOp::kEnded);
+      if (!jobs_since.empty()) {
+        const int64_t since_ms = int64_t(::time(nullptr)) * 1000 - int64_t(since_ns / 1'000'000);
+        m.mem = uint64_t(std::max<int64_t>(since_ms, 1));
+      }
+      if (!jobs_user.empty()) {
+        auto uid = coloc::cli::resolve_user(jobs_user, &error);
+        if (!uid) return fail(kUsage, "jobs: --user " + error);
+        m.set_fields = coloc::proto::kEndedUser;
+        m.quantum_ms = *uid;
+      }
+      if (!ask(socket, m, &j, &code)) return code;
+      std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::ended_table(j));
       return kOk;
     }
     if (!ask(socket, admin_msg(coloc::proto::AdminOp::kJobs), &j, &code)) return code;

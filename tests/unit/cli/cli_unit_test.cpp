@@ -607,13 +607,22 @@ TEST_CASE("cancel and jobs --all: signals and durations parse or say what is wro
   CHECK_MESSAGE(t.find("(hidden)") != std::string::npos, t);
   CHECK_MESSAGE(t.find("12.5 s") != std::string::npos, t);
   CHECK(t.find("b-2") < t.find("a-1"));
-  EndedFilter f;
-  f.user = "alice";
-  CHECK(filter_ended(ended, f)["jobs"].size() == 1);
-  f.user = "1000";
-  CHECK(filter_ended(ended, f)["jobs"].size() == 1);
-  f = {};
-  f.since_unix_ms = 2500;
-  CHECK(filter_ended(ended, f)["jobs"].size() == 1);
+  // `--user`: a name of this machine or a uid; anything else is refused before colocd is asked.
+  std::string why;
+  CHECK(resolve_user("root", &why) == 0u);
+  CHECK(resolve_user("1000", &why) == 1000u);
+  for (const char* bad : {"no-such-user-here", "-1", "4294967295", "4294967296", ""}) {
+    INFO(bad);
+    CHECK(!resolve_user(bad, &why));
+    CHECK(why.find("no such user") != std::string::npos);
+  }
+  // A hostile report's cells reach no terminal raw, nor stretch the table.
+  json odd = json::parse(R"({"indexed": true, "jobs": [{"job": "x\u001b[2Jy", "user": "u\r\nv", "waited_s": null,
+    "start_unix_ms": "soon", "cancelled_by": "\u001b]0;t\u0007"}]})");
+  odd["jobs"][0]["user"] = odd["jobs"][0]["user"].get<std::string>() + std::string(5000, 'w');
+  const std::string o = ended_table(odd);
+  CHECK(o.find('\x1b') == std::string::npos);
+  CHECK(o.find('\r') == std::string::npos);
+  CHECK(o.size() < 400);
   CHECK(ended_table(json{{"indexed", false}, {"jobs", json::array()}}).find("still reading") != std::string::npos);
 }

@@ -1018,4 +1018,28 @@ TEST_CASE("broker: a refused growth records the in-use it was asked with, howeve
   CHECK(refused->in_use == 1 * GiB);  // so the report's request is the 2 GiB asked, not 0
 }
 
+TEST_CASE("broker: a cancelled job leaves the queue and gets nothing that would wait; a growth that fits is still granted") {
+  Bench b;
+  ClientId big = b.add("big", 70 * GiB);
+  REQUIRE(b.granted(b.attach(big, {{1, 80 * GiB, 1 * GiB}})));
+  ClientId j = b.add("j");
+  REQUIRE(b.granted(b.attach(j, {{1, 80 * GiB, 1 * GiB}})));
+  const uint32_t waiting = b.grow(j, 0, 20 * GiB);  // 10 GiB are free: it waits
+  REQUIRE(b.pending(waiting));
+  CHECK(b.broker.cancel_job(b.broker.find_client(j)->job, b.now) == 1);
+  b.collect();
+  CHECK(b.refused(waiting, Reason::kJobCancelled));
+  // The job may still catch the signal and save its state: what fits now is granted...
+  CHECK(b.granted(b.grow(j, 0, 4 * GiB)));
+  // ...what would wait is refused at once, and so is any admission, of this process or another.
+  CHECK(b.refused(b.grow(j, 0, 20 * GiB), Reason::kJobCancelled));
+  CHECK(b.broker.waiters().empty());
+  ClientId j2 = b.add("j");
+  CHECK(b.refused(b.attach(j2, {{1, 80 * GiB, 1 * GiB}}), Reason::kJobCancelled));
+  CHECK(b.broker.waiters().empty());
+  // Another job is untouched.
+  ClientId k = b.add("k");
+  CHECK(b.granted(b.attach(k, {{1, 80 * GiB, 1 * GiB}})));
+}
+
 }  // TEST_SUITE

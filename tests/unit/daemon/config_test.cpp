@@ -198,7 +198,7 @@ history = false
   // report_retention: an age and/or a count; each bad one names the key and changes nothing.
   const Config kept = c;
   for (const char* bad : {"\"30x\"", "\"0 reports\"", "\"30d, 40d\"", "\"5 reports, 6 reports\"", "\"30d,\"",
-                          "\"-1d\"", "\"many reports\""}) {
+                          "\"-1d\"", "\"many reports\"", "\"3000\"", "\"30d 5000 reports\""}) {
     INFO(bad);
     e = apply_toml(std::string("report_retention = ") + bad + "\n", "f.toml", c);
     REQUIRE_FALSE(e.ok());
@@ -207,6 +207,16 @@ history = false
   }
   CHECK(c.report_retention.count == 10000);  // the default: the newest 10,000, any age
   CHECK(c.report_retention.age == 0);
+  // A bare number is no age in seconds (a count was likely meant): the error says how to write each.
+  e = apply_toml("report_retention = \"3000\"\n", "f.toml", c);
+  CHECK_MESSAGE(e.error().message().find("without a unit: write \"3000 reports\" for a count, or \"3000d\"") !=
+                    std::string::npos,
+                e.error().message());
+  e = apply_toml("report_retention = \"30d 5000 reports\"\n", "f.toml", c);
+  CHECK_MESSAGE(e.error().message().find("separate an age and a count with a comma") != std::string::npos,
+                e.error().message());
+  REQUIRE(apply_toml("report_retention = \"1 report\"\n", "f.toml", c).ok());
+  CHECK(c.report_retention.count == 1);
   REQUIRE(apply_toml("report_retention = \"30d, 5000 reports\"\n", "f.toml", c).ok());
   CHECK(c.report_retention.age == 30ull * 86400 * 1'000'000'000);
   CHECK(c.report_retention.count == 5000);

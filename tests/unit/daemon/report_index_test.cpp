@@ -1,8 +1,11 @@
 // The ended jobs' index (ReportWriter::ended, `coloc jobs --all`) and the report retention
 // (report_retention): the index holds what is on disk when the writer starts and what it writes
 // after, newest end first; retention by count keeps the newest, by age deletes those that ended
-// before it; a report deleted by retention leaves the suffixes of later ones as they were.
+// before it; a report deleted by retention leaves the suffixes of later ones as they were. A FIFO,
+// a report from the far future and waits past belief are no entries.
 #include <doctest/doctest.h>
+
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <string>
@@ -85,6 +88,13 @@ TEST_CASE("report index: a report's entry holds its times, exit, largest peak an
   CHECK(!ReportWriter::summarize("{\"job\": \"x\", \"start", "x"));
   CHECK(!ReportWriter::summarize("[1, 2]", "x"));
   CHECK(!ReportWriter::summarize(json{{"job", "x"}, {"uid", 0}}.dump(), "x"));  // no end: not a complete report
+  // A wait past a year, or below zero, is not believed (summed, 1e308 would make the total inf).
+  json huge = json::parse(report_text("x", 1'800'000'000'000));
+  huge["devices"][0]["wait_memory_s"] = 1e308;
+  huge["devices"][1]["wait_admission_s"] = -5.0;
+  auto h = ReportWriter::summarize(huge.dump(), "x");
+  REQUIRE(h);
+  CHECK(h->waited_s == doctest::Approx(2.5));
 }
 
 TEST_CASE("report index: the reports on disk at start and those written after, newest end first") {
@@ -95,6 +105,10 @@ TEST_CASE("report index: the reports on disk at start and those written after, n
   REQUIRE(store.write("old", report_text("old", now - 3000)).ok());
   REQUIRE(store.write("older", report_text("older", now - 9000)).ok());
   coloc::test::write_file(tmp / "reports/torn.json", "{\"job\": ");  // skipped, not fatal
+  // Neither a FIFO (no writer: a blocking open would never return) nor a report that ends a year
+  // from now (it would head the list for ever) is taken.
+  REQUIRE(::mkfifo((tmp / "reports/fifo.json").c_str(), 0600) == 0);
+  REQUIRE(store.write("future", report_text("future", now + 365LL * 86'400'000)).ok());
   ReportWriter w(store);
   w.set_retention({0, 0});
   auto list = indexed(w);
