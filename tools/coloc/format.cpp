@@ -681,6 +681,12 @@ std::string report_table(const json& r) {
     o << " · still running (" << duration_text(r.value("duration_s", 0.0)) << " so far)";
   }
   o << "\n";
+  if (auto c = r.find("cancelled"); c != r.end() && c->is_object()) {
+    const int sig = c->value("signal", 0);
+    const char* name = sig > 0 ? ::sigabbrev_np(sig) : nullptr;
+    o << "Cancelled by " << str(*c, "by") << " at " << str(*c, "at") << " (coloc cancel, "
+      << (name ? "SIG" + std::string(name) : "signal " + std::to_string(sig)) << ")\n";
+  }
   // Other reports filed under the same job id (colocd names them when there are).
   if (r.contains("other_reports") && r["other_reports"].is_array() && !r["other_reports"].empty()) {
     o << "This is report " << str(r, "report_name") << "; other reports of this job id:";

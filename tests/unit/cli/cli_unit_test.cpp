@@ -192,6 +192,11 @@ TEST_CASE("tables: status, jobs and report show what matters") {
   CHECK_MESSAGE(line.find(" 4.00 GiB ") != std::string::npos, line);
   CHECK(r.find("22.00 GiB") == std::string::npos);
   CHECK(r.find("other reports") == std::string::npos);  // only one report of the id
+  CHECK(r.find("Cancelled") == std::string::npos);
+  json cancelled = sample_report();
+  cancelled["cancelled"] = {{"by", "alice"}, {"uid", 1000}, {"signal", 15}, {"at", "2026-12-07T05:00:00Z"}};
+  const std::string rc = report_table(cancelled);
+  CHECK_MESSAGE(rc.find("Cancelled by alice at 2026-12-07T05:00:00Z (coloc cancel, SIGTERM)") != std::string::npos, rc);
   json several = sample_report();
   several["report_name"] = "train-a1b2c3.3";
   several["other_reports"] = json::array({"train-a1b2c3", "train-a1b2c3.2"});
