@@ -126,6 +126,23 @@ TEST_CASE("report index: the reports on disk at start and those written after, n
   list = w.ended();
   REQUIRE(list.size() == 4);
   CHECK(list[0].name == "new.2");
+  // kEnded's filters apply before the cap, and `total` counts what they keep.
+  size_t total = 0;
+  auto some = w.newest(1, {}, &total);
+  REQUIRE(some.size() == 1);
+  CHECK(some[0].name == "new.2");
+  CHECK(total == 4);
+  some = w.newest(10, {now - 5000, std::nullopt}, &total);
+  CHECK(total == 3);  // "older" ended 9 s ago
+  CHECK(some.back().job == "old");
+  w.submit("theirs", "1000:theirs", report_text("theirs", now - 20'000, 1000));
+  REQUIRE(w.flush(5000ms));
+  some = w.newest(10, {0, 1000u}, &total);
+  REQUIRE(some.size() == 1);
+  CHECK(some[0].job == "theirs");
+  CHECK(total == 1);
+  CHECK(w.newest(10, {now - 5000, 1000u}, &total).empty());
+  CHECK(total == 0);
 }
 
 TEST_CASE("report retention: by count the newest are kept; by age those that ended before it go; both apply together") {
