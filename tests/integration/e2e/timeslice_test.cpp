@@ -152,18 +152,26 @@ TEST_CASE("timeslice: a job that sleeps between bursts gives its quanta up, so t
   auto ks = tr::kernels(n.file("trace.csv"));
   CHECK(tr::overlaps(ks, 0) == 0);
   // The device stays busy: the idle job's turns end at once, the gaps between kernels are
-  // handovers (a few ms), never a quantum spent waiting for a sleeper.
+  // handovers (a few ms), never a quantum spent waiting for a sleeper. A turn held by the sleeper
+  // would leave a gap of about the quantum after each of its ~16 bursts; a loaded machine (a
+  // sanitizer build on 2 cores) can stretch one handover past half a quantum, so the bar is at
+  // most two such gaps and none of a whole quantum.
   uint64_t start = ks.front().start, end = 0, busy = 0, longest_gap = 0, prev_end = ks.front().start;
+  size_t long_gaps = 0;
   for (const tr::Kernel& k : ks) {
-    if (k.start > prev_end) longest_gap = std::max(longest_gap, k.start - prev_end);
+    if (k.start > prev_end) {
+      longest_gap = std::max(longest_gap, k.start - prev_end);
+      long_gaps += k.start - prev_end >= kQuantumMs * kMs / 2;
+    }
     prev_end = std::max(prev_end, k.end);
     end = std::max(end, k.end);
     busy += k.end - k.start;
   }
-  // Until the first busy job ends.
-  INFO("device busy ", double(busy) / double(end - start), ", longest gap ", double(longest_gap) / 1e6, " ms");
+  INFO("device busy ", double(busy) / double(end - start), ", longest gap ", double(longest_gap) / 1e6,
+       " ms, gaps of half a quantum or more: ", long_gaps);
   CHECK(double(busy) / double(end - start) > 0.85);
-  CHECK(longest_gap < kQuantumMs * kMs / 2);
+  CHECK(long_gaps <= 2);
+  CHECK(longest_gap < kQuantumMs * kMs);
 }
 
 TEST_CASE("timeslice: a job that held the device alone gets turns again within a couple of quanta of a newcomer") {
