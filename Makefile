@@ -61,6 +61,8 @@ else
   $(error SAN must be empty, asan or tsan (got '$(SAN)'))
 endif
 OBJ := $(BUILD)/obj
+# The test code's objects: the plain build's under SAN=asan too (tests/module.mk says why).
+TEST_OBJ := $(if $(filter asan,$(SAN)),build/obj,$(OBJ))
 # The sanitizer runtime a preloaded library needs in front of it (empty without SAN).
 SAN_RUNTIME := $(if $(SAN),$(shell $(CXX) -print-file-name=lib$(SAN).so))
 

@@ -105,7 +105,7 @@ PRODUCTS += $(COLOCD)
 TEST_EXTRA_OBJS += $(DAEMON_CORE_OBJS) $(DAEMON_IO_OBJS)
 
 # The daemon's and CLI's tests include daemon headers.
-$(OBJ)/tests/unit/daemon/%.o $(OBJ)/tests/integration/daemon/%.o: CPPFLAGS += -Idaemon -Itools/coloc
+$(TEST_OBJ)/tests/unit/daemon/%.o $(TEST_OBJ)/tests/integration/daemon/%.o: CPPFLAGS += -Idaemon -Itools/coloc
 
 # ---- the protocol-speaking fake client for integration tests and the benchmark ---------------
 COLOCD_CLIENT := $(BUILD)/tests/bin/colocd_client

@@ -96,7 +96,7 @@ $(INTERPOSE_FAKE_CUDA): $(OBJ)/tests/programs/interpose_fakecuda.o
 TEST_PROGRAMS += $(INTERPOSE_PROGRAMS) $(INTERPOSE_TEST_LIBS) $(INTERPOSE_FAKE_CUDA)
 
 # The interposer's tests include its headers as "interpose/..." and support as "tests/support/...".
-$(patsubst %.cpp,$(OBJ)/%.o,$(wildcard tests/unit/interpose/*.cpp tests/integration/interpose/*.cpp)): CPPFLAGS += -I.
+$(patsubst %.cpp,$(TEST_OBJ)/%.o,$(wildcard tests/unit/interpose/*.cpp tests/integration/interpose/*.cpp)): CPPFLAGS += -I.
 
 # ---- benchmark: `make bench` -> build/bench/interpose.json (see tests/bench/interpose_bench.cpp) ----
 INTERPOSE_BENCH := $(BUILD)/bench/interpose_bench

@@ -22,9 +22,7 @@ namespace coloc::test {
 
 namespace fs = std::filesystem;
 
-std::string build_path(const std::string& rel) { return std::string(COLOC_BUILD_DIR) + "/" + rel; }
 std::string source_path(const std::string& rel) { return std::string(COLOC_SOURCE_DIR) + "/" + rel; }
-std::string sanitizer() { return COLOC_SAN; }
 
 bool real_driver() {
   const char* v = std::getenv("COLOC_TEST_DRIVER");
@@ -98,7 +96,7 @@ Env& Env::simgpu(const TempDir& dir, const std::string& devices) {
 
 Env& Env::preload_coloc() {
   std::string pre = build_path("lib/libcoloc.so");
-  std::string rt = COLOC_SAN_RUNTIME;
+  std::string rt = sanitizer_runtime();
   set("LD_PRELOAD", rt.empty() ? pre : rt + ":" + pre);
   return *this;
 }

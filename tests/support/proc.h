@@ -24,6 +24,9 @@ std::string build_path(const std::string& rel);
 std::string source_path(const std::string& rel);
 /// "asan", "tsan" or "" for the plain build.
 std::string sanitizer();
+/// The sanitizer's runtime library, which a preloaded libcoloc.so needs in front of it; empty in
+/// the plain build.
+std::string sanitizer_runtime();
 /// True when COLOC_TEST_DRIVER=real: the tests run against the machine's real libcuda.so.1
 /// (tests/gpu/run.sh sets it on a GPU machine). Env::simgpu() then leaves the driver alone, and
 /// tests that depend on simgpu-only features (its call counts, trace, configurable devices) skip.

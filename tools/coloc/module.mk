@@ -37,4 +37,4 @@ $(COLOC_CLI): $(COLOC_BIN_OBJS) $(COLOC_CLI_LIBS) tools/coloc/module.mk
 PRODUCTS += $(COLOC_CLI)
 TEST_EXTRA_OBJS += $(COLOC_CLI_CORE_OBJS)
 # The CLI tests include its headers (and the daemon fixture the daemon tests share).
-$(OBJ)/tests/unit/cli/%.o $(OBJ)/tests/integration/cli/%.o: CPPFLAGS += -Idaemon -Itools/coloc
+$(TEST_OBJ)/tests/unit/cli/%.o $(TEST_OBJ)/tests/integration/cli/%.o: CPPFLAGS += -Idaemon -Itools/coloc
