@@ -6,6 +6,20 @@
 
 TEST_SUPPORT_SRCS := $(wildcard tests/support/*.cpp)
 TEST_SRCS   := $(wildcard tests/unit/*/*.cpp tests/integration/*/*.cpp)
+# ThreadSanitizer reports races between threads. These unit suites test single-threaded code (the
+# CUDA ABI tables, the CLI's formatting, protocol encoding, the estimator's arithmetic, the GPU
+# scripts' parsing, the workload generators) and start no thread, so the TSan build leaves them
+# out; the plain and ASan builds run them. Should one of them start a thread, the TSan build
+# stops and says so.
+TSAN_SKIPPED := tests/unit/abi tests/unit/cli tests/unit/common tests/unit/estimator tests/unit/gpu \
+                tests/unit/workload
+ifeq ($(SAN),tsan)
+  TSAN_THREAD_RE := std::thread|std::jthread|pthread_create|std::async|fork[(]
+  TSAN_THREADED := $(shell grep -lE '$(TSAN_THREAD_RE)' $(filter $(addsuffix /%,$(TSAN_SKIPPED)),$(TEST_SRCS)) \
+                     2>/dev/null)
+  $(if $(TSAN_THREADED),$(error $(TSAN_THREADED) start threads: take them out of TSAN_SKIPPED in tests/module.mk))
+  TEST_SRCS := $(filter-out $(addsuffix /%,$(TSAN_SKIPPED)),$(TEST_SRCS))
+endif
 TEST_AREAS  := $(sort $(notdir $(patsubst %/,%,$(dir $(TEST_SRCS)))))
 TEST_BIN    := $(BUILD)/tests/coloc-tests
 # (What every build's test code shares; what names the build is only build_info.o's.)
@@ -98,6 +112,11 @@ $(foreach a,$(TEST_AREAS),$(eval $(call test_area,$(a))))
 # ours (tests/tsan.supp); ASan keeps going past leaks in helper children.
 TEST_ENV := $(if $(filter tsan,$(SAN)),TSAN_OPTIONS='die_after_fork=0 halt_on_error=1 second_deadlock_stack=1 atexit_sleep_ms=0 suppressions=$(abspath tests/tsan.supp)') \
             $(if $(filter asan,$(SAN)),ASAN_OPTIONS='detect_leaks=0' UBSAN_OPTIONS='print_stacktrace=1')
+
+# Everything `make test` needs, built and not run (.ci/run builds the next variant with it while
+# a test run leaves the cores idle).
+.PHONY: test-build
+test-build: $(PRODUCTS) $(TEST_PROGRAMS) $(TEST_BIN)
 
 # A plain `make test` keeps the run's output (the daemons' logs, the tests' measurements) in
 # $(TEST_LOG) and prints doctest's summary: a passing run is a few lines. A failing one prints the
