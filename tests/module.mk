@@ -44,21 +44,20 @@ test_objs = $(patsubst %.cpp,$(TEST_OBJ)/%.o,$(filter-out tests/support/build_in
 $(call test_objs,$(TEST_SRCS) $(TEST_SUPPORT_SRCS)): CPPFLAGS += $(TEST_DEFS) $(SPDLOG_CPPFLAGS)
 $(TEST_BUILD_INFO): CPPFLAGS += $(TEST_BUILD_DEFS) -Itests/support
 # The test code itself is compiled for build time, the product code it tests is not: line tables
-# only (-g1: sanitizer stacks and debuggers still show file:line), and under SAN=asan AddressSanitizer
-# without UBSan. Measured on tests/integration/e2e/outside_test.cpp (2-core CI machine kind): ASan+UBSan
+# only (-g1: sanitizer stacks and debuggers still show file:line), and under SAN=asan no
+# instrumentation (the plain build's objects). Measured on tests/integration/e2e/outside_test.cpp (2-core CI machine kind): ASan+UBSan
 # -g 26 s, ASan -g1 7 s; TSan -g 10.4 s, -g1 4.5 s; plain -O2 -g 8.2 s, -g1 5.5 s. Over ~130 test
 # files that is most of CI's time. Every product object (libcoloc.so, colocd, coloc, simgpu, the
 # estimator) keeps its optimization (-O2, or -O1 under a sanitizer), its debug information and the
-# full sanitizer set; the binary links with it. Under SAN=asan the test code is not instrumented
-# at all: it is the plain build's (TEST_OBJ above). The test code is -O1 in every build: on
+# full sanitizer set; the binary links with it. The test code is -O1 in every build: on
 # tests/integration/e2e/cancel_test.cpp the plain build's -O2 took 12.1 s, -O1 8.7 s (-O0 8.1 s,
 # and slower tests).
-TEST_SANFLAGS := $(if $(filter asan,$(SAN)),,$(SANFLAGS))
+TEST_SANFLAGS := $(if $(filter tsan,$(SAN)),$(SANFLAGS))
 # (-Wno-array-bounds: at -O1 GCC 12 warns of std::string's own memcpy in a concatenation, a false
 # positive of its libstdc++ -- tests/unit/abi/cuda_abi_test.cpp and simgpu/config_test.cpp; GCC
 # bug 105329. The product code keeps the warning.)
 TEST_CXXFLAGS := -std=c++20 -O1 -g1 -fPIC -Wall -Wextra -Wno-missing-field-initializers -Wno-array-bounds \
-                 $(if $(filter asan,$(SAN)),,$(SANWARN)) $(TEST_SANFLAGS)
+                 $(TEST_SANFLAGS)
 $(call test_objs,$(TEST_SRCS) $(TEST_SUPPORT_SRCS)): CXXFLAGS := $(TEST_CXXFLAGS)
 # The precompiled header (tests/support/pch.h) every test file but doctest's main is compiled
 # with: built with the test code's own flags, beside a copy of the header that -include names
