@@ -228,6 +228,57 @@ CUresult step_alloc(Probe& p, const Args& a, json& out) {
   return rc;
 }
 
+CUresult step_alloc_managed(Probe& p, const Args& a, json& out) {
+  const uint64_t bytes = *coloc::parse_size(a[0]).bytes;
+  const std::string name = a.size() > 1 ? a[1] : "buf";
+  CUdeviceptr ptr = 0;
+  CUresult rc = cuMemAllocManaged(&ptr, bytes, CU_MEM_ATTACH_GLOBAL);
+  out["name"] = name;
+  if (rc == CUDA_SUCCESS) p.buffers[name] = {ptr, bytes};
+  return rc;
+}
+
+// ---- the checkpoint API, called on another process (PID) ----
+
+const char* state_name(CUprocessState s) {
+  switch (s) {
+    case CU_PROCESS_STATE_RUNNING: return "running";
+    case CU_PROCESS_STATE_LOCKED: return "locked";
+    case CU_PROCESS_STATE_CHECKPOINTED: return "checkpointed";
+    case CU_PROCESS_STATE_FAILED: return "failed";
+  }
+  return "unknown";
+}
+CUresult step_ckpt_lock(Probe&, const Args& a, json& out) {
+  CUcheckpointLockArgs args{};
+  args.timeoutMs = a.size() > 1 ? unsigned(u64(a[1])) : 0;
+  const uint64_t t0 = mono_ns();
+  CUresult rc = cuCheckpointProcessLock(int(u64(a[0])), &args);
+  out["ms"] = double(mono_ns() - t0) / 1e6;
+  return rc;
+}
+CUresult step_ckpt_checkpoint(Probe&, const Args& a, json& out) {
+  const uint64_t t0 = mono_ns();
+  CUresult rc = cuCheckpointProcessCheckpoint(int(u64(a[0])), nullptr);
+  out["ms"] = double(mono_ns() - t0) / 1e6;
+  return rc;
+}
+CUresult step_ckpt_restore(Probe&, const Args& a, json& out) {
+  const uint64_t t0 = mono_ns();
+  CUresult rc = cuCheckpointProcessRestore(int(u64(a[0])), nullptr);
+  out["ms"] = double(mono_ns() - t0) / 1e6;
+  return rc;
+}
+CUresult step_ckpt_unlock(Probe&, const Args& a, json&) { return cuCheckpointProcessUnlock(int(u64(a[0])), nullptr); }
+CUresult step_ckpt_state(Probe&, const Args& a, json& out) {
+  CUprocessState s = CU_PROCESS_STATE_RUNNING;
+  CUresult rc = cuCheckpointProcessGetState(int(u64(a[0])), &s);
+  if (rc == CUDA_SUCCESS) out["state"] = state_name(s);
+  int tid = 0;
+  if (cuCheckpointProcessGetRestoreThreadId(int(u64(a[0])), &tid) == CUDA_SUCCESS) out["restore_tid"] = tid;
+  return rc;
+}
+
 // The name stays known after the free, so a script can show that using it again is caught.
 CUresult step_free(Probe& p, const Args& a, json&) { return cuMemFree(buffer(p, a[0]).ptr); }
 
@@ -524,7 +575,13 @@ const StepDef kSteps[] = {
     {"ctx-create", {}, {Arg::dev}, step_ctx_create, "cuCtxCreate on DEV (pushed current)"},
     {"ctx-destroy", {}, {}, step_ctx_destroy, "cuCtxDestroy of the current context"},
     {"alloc", {Arg::size}, {Arg::name}, step_alloc, "cuMemAlloc SIZE bytes as NAME (default \"buf\")"},
+    {"alloc-managed", {Arg::size}, {Arg::name}, step_alloc_managed, "cuMemAllocManaged SIZE bytes as NAME"},
     {"free", {Arg::name}, {}, step_free, "cuMemFree NAME"},
+    {"ckpt-lock", {Arg::count}, {Arg::ms}, step_ckpt_lock, "cuCheckpointProcessLock(PID, timeout MS; 0 none)"},
+    {"ckpt-checkpoint", {Arg::count}, {}, step_ckpt_checkpoint, "cuCheckpointProcessCheckpoint(PID)"},
+    {"ckpt-restore", {Arg::count}, {}, step_ckpt_restore, "cuCheckpointProcessRestore(PID)"},
+    {"ckpt-unlock", {Arg::count}, {}, step_ckpt_unlock, "cuCheckpointProcessUnlock(PID)"},
+    {"ckpt-state", {Arg::count}, {}, step_ckpt_state, "cuCheckpointProcessGetState and ...GetRestoreThreadId of PID"},
     {"meminfo", {}, {}, step_meminfo, "cuMemGetInfo: free, total"},
     {"total-mem", {}, {Arg::dev}, step_total_mem, "cuDeviceTotalMem of DEV"},
     {"uuid", {}, {Arg::dev}, step_uuid, "cuDeviceGetUuid of DEV, as GPU-..."},
@@ -564,7 +621,7 @@ const StepDef* find_step(const std::string& word) {
 
 void usage() {
   std::fprintf(stderr, "usage: cuprobe STEP [ARGS...] [STEP [ARGS...]]...\nsteps:\n");
-  for (const StepDef& s : kSteps) std::fprintf(stderr, "  %-12s %s\n", s.name, s.help);
+  for (const StepDef& s : kSteps) std::fprintf(stderr, "  %-16s %s\n", s.name, s.help);
 }
 
 }  // namespace

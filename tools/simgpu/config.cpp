@@ -148,6 +148,36 @@ bool load_config(const EnvLookup& env, unsigned uid, Config* out, std::string* e
       return false;
     }
   }
+  if (auto v = env("SIMGPU_CHECKPOINT_FAULT")) {
+    static constexpr std::string_view kOps[kCheckpointOps] = {"lock", "checkpoint", "restore", "unlock"};
+    std::string_view rest = *v;
+    while (!trim(rest).empty()) {
+      size_t comma = rest.find(',');
+      std::string_view item = trim(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      auto bad = [&] {
+        *error = "SIMGPU_CHECKPOINT_FAULT entry \"" + std::string(item) +
+                 "\": expected OP:stall:MS or OP:fail, OP one of lock, checkpoint, restore, unlock";
+        return false;
+      };
+      size_t colon = item.find(':');
+      if (colon == std::string_view::npos) return bad();
+      int op = -1;
+      for (int i = 0; i < kCheckpointOps; ++i)
+        if (item.substr(0, colon) == kOps[i]) op = i;
+      if (op < 0) return bad();
+      std::string_view what = item.substr(colon + 1);
+      if (what == "fail") {
+        c.checkpoint_faults[size_t(op)].fail = true;
+      } else if (what.substr(0, 6) == "stall:") {
+        uint64_t ms;
+        if (!parse_integer(std::string(what.substr(6)), 0, 3'600'000, &ms)) return bad();
+        c.checkpoint_faults[size_t(op)].stall_ms = uint32_t(ms);
+      } else {
+        return bad();
+      }
+    }
+  }
   c.visible = env("CUDA_VISIBLE_DEVICES");
   *out = std::move(c);
   return true;

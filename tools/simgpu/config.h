@@ -10,6 +10,10 @@
 //                         default 1024 (an assumption, see README "Configuration")
 //   SIMGPU_TRACE          path of the kernel-slice CSV trace; unset or empty: no trace
 //   SIMGPU_FAST           1: launches complete at once (see README); 0 or unset: off
+//   SIMGPU_CHECKPOINT_FAULT  faults of this process's checkpoint operations, for tests: a
+//                         comma-separated list of OP:stall:MS (the restore thread sleeps MS before
+//                         carrying OP out) or OP:fail (OP fails; checkpoint and restore leave the
+//                         process CU_PROCESS_STATE_FAILED); OP is lock, checkpoint, restore or unlock
 //   CUDA_VISIBLE_DEVICES  indices or UUIDs ("GPU-…", unique prefixes allowed), as the driver reads it
 //
 // Sizes use the project's grammar (include/coloc/size.h). Everything here is pure: the
@@ -38,6 +42,14 @@ struct DeviceSpec {
   bool operator==(const DeviceSpec&) const = default;
 };
 
+/// A checkpoint operation the fault knob can name (SIMGPU_CHECKPOINT_FAULT).
+enum class CheckpointOp : uint8_t { lock, checkpoint, restore, unlock };
+inline constexpr int kCheckpointOps = 4;
+struct CheckpointFault {
+  uint32_t stall_ms = 0;  ///< sleep this long before carrying the operation out
+  bool fail = false;      ///< then fail it
+};
+
 /// Everything simgpu reads from the environment.
 struct Config {
   std::vector<DeviceSpec> devices;        ///< physical devices, index = position
@@ -53,6 +65,7 @@ struct Config {
   uint32_t queue_depth = 1024;
   std::string trace_path;                 ///< empty: no trace
   bool fast = false;                      ///< SIMGPU_FAST
+  std::array<CheckpointFault, kCheckpointOps> checkpoint_faults{};  ///< by CheckpointOp
   std::optional<std::string> visible;     ///< CUDA_VISIBLE_DEVICES when set
 };
 

@@ -1,6 +1,7 @@
 #include "driver.h"
 
 #include "capture.h"
+#include "checkpoint.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -46,7 +47,10 @@ void write_calls_at_exit() {
 void release_at_exit() {
   if (g_forked_child.load(std::memory_order_relaxed)) return;
   Phase expected = Phase::ready;
-  if (!g_phase.compare_exchange_strong(expected, Phase::deinitialized)) return;
+  if (!g_phase.compare_exchange_strong(expected, Phase::deinitialized)) {
+    expected = Phase::lost;
+    if (!g_phase.compare_exchange_strong(expected, Phase::deinitialized)) return;
+  }
   // Give the machine's devices back now; executor threads may still run, and find nothing to own.
   Driver::get().shared->release_process();
 }
@@ -73,6 +77,7 @@ CUresult Driver::init(unsigned flags) {
   std::lock_guard<std::mutex> lk(init_mu_);
   Phase p = g_phase.load(std::memory_order_acquire);
   if (p == Phase::ready || p == Phase::failed) return init_result_;
+  if (p == Phase::lost) return CUDA_ERROR_ILLEGAL_STATE;
   init_result_ = init_once();
   g_phase.store(init_result_ == CUDA_SUCCESS ? Phase::ready : Phase::failed, std::memory_order_release);
   return init_result_;
@@ -194,6 +199,9 @@ CUresult Driver::create_context(DeviceState& dev, bool primary, unsigned flags, 
     shared->uncharge(dev.physical, config.context_bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  // The checkpoint API's restore thread comes with the first context, as the driver's own threads
+  // do: a process with no context has no thread of the driver's (so pthread_exit in main ends it).
+  checkpoint::start_restore_thread();
   *out = ctx;
   return CUDA_SUCCESS;
 }

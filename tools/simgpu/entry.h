@@ -25,6 +25,7 @@ enum class Phase : int {
   failed,         ///< cuInit failed; it keeps failing with the same error
   deinitialized,  ///< the process is exiting; calls get CUDA_ERROR_DEINITIALIZED
   forked,         ///< a fork child of a process that had initialized the driver
+  lost,           ///< a checkpoint or restore failed (CU_PROCESS_STATE_FAILED): CUDA_ERROR_ILLEGAL_STATE
 };
 
 inline constinit std::atomic<Phase> g_phase{Phase::uninitialized};
@@ -63,7 +64,34 @@ bool write_call_counts(const char* path);
 
 /// The error a call gets in phase `p` (not ready).
 inline CUresult phase_error(Phase p) {
-  return p == Phase::deinitialized ? CUDA_ERROR_DEINITIALIZED : CUDA_ERROR_NOT_INITIALIZED;
+  return p == Phase::deinitialized ? CUDA_ERROR_DEINITIALIZED
+         : p == Phase::lost        ? CUDA_ERROR_ILLEGAL_STATE
+                                   : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+// ---- the API gate: cuCheckpointProcessLock blocks the process's further calls ----
+//
+// Each call that needs the driver counts itself in one of kGateStripes counters while it runs
+// (the stripe chosen from its stack address, so threads rarely share a cache line, and a call
+// decrements the counter it incremented). The restore thread closes the gate (g_gate_closed = 1),
+// then waits until every counter is 0: no call is inside the driver any more, and calls arriving
+// later wait in gate_wait() until it opens. Both sides use sequentially consistent operations, so
+// a call either sees the gate closed or is counted by the closer (Dekker's argument).
+
+inline constexpr int kGateStripes = 16;
+struct alignas(64) GateStripe {
+  std::atomic<uint32_t> inside{0};
+};
+inline constinit GateStripe g_gate[kGateStripes];
+/// 1 while the process is locked (futex word, process-private).
+inline constinit std::atomic<uint32_t> g_gate_closed{0};
+
+/// Blocks while the gate is closed (checkpoint.cpp).
+void gate_wait();
+
+inline GateStripe& gate_stripe() {
+  const auto sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  return g_gate[((sp >> 20) ^ (sp >> 24)) % kGateStripes];
 }
 
 /// Runs `body`, turning an escaping exception into a CUresult.
@@ -78,14 +106,24 @@ CUresult guarded(F&& body) noexcept {
   }
 }
 
-/// Entry of a call that needs an initialized driver.
+/// Entry of a call that needs an initialized driver; it waits while the process is locked.
 template <class F>
 CUresult enter(CallCounter& calls, F&& body) noexcept {
   if (g_count_calls.load(std::memory_order_relaxed)) calls.hit();
-  Phase p = g_phase.load(std::memory_order_acquire);
-  if (p != Phase::ready) [[unlikely]]
-    return phase_error(p);
-  return guarded(body);
+  GateStripe& stripe = gate_stripe();
+  for (;;) {
+    Phase p = g_phase.load(std::memory_order_acquire);
+    if (p != Phase::ready) [[unlikely]]
+      return phase_error(p);
+    stripe.inside.fetch_add(1, std::memory_order_seq_cst);
+    if (!g_gate_closed.load(std::memory_order_seq_cst)) [[likely]]
+      break;
+    stripe.inside.fetch_sub(1, std::memory_order_seq_cst);
+    gate_wait();
+  }
+  CUresult rc = guarded(body);
+  stripe.inside.fetch_sub(1, std::memory_order_release);
+  return rc;
 }
 
 /// Entry of a call that also works before cuInit (cuInit itself, cuDriverGetVersion,

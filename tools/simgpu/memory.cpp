@@ -105,6 +105,14 @@ std::vector<Allocation> Arena::release_if(const std::function<bool(const Allocat
   return out;
 }
 
+std::vector<std::pair<uintptr_t, uint64_t>> Arena::live_ranges() const {
+  std::vector<std::pair<uintptr_t, uint64_t>> out;
+  std::lock_guard<std::mutex> lk(mu_);
+  out.reserve(live_.size());
+  for (const auto& [p, a] : live_) out.emplace_back(p, a.size);
+  return out;
+}
+
 // ---- MemPool ----------------------------------------------------------------------------
 
 CUresult MemPool::allocate(uint64_t size, uintptr_t* out, const void* stream) {

@@ -92,6 +92,8 @@ class Arena {
   bool live_range(uintptr_t p, uint64_t n) const;
   /// Releases every allocation for which `pred` is true and returns them.
   std::vector<Allocation> release_if(const std::function<bool(const Allocation&)>& pred);
+  /// Every live allocation's [base, base + size), in address order.
+  std::vector<std::pair<uintptr_t, uint64_t>> live_ranges() const;
 
  private:
   bool map_locked();

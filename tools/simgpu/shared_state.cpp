@@ -224,6 +224,11 @@ bool SharedState::claim_slot(std::string* error) {
     p.pid = pid_;
     p.start_time = start_time_;
     for (auto& b : p.bytes) b = 0;
+    p.checkpoint.op = p.checkpoint.arg = 0;
+    p.checkpoint.result = 0;
+    p.checkpoint.state = 0;
+    p.checkpoint.restore_tid = p.checkpoint.caller = 0;
+    p.checkpoint.released = 0;  // ticket and finished go on counting: a waiter's ticket stays unique
     slot_ = i;
     last_reclaim_ns_.store(now_ns(), std::memory_order_relaxed);
     return true;
@@ -278,6 +283,9 @@ void SharedState::reclaim_process_locked(int slot) {
   }
   p.pid = 0;
   p.start_time = 0;
+  p.checkpoint.caller = 0;  // a request it never carried out is dropped
+  p.checkpoint.released = 0;
+  futex_wake_all(&p.checkpoint.finished);  // its callers look again, and find it gone
 }
 
 int SharedState::next_runnable_locked(shm::Device& d, int after) {
@@ -339,7 +347,8 @@ std::vector<ProcessUse> SharedState::processes(int device) {
     if (e.process >= 0 && e.process < shm::kMaxProcesses) has_context[size_t(e.process)] = true;
   for (int i = 0; i < shm::kMaxProcesses; ++i) {
     const shm::Process& p = layout_->processes[i];
-    if (p.pid != 0 && (has_context[size_t(i)] || p.bytes[device] > 0)) out.push_back({p.pid, p.bytes[device]});
+    if (p.pid != 0 && !p.checkpoint.released && (has_context[size_t(i)] || p.bytes[device] > 0))
+      out.push_back({p.pid, p.bytes[device]});
   }
   return out;
 }
@@ -561,6 +570,137 @@ void SharedState::release_engine(int device, int entry, uint64_t clock_ns) {
     d.owner = next_turn_locked(d, entry);
     wake(d);
   }
+}
+
+bool SharedState::find_process(pid_t pid, int* slot, uint64_t* start_time) {
+  Lock l(*this);
+  for (int i = 0; i < shm::kMaxProcesses; ++i) {
+    const shm::Process& p = layout_->processes[i];
+    if (p.pid != pid || pid == 0) continue;
+    if (!process_alive(p.pid, p.start_time)) return false;
+    *slot = i;
+    *start_time = p.start_time;
+    return true;
+  }
+  return false;
+}
+
+bool SharedState::post_checkpoint(int slot, pid_t pid, uint64_t start_time, uint32_t op, uint32_t arg,
+                                  uint32_t* ticket, bool* gone) {
+  Lock l(*this);
+  shm::Process& p = layout_->processes[slot];
+  *gone = p.pid != pid || p.start_time != start_time;
+  if (*gone) return false;
+  shm::CheckpointChannel& c = p.checkpoint;
+  if (c.caller != 0) return false;
+  c.caller = pid_;
+  c.op = op;
+  c.arg = arg;
+  *ticket = c.ticket.load(std::memory_order_relaxed) + 1;
+  c.ticket.store(*ticket, std::memory_order_release);
+  futex_wake_all(&c.ticket);
+  return true;
+}
+
+bool SharedState::checkpoint_result(int slot, pid_t pid, uint64_t start_time, uint32_t ticket, int32_t* result,
+                                    bool* gone) {
+  Lock l(*this);
+  const shm::Process& p = layout_->processes[slot];
+  const uint32_t finished = p.checkpoint.finished.load(std::memory_order_acquire);
+  // A result stays readable after its process exits (an unlocked process may exit at once): the
+  // slot's counters are never reset, so `finished == ticket` is this request's result.
+  if (finished == ticket) {
+    *result = p.checkpoint.result;
+    *gone = false;
+    return true;
+  }
+  *gone = p.pid != pid || p.start_time != start_time;
+  if (*gone || int32_t(finished - ticket) < 0) return false;
+  // `finished` moves past `ticket` only after another caller posts and that request completes; a
+  // waiter reads its result as soon as it is woken, so this is not seen in practice.
+  *result = 999;  // CUDA_ERROR_UNKNOWN
+  return true;
+}
+
+bool SharedState::checkpoint_info(pid_t pid, uint32_t* state, int32_t* tid) {
+  Lock l(*this);
+  for (const shm::Process& p : layout_->processes) {
+    if (p.pid != pid || pid == 0) continue;
+    if (!process_alive(p.pid, p.start_time)) return false;
+    *state = p.checkpoint.state;
+    *tid = p.checkpoint.restore_tid;
+    return true;
+  }
+  return false;
+}
+
+uint32_t SharedState::next_checkpoint_request(uint32_t seen, uint32_t* op, uint32_t* arg) {
+  for (;;) {
+    shm::CheckpointChannel* c;
+    {
+      Lock l(*this);
+      if (slot_ < 0) return seen;
+      c = &layout_->processes[slot_].checkpoint;
+      uint32_t t = c->ticket.load(std::memory_order_acquire);
+      if (t != seen && c->caller != 0) {
+        *op = c->op;
+        *arg = c->arg;
+        return t;
+      }
+      seen = t;
+    }
+    futex_wait(&c->ticket, seen, 1'000'000'000);
+  }
+}
+
+void SharedState::finish_checkpoint_request(uint32_t ticket, int32_t result, uint32_t state) {
+  Lock l(*this);
+  if (slot_ < 0) return;
+  shm::CheckpointChannel& c = layout_->processes[slot_].checkpoint;
+  c.result = result;
+  c.state = state;
+  c.caller = 0;
+  c.finished.store(ticket, std::memory_order_release);
+  futex_wake_all(&c.finished);
+}
+
+void SharedState::set_checkpoint_identity(int32_t tid, uint32_t state) {
+  Lock l(*this);
+  if (slot_ < 0) return;
+  layout_->processes[slot_].checkpoint.restore_tid = tid;
+  layout_->processes[slot_].checkpoint.state = state;
+}
+
+std::vector<uint64_t> SharedState::release_devices() {
+  std::vector<uint64_t> out(layout_->device_count, 0);
+  Lock l(*this);
+  if (slot_ < 0) return out;
+  shm::Process& p = layout_->processes[slot_];
+  for (uint32_t d = 0; d < layout_->device_count; ++d) {
+    out[d] = p.bytes[d];
+    layout_->devices[d].used -= std::min(p.bytes[d], layout_->devices[d].used);
+    p.bytes[d] = 0;
+  }
+  p.checkpoint.released = 1;
+  return out;
+}
+
+bool SharedState::recharge_devices(const std::vector<uint64_t>& bytes) {
+  Lock l(*this);
+  if (slot_ < 0) return false;
+  auto fits = [&] {
+    for (uint32_t d = 0; d < layout_->device_count && d < bytes.size(); ++d)
+      if (bytes[d] > layout_->devices[d].capacity - layout_->devices[d].used) return false;
+    return true;
+  };
+  if (!fits() && (!reclaim_dead_locked() || !fits())) return false;
+  shm::Process& p = layout_->processes[slot_];
+  for (uint32_t d = 0; d < layout_->device_count && d < bytes.size(); ++d) {
+    layout_->devices[d].used += bytes[d];
+    p.bytes[d] += bytes[d];
+  }
+  p.checkpoint.released = 0;
+  return true;
 }
 
 void SharedState::release_process() {

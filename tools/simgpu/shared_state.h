@@ -58,7 +58,7 @@ namespace shm {
 
 inline constexpr uint64_t kMagic = 0x31305550474d4953ull;  // "SIMGPU01"
 /// Bump whenever the layout below changes.
-inline constexpr uint32_t kLayoutVersion = 3;
+inline constexpr uint32_t kLayoutVersion = 4;
 inline constexpr int kMaxProcesses = 1024;
 inline constexpr int kMaxContexts = 256;  ///< context entries per device, over all processes
 inline constexpr int32_t kNone = -1;
@@ -95,11 +95,27 @@ struct Device {
   ProxySlice proxy[kMaxProxySlices];
 };
 
+/// A process's checkpoint channel (checkpoint.h): a caller in another process posts one request
+/// at a time; the process's restore thread carries it out and posts the result.
+struct CheckpointChannel {
+  std::atomic<uint32_t> ticket;    ///< futex: bumped by a caller posting a request (under the mutex)
+  std::atomic<uint32_t> finished;  ///< futex: the ticket of the last request carried out
+  uint32_t op;                     ///< the request (checkpoint::Op)
+  uint32_t arg;                    ///< its argument (lock: the timeout, ms; 0 none)
+  int32_t result;                  ///< CUresult of request `finished`
+  uint32_t state;                  ///< CUprocessState, written by the restore thread
+  int32_t restore_tid;             ///< the restore thread's tid; 0 until it runs
+  int32_t caller;                  ///< pid of the caller whose request is pending or running; 0 none
+  uint32_t released;               ///< 1 while checkpointed: the process holds no device
+  uint32_t reserved;
+};
+
 struct Process {
   int32_t pid;          ///< 0 when free
   uint32_t reserved;
   uint64_t start_time;  ///< process_start_time(pid) when the slot was claimed
   uint64_t bytes[kMaxDevices];
+  CheckpointChannel checkpoint;
 };
 
 struct Layout {
@@ -196,6 +212,38 @@ class SharedState {
   bool yield_engine(int device, int entry, uint64_t clock_ns, uint64_t* resume_ns);
   /// The entry has nothing queued: not runnable, and the engine goes to the next runnable entry.
   void release_engine(int device, int entry, uint64_t clock_ns);
+
+  // ---- the checkpoint channel (checkpoint.h; the caller's side, then the target's) ----
+  /// Where a process with pid `pid` is: its slot and start time; false when no live process with
+  /// that pid holds a slot.
+  bool find_process(pid_t pid, int* slot, uint64_t* start_time);
+  /// Posts request `op` (argument `arg`) to the process in `slot`: false while another caller's
+  /// request is pending or running there (wait on the channel's `finished` and try again), or when
+  /// the slot no longer belongs to (`pid`, `start_time`) (*gone set). Sets *ticket.
+  bool post_checkpoint(int slot, pid_t pid, uint64_t start_time, uint32_t op, uint32_t arg, uint32_t* ticket,
+                       bool* gone);
+  /// The channel of `slot`, for futex waits on its `finished` word.
+  shm::CheckpointChannel& channel(int slot) { return layout_->processes[slot].checkpoint; }
+  /// The result of request `ticket` posted to the process (`pid`, `start_time`) in `slot`, even
+  /// when that process has exited since: false when it is not finished yet, with *gone set when
+  /// the process left its slot without finishing it.
+  bool checkpoint_result(int slot, pid_t pid, uint64_t start_time, uint32_t ticket, int32_t* result, bool* gone);
+  /// The checkpoint state (CUprocessState) and restore thread id of live process `pid`; false
+  /// when no live process with that pid holds a slot.
+  bool checkpoint_info(pid_t pid, uint32_t* state, int32_t* tid);
+  /// Target side: blocks until a request newer than `seen` is posted to this process; sets *op, *arg.
+  uint32_t next_checkpoint_request(uint32_t seen, uint32_t* op, uint32_t* arg);
+  /// Target side: posts the result of request `ticket` and the state the process is now in, and
+  /// frees the channel for the next caller.
+  void finish_checkpoint_request(uint32_t ticket, int32_t result, uint32_t state);
+  /// Target side: the restore thread runs as `tid`; the process is in `state`.
+  void set_checkpoint_identity(int32_t tid, uint32_t state);
+  /// Target side (checkpoint): gives back every byte this process has charged, on every device,
+  /// and hides it from processes(); returns the bytes per physical device.
+  std::vector<uint64_t> release_devices();
+  /// Target side (restore): charges `bytes` (per physical device) back, all or nothing, and shows
+  /// the process again. False: some device has no room (nothing charged).
+  bool recharge_devices(const std::vector<uint64_t>& bytes);
 
   /// Gives everything of this process back (bytes, context entries, engines) and frees its slot.
   /// Later calls do nothing. Called at exit.
