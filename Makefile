@@ -110,7 +110,7 @@ TEST_PROGRAMS :=
 BENCHES :=
 include $(wildcard tools/simgpu/module.mk tools/workload/module.mk interpose/module.mk \
                    daemon/module.mk tools/coloc/module.mk estimator/module.mk \
-                   tools/slurm/module.mk tests/programs/module.mk)
+                   tools/slurm/module.mk tools/ckpt/module.mk tests/programs/module.mk)
 include tests/module.mk
 include mk/install.mk
 

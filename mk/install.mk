@@ -9,6 +9,8 @@
 #   $(PREFIX)/sbin/colocd                the daemon, started by systemd (as slurmd is in sbin)
 #   $(PREFIX)/lib/coloc/libcoloc.so      the interposer; `coloc run` finds it from its own path
 #                                        (<bin>/../lib/coloc), so bin and lib stay under one PREFIX
+#   $(PREFIX)/lib/coloc/coloc-ckpt       the checkpoint helper (suspend and resume through the
+#                                        driver's checkpoint API), which colocd runs; admins may too
 #   $(PREFIX)/lib/coloc/spank_coloc.so   the Slurm plugin, where it was built (libslurm-dev present);
 #                                        it finds libcoloc.so beside it and coloc in ../../bin
 #   $(SYSTEMDUNITDIR)/colocd.service     from deploy/systemd/colocd.service.in (@SBINDIR@ filled in)
@@ -54,7 +56,7 @@ COLOC_UNITS_SEEN = $(filter $(COLOC_SYSTEMD_DIRS),$(SYSTEMDUNITDIR))
 # SPANK_PLUGIN); used alone, this file installs it when the build has one.
 SPANK_PLUGIN ?=
 COLOC_SPANK_BUILT = $(or $(SPANK_PLUGIN),$(wildcard $(BUILD)/lib/spank_coloc.so))
-install: $(BUILD)/bin/coloc $(BUILD)/bin/colocd $(BUILD)/lib/libcoloc.so $(SPANK_PLUGIN)
+install: $(BUILD)/bin/coloc $(BUILD)/bin/colocd $(BUILD)/bin/coloc-ckpt $(BUILD)/lib/libcoloc.so $(SPANK_PLUGIN)
 	@printf '  %-8s %s\n' INSTALL '$(DESTDIR)$(PREFIX) (from $(BUILD))'
 	$(Q)case '$(PREFIX)' in /*) ;; *) echo "install: PREFIX must be an absolute path (got '$(PREFIX)')" >&2; exit 2;; esac
 	$(Q)$(INSTALL) -d '$(DESTDIR)$(COLOC_BINDIR)' '$(DESTDIR)$(COLOC_SBINDIR)' '$(DESTDIR)$(COLOC_PKGLIBDIR)' \
@@ -64,6 +66,7 @@ install: $(BUILD)/bin/coloc $(BUILD)/bin/colocd $(BUILD)/lib/libcoloc.so $(SPANK
 	$(Q)$(INSTALL) $(INSTALL_STRIP) -m 0755 '$(BUILD)/bin/coloc' '$(DESTDIR)$(COLOC_BINDIR)/coloc'
 	$(Q)$(INSTALL) $(INSTALL_STRIP) -m 0755 '$(BUILD)/bin/colocd' '$(DESTDIR)$(COLOC_SBINDIR)/colocd'
 	$(Q)$(INSTALL) $(INSTALL_STRIP) -m 0644 '$(BUILD)/lib/libcoloc.so' '$(DESTDIR)$(COLOC_PKGLIBDIR)/libcoloc.so'
+	$(Q)$(INSTALL) $(INSTALL_STRIP) -m 0755 '$(BUILD)/bin/coloc-ckpt' '$(DESTDIR)$(COLOC_PKGLIBDIR)/coloc-ckpt'
 	$(Q)$(if $(COLOC_SPANK_BUILT),$(INSTALL) $(INSTALL_STRIP) -m 0644 '$(COLOC_SPANK_BUILT)' '$(DESTDIR)$(COLOC_PKGLIBDIR)/spank_coloc.so',\
 	  echo "  note:    no Slurm plugin: it is built where Slurm's headers are (libslurm-dev; COLOC_WITH_SLURM=1 make installs them)")
 	$(Q)sed -e 's|@SBINDIR@|$(COLOC_SBINDIR)|g' $(if $(COLOC_CONFIG_LINE),-e 's|^@CONFIG@$$|$(COLOC_CONFIG_LINE)|',-e '/^@CONFIG@$$/d') \
@@ -96,6 +99,7 @@ uninstall:
 	@printf '  %-8s %s\n' UNINSTALL '$(DESTDIR)$(PREFIX)'
 	$(Q)rm -f '$(DESTDIR)$(COLOC_BINDIR)/coloc' '$(DESTDIR)$(COLOC_SBINDIR)/colocd' \
 	  '$(DESTDIR)$(COLOC_PKGLIBDIR)/libcoloc.so' '$(DESTDIR)$(COLOC_PKGLIBDIR)/spank_coloc.so' \
+	  '$(DESTDIR)$(COLOC_PKGLIBDIR)/coloc-ckpt' \
 	  '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.service' '$(DESTDIR)$(SYSTEMDUNITDIR)/colocd.socket'
 	$(Q)rmdir '$(DESTDIR)$(COLOC_PKGLIBDIR)' 2>/dev/null || true
 # The config goes only while it is the example as installed: an edited one is the admin's.

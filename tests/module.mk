@@ -7,11 +7,11 @@
 TEST_SUPPORT_SRCS := $(wildcard tests/support/*.cpp)
 TEST_SRCS   := $(wildcard tests/unit/*/*.cpp tests/integration/*/*.cpp)
 # ThreadSanitizer reports races between threads. These unit suites test single-threaded code (the
-# CUDA ABI tables, the CLI's formatting, protocol encoding, the estimator's arithmetic, the GPU
-# scripts' parsing, the workload generators) and start no thread, so the TSan build leaves them
+# CUDA ABI tables, coloc-ckpt's roll-back order, the CLI's formatting, protocol encoding, the
+# estimator's arithmetic, the GPU scripts' parsing, the workload generators) and start no thread, so the TSan build leaves them
 # out; the plain and ASan builds run them. Should one of them start a thread, the TSan build
 # stops and says so.
-TSAN_SKIPPED := tests/unit/abi tests/unit/cli tests/unit/common tests/unit/estimator tests/unit/gpu \
+TSAN_SKIPPED := tests/unit/abi tests/unit/ckpt tests/unit/cli tests/unit/common tests/unit/estimator tests/unit/gpu \
                 tests/unit/workload
 ifeq ($(SAN),tsan)
   TSAN_THREAD_RE := std::thread|std::jthread|pthread_create|std::async|fork[(]
@@ -220,6 +220,15 @@ bench-queue: $(QUEUE_BENCH)
 	$(Q)$(QUEUE_BENCH) --out $(BUILD)/bench/queue.json
 BENCHES += bench-queue
 
+# ---- benchmark: simgpu's checkpoint API, checkpoint and restore time against bytes ----
+# (tests/bench/checkpoint_bench.py) 256 MiB to 4 GiB, three lock/checkpoint/restore/unlock cycles
+# each, data checked after; what PCIe predicts for 40 GiB -> build/bench/checkpoint.json (a minute).
+.PHONY: bench-checkpoint
+bench-checkpoint: $(BUILD)/sim/libcuda.so.1 $(BUILD)/tests/bin/cuprobe
+	$(call say,BENCH,checkpoint)
+	$(Q)python3 tests/bench/checkpoint_bench.py --build $(BUILD) --out $(BUILD)/bench/checkpoint.json
+BENCHES += bench-checkpoint
+
 .PHONY: bench
 bench: $(BENCHES)
 
@@ -240,4 +249,5 @@ fuzz: $(FUZZERS)
 .PHONY: demo
 demo: $(PRODUCTS)
 	$(Q)tools/demo/demo.sh $(BUILD)
+
 

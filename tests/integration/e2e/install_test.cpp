@@ -71,6 +71,7 @@ TEST_CASE("install: make install under a prefix, a job on simgpu with the instal
   CHECK(executable(prefix + "/bin/coloc"));
   CHECK(executable(prefix + "/sbin/colocd"));
   CHECK(file_exists(prefix + "/lib/coloc/libcoloc.so"));
+  CHECK(executable(prefix + "/lib/coloc/coloc-ckpt"));  // the checkpoint helper colocd runs
   CHECK(file_exists(prefix + "/lib/coloc/spank_coloc.so") == file_exists(build_path("lib/spank_coloc.so")));
   CHECK(read_file(etc + "/coloc/colocd.toml") == read_file(source_path("deploy/colocd.toml")));
   const std::string units = prefix + "/lib/systemd/system";
@@ -80,7 +81,8 @@ TEST_CASE("install: make install under a prefix, a job on simgpu with the instal
   CHECK(service.find("\nEnvironment=COLOC_CONFIG=" + etc + "/coloc/colocd.toml\n") != std::string::npos);
   CHECK_MESSAGE(in.out.find("not colocd's default /etc/coloc/colocd.toml") != std::string::npos, in.out);
   // Installed stripped, as packagers do (the build keeps its debug information).
-  for (const std::string& f : {prefix + "/bin/coloc", prefix + "/sbin/colocd", prefix + "/lib/coloc/libcoloc.so"}) {
+  for (const std::string& f : {prefix + "/bin/coloc", prefix + "/sbin/colocd", prefix + "/lib/coloc/libcoloc.so",
+                               prefix + "/lib/coloc/coloc-ckpt"}) {
     CAPTURE(f);
     ProcResult sections = run({"readelf", "-S", "--wide", f}, Env(), 20s);
     REQUIRE(sections.exit_code == 0);
@@ -159,7 +161,8 @@ TEST_CASE("install: DESTDIR stages /usr/local; an existing config is never overw
   std::vector<std::string> files = files_under(dest);
   std::sort(files.begin(), files.end());
   // The Slurm plugin is there where the build made one (Slurm's headers installed).
-  std::vector<std::string> expected = {"etc/coloc/colocd.toml", "usr/local/bin/coloc", "usr/local/lib/coloc/libcoloc.so"};
+  std::vector<std::string> expected = {"etc/coloc/colocd.toml", "usr/local/bin/coloc", "usr/local/lib/coloc/coloc-ckpt",
+                                       "usr/local/lib/coloc/libcoloc.so"};
   if (file_exists(build_path("lib/spank_coloc.so"))) expected.push_back("usr/local/lib/coloc/spank_coloc.so");
   for (const char* f : {"usr/local/lib/systemd/system/colocd.service", "usr/local/lib/systemd/system/colocd.socket",
                         "usr/local/sbin/colocd"})
