@@ -27,7 +27,8 @@ namespace {
   X(cuInit) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain)          \
   X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuModuleLoadData) X(cuModuleGetFunction)           \
   X(cuModuleUnload) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuMemAlloc)          \
-  X(cuMemFree) X(cuLaunchKernel) X(cuGetErrorName) X(cuGetErrorString)
+  X(cuMemFree) X(cuLaunchKernel) X(cuGetErrorName) X(cuGetErrorString) X(cuMemcpyHtoD) X(cuMemcpyDtoH)   \
+  X(cuMemsetD32Async)
 #define COLOC_TRAIN_STR2(x) #x
 #define COLOC_TRAIN_STR(x) COLOC_TRAIN_STR2(x)
 
@@ -138,6 +139,18 @@ void Gpu::spin(uint64_t ns) {
 }
 
 void Gpu::synchronize() { check(driver().cuStreamSynchronize(stream_), "cuStreamSynchronize"); }
+
+void Gpu::upload(CUdeviceptr dst, const void* src, uint64_t bytes) {
+  check(driver().cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+}
+
+void Gpu::download(void* dst, CUdeviceptr src, uint64_t bytes) {
+  check(driver().cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
+}
+
+void Gpu::memset32(CUdeviceptr dst, uint32_t value, uint64_t words) {
+  check(driver().cuMemsetD32Async(dst, value, words, stream_), "cuMemsetD32Async");
+}
 
 void Gpu::spin_on(unsigned stream, uint64_t ns) {
   const Driver& drv = driver();

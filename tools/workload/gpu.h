@@ -38,6 +38,11 @@ class Gpu final : public DeviceMemory, public Compute, public StreamCompute {
   void spin(uint64_t ns) override;
   /// cuStreamSynchronize. Throws CudaError.
   void synchronize() override;
+  /// cuMemcpyHtoD / cuMemcpyDtoH of `bytes` (synchronous). Throws CudaError.
+  void upload(CUdeviceptr dst, const void* src, uint64_t bytes);
+  void download(void* dst, CUdeviceptr src, uint64_t bytes);
+  /// cuMemsetD32Async of `words` 32-bit words on the stream. Throws CudaError.
+  void memset32(CUdeviceptr dst, uint32_t value, uint64_t words);
   /// coloc_spin(ns) on stream 0 (the one above) or 1 (a second stream, created on first use).
   /// Throws CudaError.
   void spin_on(unsigned stream, uint64_t ns) override;

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "caching_allocator.h"
+#include "data_check.h"
 #include "coloc/size.h"
 #include "duty.h"
 #include "errors.h"
@@ -61,6 +62,7 @@ struct Options {
   bool duty = false;  // a duty cycle was asked for (set by validate)
   std::string pattern;  // --pattern: "async" (pattern.h)
   AsyncPattern async;
+  int64_t check_data_mib = 0;  // --check-data: MiB of patterned memory checked every iteration (data_check.h)
 };
 
 // The memory a model-less duty-cycle job holds for its whole run (one cuMemAlloc).
@@ -113,6 +115,7 @@ void validate(Options& o, const CLI::App& app) {
     only_for(app, "a duty cycle", {"--kernel-us", "--host-model", "--lucid-dir"});
     if (o.device < 0 || o.device > INT32_MAX) throw InputError("--device must be a device ordinal (0, 1, ...)");
     if (std::string why = check_async(o.async); !why.empty()) throw InputError(why);
+    if (app.count("--check-data")) throw InputError("--check-data applies only to --model, --model-file or a duty cycle");
     if (o.iters < 1) throw InputError("--iters must be at least 1 (got " + std::to_string(o.iters) + ")");
     if (app.count("--duration")) {
       if (app.count("--iters")) throw InputError("give --iters or --duration, not both");
@@ -120,6 +123,10 @@ void validate(Options& o, const CLI::App& app) {
         throw InputError("--duration must be a positive number of seconds, at most 86400");
     }
     return;
+  }
+  if (app.count("--check-data")) {
+    if (!o.trace.empty()) throw InputError("--check-data applies only to --model, --model-file or a duty cycle");
+    if (o.check_data_mib < 1 || o.check_data_mib > 65536) throw InputError("--check-data must be from 1 to 65536 MiB");
   }
   const bool duty_opts = app.count("--gpu-util") || app.count("--iter-ms");
   o.duty = duty_opts || app.count("--lucid");
@@ -228,6 +235,17 @@ void guarded(Outcome& out, F&& body) {
   }
 }
 
+// --check-data's results; a mismatch makes the run an error.
+void report_check(const std::optional<DataCheck>& check, Outcome& out) {
+  if (!check) return;
+  out.extra["data_check"] = {{"bytes", check->bytes()}, {"checks", check->checks()},
+                             {"mismatches", check->mismatches()}, {"digest", check->digest()}};
+  if (check->mismatches() && out.status == "ok") {
+    out.status = "error";
+    out.error = "--check-data: " + std::to_string(check->mismatches()) + " words of device memory were not what was written";
+  }
+}
+
 void run_model(const Options& o, const Model& model, const Duty& duty, const std::string& job, Outcome& out) {
   // A duty cycle scales every kernel so that the step's kernels fill gpu_util% of iter_ms.
   const double tflops = o.duty ? tflops_for_step(model, duty.device_ns()) : o.tflops;
@@ -241,6 +259,7 @@ void run_model(const Options& o, const Model& model, const Duty& duty, const std
   std::optional<Gpu> gpu;
   std::optional<CachingAllocator> alloc;  // declared after gpu: destroyed before it
   std::optional<Trainer> trainer;
+  std::optional<DataCheck> check;  // after gpu: destroyed before it
   guarded(out, [&] {
     gpu.emplace(int(o.device));
     out.extra["device"] = gpu->ordinal();
@@ -249,9 +268,18 @@ void run_model(const Options& o, const Model& model, const Duty& duty, const std
     alloc.emplace(*gpu);
     trainer.emplace(model, topts, *alloc, *gpu);
     trainer->setup();
+    if (o.check_data_mib) check.emplace(*gpu, uint64_t(o.check_data_mib) << 20);
     MonotonicClock clock;
     const LoopPlan plan = loop_plan(o, duty);
-    run_loop(clock, plan, [&] { trainer->launch_step(); }, [&] { gpu->synchronize(); }, [&](size_t i, double ms) {
+    uint64_t iteration = 0;
+    run_loop(clock, plan, [&] {
+      trainer->launch_step();
+      if (check) check->launch(iteration);
+    }, [&] {
+      gpu->synchronize();
+      if (check) check->verify(iteration);
+      ++iteration;
+    }, [&](size_t i, double ms) {
       progress_line(o, job, i, plan_total(plan), ms,
                     "reserved " + gib(alloc->stats().reserved_bytes) + ", peak allocated " +
                         gib(alloc->stats().peak_allocated_bytes));
@@ -268,6 +296,7 @@ void run_model(const Options& o, const Model& model, const Duty& duty, const std
     out.extra["static_bytes"] = trainer->static_bytes();
     out.extra["kernels"] = trainer->kernels();
   }
+  report_check(check, out);
 }
 
 void run_trace(const Options& o, const Trace& trace, const std::string& job, Outcome& out) {
@@ -303,6 +332,7 @@ void run_duty(const Options& o, const Duty& duty, const std::string& job, Outcom
   const std::vector<uint64_t> kernels = split_kernels(duty.device_ns(), uint64_t(std::llround(o.kernel_us * 1000)));
   out.extra["kernel_us"] = o.kernel_us;
   std::optional<Gpu> gpu;
+  std::optional<DataCheck> check;  // after gpu: destroyed before it
   CUdeviceptr mem = 0;
   uint64_t launched = 0;
   guarded(out, [&] {
@@ -312,15 +342,23 @@ void run_duty(const Options& o, const Duty& duty, const std::string& job, Outcom
     out.extra["device_total_bytes"] = gpu->total_bytes();
     mem = gpu->allocate(kDutyJobBytes);
     out.peak_bytes = kDutyJobBytes;
+    if (o.check_data_mib) check.emplace(*gpu, uint64_t(o.check_data_mib) << 20);
     MonotonicClock clock;
     const LoopPlan plan = loop_plan(o, duty);
+    uint64_t iteration = 0;
     run_loop(clock, plan, [&] {
       for (uint64_t ns : kernels) gpu->spin(ns), ++launched;
-    }, [&] { gpu->synchronize(); }, [&](size_t i, double ms) { progress_line(o, job, i, plan_total(plan), ms, ""); }, out.loop);
+      if (check) check->launch(iteration);
+    }, [&] {
+      gpu->synchronize();
+      if (check) check->verify(iteration);
+      ++iteration;
+    }, [&](size_t i, double ms) { progress_line(o, job, i, plan_total(plan), ms, ""); }, out.loop);
     gpu->release(mem);
     mem = 0;
   });
   out.extra["kernels"] = launched;
+  report_check(check, out);
   if (mem) {
     try {
       gpu->release(mem);
@@ -513,6 +551,8 @@ int main(int argc, char** argv) {
   app.add_option("--sync-every", o.async.sync_every, "--pattern async: synchronize every N iterations, 1-10000 (default 1)");
   app.add_option("--step-ms", o.async.step_ms, "--pattern async: device time of one iteration, ms (default 100)");
   app.add_option("--seed", o.async.seed, "--pattern async: seed of the kernel durations (default 1)");
+  app.add_option("--check-data", o.check_data_mib,
+                 "MiB of device memory holding a known pattern, checked every iteration (data_check in the output)");
   app.add_flag("--progress", o.progress, "one line per iteration on stderr");
   app.add_flag("--list-models", o.list_models, "list the presets with their parameter counts and exit");
 

@@ -33,7 +33,8 @@ WORKLOAD_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(addprefix tools/workload/, \
 # adds it to coloc-train's prerequisites, after these objects.
 # --lucid reads lucid-solo.csv from the copy in the source tree unless told otherwise.
 $(OBJ)/tools/workload/lucid.o: CPPFLAGS += -DCOLOC_LUCID_DEFAULT_DIR='"$(abspath tools/workload/lucid)"'
-COLOC_TRAIN_OBJS := $(WORKLOAD_CORE_OBJS) $(OBJ)/tools/workload/gpu.o $(OBJ)/tools/workload/main.o
+COLOC_TRAIN_OBJS := $(WORKLOAD_CORE_OBJS) $(OBJ)/tools/workload/gpu.o $(OBJ)/tools/workload/data_check.o \
+                    $(OBJ)/tools/workload/main.o
 COLOC_TRAIN := $(BUILD)/bin/coloc-train
 
 # Not linked against libcuda: gpu.cpp loads libcuda.so.1 with dlopen when the first device is used,
