@@ -537,6 +537,43 @@ int DoctorCommand::run(const std::string& socket) const {
     checks.push_back(std::move(c));
   }
 
+  // checkpoint: does the driver offer the checkpoint API that suspension uses? Asked by coloc-ckpt
+  // itself (beside coloc in the build tree, in PREFIX/lib/coloc when installed), which calls cuInit.
+  if (driver_ok) {
+    Check c{"checkpoint"};
+    std::string helper;
+    for (const std::string& cand : {exe_dir + "/coloc-ckpt", exe_dir + "/../lib/coloc/coloc-ckpt"})
+      if (::access(cand.c_str(), X_OK) == 0) {
+        helper = real(cand);
+        break;
+      }
+    if (helper.empty()) {
+      c.level = Level::kWarn;
+      c.summary = "cannot find coloc-ckpt next to coloc (looked in " + exe_dir + " and " + exe_dir +
+                  "/../lib/coloc): colocd cannot suspend jobs";
+      c.fix = "reinstall coloc (make install puts it in PREFIX/lib/coloc)";
+    } else {
+      ChildResult r = run_child({helper, "--json", "check"}, env, kProbeTimeoutMs);
+      json p = last_json_line(r.out);
+      c.details = p.is_null() ? json::object() : p;
+      c.details["path"] = helper;
+      if (p.is_null()) {
+        c.level = Level::kWarn;
+        c.summary = "coloc-ckpt check " + exit_text(r) + (r.err.empty() ? "" : " (" + first_line(r.err) + ")");
+        c.fix = "run `" + helper + " check` by hand to see why";
+      } else if (!p.value("ok", false)) {
+        c.level = Level::kWarn;
+        c.summary = "no suspension on this node: " + p.value("error", std::string("the checkpoint API is missing"));
+        c.fix = "the checkpoint API needs NVIDIA driver 570 or newer on x86-64; colocd's preempt setting stays off";
+      } else {
+        c.summary = "the driver offers the checkpoint API (CUDA " + cuda_version_text(p.value("driver_version", 0)) +
+                    "): jobs can be suspended to host memory; coloc-ckpt calls cuInit, so restore needs no "
+                    "persistence mode";
+      }
+    }
+    checks.push_back(std::move(c));
+  }
+
   // libcoloc: loads in a test process and reaches the driver through its hooks.
   std::string lib;
   for (const std::string& cand : {exe_dir + "/../lib/libcoloc.so", exe_dir + "/../lib/coloc/libcoloc.so", exe_dir + "/libcoloc.so"})

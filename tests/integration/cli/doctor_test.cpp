@@ -44,6 +44,8 @@ TEST_CASE("coloc doctor: no colocd fails the socket check (exit 1); the driver a
   CHECK(check_of(doc, "driver")["status"] == "ok");
   CHECK(check_of(doc, "driver")["details"]["simgpu"] == true);
   CHECK_MESSAGE(check_of(doc, "libcoloc")["status"] == "ok", doc.dump(1));
+  CHECK_MESSAGE(check_of(doc, "checkpoint")["status"] == "ok", doc.dump(1));  // simgpu has the checkpoint API
+  CHECK(check_of(doc, "checkpoint")["details"]["driver_version"] == 13000);
   CHECK(check_of(doc, "glibc")["status"] == "ok");
   CHECK(check_of(doc, "preload")["status"] == "ok");
   json socket = check_of(doc, "socket");
@@ -76,7 +78,7 @@ TEST_CASE("coloc doctor: all good against colocd on simgpu, and libcoloc.so's ch
   CHECK_MESSAGE(r.exit_code == 0, describe(r));
   doc = doctor_json(r);
   CHECK(doc["ok"] == true);
-  for (const char* name : {"driver", "libcoloc", "glibc", "preload", "socket", "colocd", "nvml"})
+  for (const char* name : {"driver", "checkpoint", "libcoloc", "glibc", "preload", "socket", "colocd", "nvml"})
     CHECK_MESSAGE(check_of(doc, name)["status"] == "ok", name, ": ", check_of(doc, name).dump());
   // BPF depends on the machine (root, BTF): either outcome is a known one.
   const json watch = check_of(doc, "exit-watch");
