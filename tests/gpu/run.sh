@@ -83,5 +83,10 @@ if $PY -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   check queue-depth $PY tests/gpu/queue_depth.py
 fi
 
+step "suspension: a deterministic PyTorch job suspended to host memory while another uses the card, then resumed"
+if [ -x "$B/bin/coloc-ckpt" ] && $PY -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  check torch-suspend $PY tests/gpu/torch_suspend.py --ckpt "$B/bin/coloc-ckpt" --json "$OUT/suspend.json"
+fi
+
 echo; echo "failures: $failures"
 exit $((failures > 0))

@@ -18,7 +18,7 @@ TEST_CASE("the GPU scripts parse") {
     CHECK_MESSAGE(r.exit_code == 0, sh << ": " << describe(r));
   }
   for (const char* py : {"tests/gpu/torch_limit.py", "tests/gpu/torch_train.py", "tests/gpu/torch_models.py",
-                         "tests/gpu/torch_estimate.py", "tests/gpu/queue_depth.py"}) {
+                         "tests/gpu/torch_estimate.py", "tests/gpu/queue_depth.py", "tests/gpu/torch_suspend.py"}) {
     TempDir tmp;
     auto r = run({"python3", "-c", std::string("import ast,sys; ast.parse(open('") + source_path(py) + "').read())"}, env, 20s);
     CHECK_MESSAGE(r.exit_code == 0, py << ": " << describe(r));
