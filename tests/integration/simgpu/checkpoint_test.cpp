@@ -173,13 +173,21 @@ TEST_CASE("SIMGPU_CHECKPOINT_FAULT: a failed checkpoint leaves FAILED; a caller 
     TempDir tmp2("simgpu-ckpt");
     Env faulty = sim_env(tmp2, "8GiB");
     Env plain = faulty;
-    faulty.set("SIMGPU_CHECKPOINT_FAULT", "checkpoint:stall:400");
+    faulty.set("SIMGPU_CHECKPOINT_FAULT", "checkpoint:stall:1500");
     Target t(tmp2, faulty, {"alloc", "64MiB", "a", "upload", "a", "7"}, {"check", "a", "7"});
     auto v = run_probe(plain, {"init", "ckpt-lock", t.pid}, 2);
     REQUIRE(rc(v[1]) == "CUDA_SUCCESS");
     Proc caller(probe_args({"init", "ckpt-checkpoint", t.pid}), plain);
     REQUIRE(wait_lines(caller, 1).size() >= 1);
-    caller.kill(SIGKILL);  // while the target stalls in its checkpoint
+    // Once it has posted the request its main thread sleeps (a futex wait for the result), while
+    // the target stalls 1.5 s in its checkpoint: kill it then.
+    auto state_of = [](pid_t pid) {
+      std::string stat = coloc::test::read_file("/proc/" + std::to_string(pid) + "/stat");
+      size_t paren = stat.rfind(')');
+      return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
+    };
+    REQUIRE(wait_until([&] { return state_of(caller.pid()) == 'S'; }, 10s));
+    caller.kill(SIGKILL);
     caller.wait();
     // The checkpoint completes anyway, and the next caller finds it done.
     REQUIRE(wait_until(
