@@ -18,6 +18,7 @@ DAEMON_CORE_SRCS := \
   daemon/broker/priority_fifo_policy.cpp \
   daemon/broker/backfill.cpp \
   daemon/broker/broker_queue.cpp \
+  daemon/broker/preempt.cpp \
   daemon/compute/gates.cpp \
   daemon/compute/compute_policy.cpp \
   daemon/compute/priority_policy.cpp \
@@ -37,6 +38,7 @@ DAEMON_CORE_SRCS := \
   daemon/engine/client_pages.cpp \
   daemon/device/nvml_reader.cpp \
   daemon/device/outside_processes.cpp \
+  daemon/device/host_memory.cpp \
   daemon/metrics/counters.cpp \
   daemon/metrics/exposition.cpp
 DAEMON_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_CORE_SRCS))
