@@ -48,6 +48,7 @@ DAEMON_CORE_OBJS := $(patsubst %.cpp,$(OBJ)/%.o,$(DAEMON_CORE_SRCS))
 DAEMON_IO_SRCS := \
   daemon/engine/event_loop.cpp \
   daemon/engine/listener.cpp \
+  daemon/engine/helper_process.cpp \
   daemon/watch/pidfd_watch.cpp \
   daemon/watch/bpf_exit_watch.cpp \
   daemon/watch/process_watcher.cpp \
