@@ -154,8 +154,9 @@ TEST_CASE("timeslice: a job that sleeps between bursts gives its quanta up, so t
   // The device stays busy: the idle job's turns end at once, the gaps between kernels are
   // handovers (a few ms), never a quantum spent waiting for a sleeper. A turn held by the sleeper
   // would leave a gap of about the quantum after each of its ~16 bursts; a loaded machine (a
-  // sanitizer build on 2 cores) can stretch one handover past half a quantum, so the bar is at
-  // most two such gaps and none of a whole quantum.
+  // sanitizer build on 2 cores) can stretch one handover past half a quantum, and once past a
+  // whole one (58 ms on CI's plain run, device still 94% busy), so the bar is at most two such
+  // gaps and none of two quanta.
   uint64_t start = ks.front().start, end = 0, busy = 0, longest_gap = 0, prev_end = ks.front().start;
   size_t long_gaps = 0;
   for (const tr::Kernel& k : ks) {
@@ -171,7 +172,7 @@ TEST_CASE("timeslice: a job that sleeps between bursts gives its quanta up, so t
        " ms, gaps of half a quantum or more: ", long_gaps);
   CHECK(double(busy) / double(end - start) > 0.85);
   CHECK(long_gaps <= 2);
-  CHECK(longest_gap < kQuantumMs * kMs);
+  CHECK(longest_gap < 2 * kQuantumMs * kMs);
 }
 
 TEST_CASE("timeslice: a job that held the device alone gets turns again within a couple of quanta of a newcomer") {
