@@ -57,15 +57,21 @@ void finish_all(std::vector<std::unique_ptr<Proc>>& jobs, std::vector<int> count
 
 /// No overlap anywhere (the first second included: the first kernels are where a first burst
 /// overlapped), and the timeslice tests' bar for the runs: of the interior runs, at least 80% are
-/// at least half a quantum long, of at least `min_runs` interior runs.
-void check_no_overlap_and_runs(const std::vector<tr::Kernel>& ks, size_t min_runs = 3) {
+/// at least half a quantum long, of at least `min_runs` interior runs. One exception, by design: a
+/// holder that does not drain within the policy's grace loses the device anyway (scheduler.h), and
+/// colocd logs "drain timeout"; a loaded 2-core machine (CI's ASan run with the TSan build behind
+/// it) once left 3 overlapping kernels after the first second that way. Overlaps past the first
+/// second are then allowed, a few, and only then.
+void check_no_overlap_and_runs(const Node& n, const std::vector<tr::Kernel>& ks, size_t min_runs = 3) {
   REQUIRE(!ks.empty());
   const uint64_t t0 = ks.front().start;
   std::vector<tr::Kernel> first_second;
   for (const tr::Kernel& k : ks)
     if (k.start < t0 + 1000 * kMs) first_second.push_back(k);
   CHECK(tr::overlaps(first_second, 0) == 0);
-  CHECK(tr::overlaps(ks, 0) == 0);
+  const bool drain_timed_out = n.log().find("drain timeout") != std::string::npos;
+  INFO("colocd logged a drain timeout: ", drain_timed_out);
+  CHECK(tr::overlaps(ks, 0) <= (drain_timed_out ? 5 : 0));
   auto runs = tr::interior(tr::runs(ks, 0));
   REQUIRE(runs.size() >= min_runs);
   size_t long_runs = 0;
@@ -86,7 +92,7 @@ TEST_CASE("first burst: two jobs queueing 300 kernels of 5 ms on the NULL stream
   finish_all(jobs, {300});
   auto ks = tr::kernels(n.file("trace.csv"));
   CHECK(ks.size() == 600);
-  check_no_overlap_and_runs(ks);
+  check_no_overlap_and_runs(n, ks);
 }
 
 TEST_CASE("first burst: two jobs of two streams each never overlap, from the first launch") {
@@ -96,7 +102,7 @@ TEST_CASE("first burst: two jobs of two streams each never overlap, from the fir
   std::vector<std::unique_ptr<Proc>> jobs;
   for (const char* name : {"sa", "sb"}) jobs.push_back(burst(n, name, "kernel", 300, "5000000", 2));
   finish_all(jobs, {300});
-  check_no_overlap_and_runs(tr::kernels(n.file("trace.csv")));
+  check_no_overlap_and_runs(n, tr::kernels(n.file("trace.csv")));
 }
 
 TEST_CASE("first burst: a job of 50-kernel graphs beside a job of kernels never overlap, from the first launch") {
@@ -109,7 +115,7 @@ TEST_CASE("first burst: a job of 50-kernel graphs beside a job of kernels never 
   jobs.push_back(burst(n, "graphs", "graph", 100, "300000", 0, 50));
   jobs.push_back(burst(n, "kernels", "kernel", 300, "5000000"));
   finish_all(jobs, {100, 300});
-  check_no_overlap_and_runs(tr::kernels(n.file("trace.csv")));
+  check_no_overlap_and_runs(n, tr::kernels(n.file("trace.csv")));
 }
 
 TEST_CASE("first burst: jobs mixing 20 us and 20 ms kernels never overlap, from the first launch") {
@@ -121,7 +127,7 @@ TEST_CASE("first burst: jobs mixing 20 us and 20 ms kernels never overlap, from 
   const std::string mix = "20000,20000,20000,20000,20000,20000,20000,20000,20000,20000000";
   for (const char* name : {"ma", "mb"}) jobs.push_back(burst(n, name, "kernel", 600, mix));
   finish_all(jobs, {600});
-  check_no_overlap_and_runs(tr::kernels(n.file("trace.csv")));
+  check_no_overlap_and_runs(n, tr::kernels(n.file("trace.csv")));
 }
 
 TEST_CASE("first burst: two coloc-train --pattern async jobs of 250 kernels an iteration (runs of cheap kernels between long ones) never overlap") {
@@ -141,7 +147,7 @@ TEST_CASE("first burst: two coloc-train --pattern async jobs of 250 kernels an i
     REQUIRE_MESSAGE(r.exit_code == 0, describe(r));
   }
   auto ks = tr::kernels(n.file("trace.csv"));
-  check_no_overlap_and_runs(ks);
+  check_no_overlap_and_runs(n, ks);
   CHECK(tr::busy(ks, 0).size() == 2);
 }
 
@@ -157,7 +163,7 @@ TEST_CASE("first burst: a third job joining mid-run does not overlap the two tha
   finish_all(jobs, {300});
   auto ks = tr::kernels(n.file("trace.csv"));
   CHECK(tr::busy(ks, 0).size() == 3);
-  check_no_overlap_and_runs(ks);
+  check_no_overlap_and_runs(n, ks);
 }
 
 TEST_CASE("first burst: under priority, a best-effort job's first burst in the high job's idle gap does not hold the high job's next bursts back") {
