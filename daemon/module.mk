@@ -18,6 +18,7 @@ DAEMON_CORE_SRCS := \
   daemon/broker/priority_fifo_policy.cpp \
   daemon/broker/backfill.cpp \
   daemon/broker/broker_queue.cpp \
+  daemon/broker/broker_suspend.cpp \
   daemon/broker/preempt.cpp \
   daemon/compute/gates.cpp \
   daemon/compute/compute_policy.cpp \
@@ -66,6 +67,7 @@ DAEMON_SRCS := \
   daemon/engine/server_estimate.cpp \
   daemon/engine/server_queue.cpp \
   daemon/engine/server_cancel.cpp \
+  daemon/engine/server_suspend.cpp \
   daemon/engine/server_metrics.cpp \
   daemon/engine/server_outside.cpp \
   daemon/engine/server_systemd.cpp \

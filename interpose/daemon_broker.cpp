@@ -173,6 +173,9 @@ bool queue_words(const DaemonLink& link, char* out, size_t cap, pages::QueueNote
     case proto::WaitReason::kRestart:
       std::snprintf(why, sizeof why, "colocd restarted and waits for its running jobs to come back");
       break;
+    case proto::WaitReason::kSuspended:
+      std::snprintf(why, sizeof why, "its job is suspended to host memory; it goes on once the job is restored");
+      break;
     default:
       std::snprintf(why, sizeof why, "reason %u", note->reason);
   }

@@ -16,6 +16,7 @@
 
 #include "broker.h"
 #include "ledger.h"
+#include "preflight.h"
 
 namespace coloc::interpose::daemon_pages {
 
@@ -120,6 +121,7 @@ int adopt(int control_fd, int stats_fd) {
   ::munmap(tmp_s, kPage);
   ::close(control_fd);
   if (s) {
+    preflight::republish();  // what the process did before this page: colocd must see it
     g_stats_fd.store(stats_fd, std::memory_order_release);
     if (old_fd >= 0) ::close(old_fd);
   } else {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "coloc/pages.h"
 #include "devices.h"
 #include "driver.h"
 #include "graph_hooks.h"
@@ -28,6 +29,7 @@
 #include "limits.h"
 #include "log.h"
 #include "pools.h"
+#include "preflight.h"
 #include "runtime.h"
 
 namespace coloc::interpose {
@@ -286,7 +288,10 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
-  return device_alloc<Fn::cuMemAllocManaged, Fn::cuMemFree_v2>(dptr, bytesize, flags);
+  CUresult r = device_alloc<Fn::cuMemAllocManaged, Fn::cuMemFree_v2>(dptr, bytesize, flags);
+  // The checkpoint API refuses a process with managed memory: colocd must not lock this one.
+  if (r == CUDA_SUCCESS) preflight::note(pages::kUsedManaged);
+  return r;
 }
 
 CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pPitch, unsigned int WidthInBytes,

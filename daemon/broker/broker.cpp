@@ -248,7 +248,7 @@ WaiterView Broker::view_of(const Waiter& w) const {
 bool Broker::waits_ahead(uint32_t device, const WaiterView& me, ClientId except_client, uint32_t except_seq) const {
   for (const Waiter& w : waiters_) {
     if (w.client == except_client && w.seq == except_seq) continue;
-    if (!w.device_short) continue;  // held only by its user's cap
+    if (!w.device_short || w.frozen) continue;  // held only by its user's cap, or its job is suspended
     if (!waits_on(w, device)) continue;
     const WaiterView v = view_of(w);
     if (policy_.before(v, me)) return true;
@@ -382,6 +382,11 @@ Broker::Decision Broker::decide_attach(Client& c, const std::vector<AttachNeed>&
       if (bf.ahead && extra_exact <= room) d.backfill.push_back({dev, head->order, bf});
       else room = 0;
     }
+    // A suspended job's queued restore comes first, backfill or not, for jobs of its priority or lower.
+    if (extra_exact > 0 && restore_ahead(dev, job.priority, job.serial) != 0) {
+      room = 0;
+      if (!d.backfill.empty() && d.backfill.back().device == dev) d.backfill.pop_back();
+    }
     if (extra_target > room) all_room_target = false;
     if (extra_exact > room) {
       all_room_exact = false;
@@ -509,6 +514,11 @@ bool Broker::park(Client& c, Waiter w, Nanos now) {
   w.since = now;
   const Nanos timeout = w.admission ? job.admission_wait_timeout : job.wait_timeout;
   w.deadline = timeout ? sat_add(now, timeout) : kNever;
+  if (off_books(job)) {  // its wait clock runs only once its job is restored
+    w.frozen = true;
+    w.left = w.deadline == kNever ? kNever : timeout;
+    w.deadline = kNever;
+  }
   std::optional<uint32_t> dev;
   if (!w.admission) dev = c.slots[w.slot].device;
   else dev = w.devices.front().device;
@@ -554,6 +564,18 @@ void Broker::attach(ClientId id, uint32_t seq, std::span<const AttachRequest> re
     if (reqs[i].measured) refresh_outside(devs[i].device, reqs[i].physical_free, now);
     else report_outside(devs[i].device, reqs[i].physical_free, now, c, 0, 0, 0);
   }
+  if (off_books(job_of(c))) {  // suspended: nothing is granted until its restore; it waits, frozen
+    Waiter w;
+    w.seq = seq;
+    w.admission = true;
+    for (const AttachNeed& n : devs) w.need = sat_add(w.need, n.request);
+    w.device_short = false;
+    w.devices = std::move(devs);
+    const Bytes need = w.need;
+    const uint32_t first = w.devices.front().device;
+    if (!park(c, std::move(w), now)) refuse(c, seq, Reply::Kind::kAttach, 0, Reason::kBadRequest, need, first, 0, now);
+    return;
+  }
   Decision d = decide_attach(c, devs, now, false);
   if (d.kind == Decision::Kind::kGrant) {
     grant_attach(c, seq, devs, d.grants, 0, now);
@@ -593,6 +615,17 @@ void Broker::grow(ClientId id, uint32_t seq, uint32_t slot, Bytes need, Bytes ph
   }
   const uint32_t dev = c.slots[slot].device;
   report_outside(dev, physical_free, now, c, slot, client_in_use(c, slot), 0);
+  if (off_books(job_of(c))) {  // suspended: nothing is granted until its restore; it waits, frozen
+    Waiter w;
+    w.seq = seq;
+    w.admission = false;
+    w.slot = slot;
+    w.need = need;
+    w.in_use = in_use;
+    w.device_short = false;
+    if (!park(c, std::move(w), now)) refuse(c, seq, Reply::Kind::kGrow, slot, Reason::kBadRequest, need, dev, 0, now, in_use);
+    return;
+  }
   Decision d = decide_grow(c, slot, need, now, false);
   Job& job = job_of(c);
   if (d.kind == Decision::Kind::kGrant) {
@@ -705,7 +738,10 @@ void Broker::answer_waiter(size_t index, bool granted, Reason reason, Nanos now)
 }
 
 void Broker::pump(Nanos now) {
-  if (waiters_.empty()) return;
+  if (waiters_.empty()) {
+    check_restores(now);
+    return;
+  }
   std::vector<size_t> order(waiters_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
@@ -724,6 +760,7 @@ void Broker::pump(Nanos now) {
   std::vector<char> done(waiters_.size(), 0);
   for (size_t i : order) {
     Waiter& w = waiters_[i];
+    if (w.frozen) continue;  // its job is suspended: it neither waits in line nor is served
     Client& c = clients_.at(w.client);
     std::vector<uint32_t> devs;
     if (w.admission)
@@ -798,6 +835,7 @@ void Broker::pump(Nanos now) {
     ++out;
   }
   waiters_.resize(out);
+  check_restores(now);
 }
 
 Bytes Broker::extra_need(const Waiter& w, uint32_t device) const {
@@ -824,7 +862,7 @@ const Waiter* Broker::head_waiter(uint32_t device) const {
   const Waiter* head = nullptr;
   WaiterView head_view;
   for (const Waiter& w : waiters_) {
-    if (!w.device_short) continue;  // held only by its user's cap
+    if (!w.device_short || w.frozen) continue;  // held only by its user's cap, or suspended
     if (!waits_on(w, device)) continue;
     const WaiterView v = view_of(w);
     if (!head || policy_.before(v, head_view)) {
@@ -852,6 +890,7 @@ void Broker::break_deadlock(uint32_t device, Nanos now) {
   for (auto& [serial, job] : jobs_) {
     auto it = job.devices.find(device);
     if (it == job.devices.end() || !it->second.admitted || it->second.clients == 0) continue;
+    if (off_books(job)) continue;  // suspended: it holds nothing there, and waits for nothing
     if (!parked_on(serial, device)) return;  // someone can still free memory
     candidates.push_back({serial, job.priority, job.age, it->second.admitted_at, it->second.growths > 0});
   }
@@ -939,7 +978,8 @@ std::string Broker::audit() const {
       if (granted != jd.granted) o << "job " << job.key.str() << " device " << dev << ": granted " << jd.granted << " != sum " << granted << "\n";
       if (clients != jd.clients) o << "job " << job.key.str() << " device " << dev << ": clients " << jd.clients << " != " << clients << "\n";
       if (!jd.admitted && (jd.reserved || jd.granted)) o << "job " << job.key.str() << ": commitment without admission\n";
-      if (jd.reserved > std::min(job.limit, jd.cap)) o << "job " << job.key.str() << ": reservation over limit\n";
+      if (jd.reserved > std::min(job.limit, jd.cap) && job.suspension != Suspension::kRestoring)
+        o << "job " << job.key.str() << ": reservation over limit\n";
       committed[dev] += std::max(jd.reserved, jd.granted);
       users[job.key.uid] += std::max(jd.reserved, jd.granted);
     }
@@ -958,7 +998,7 @@ std::string Broker::audit() const {
     if (!users.count(uid) || users[uid] != b) o << "user " << uid << ": stale committed " << b << "\n";
   for (auto& [id, c] : clients_)
     for (uint32_t s = 0; s < pages::kSlots; ++s)
-      if (c.slots[s].attached && c.control->slots[s].grant.load() != c.slots[s].grant)
+      if (c.slots[s].attached && !off_books(jobs_.at(c.job)) && c.control->slots[s].grant.load() != c.slots[s].grant)
         o << "client " << id << " slot " << s << ": control page grant differs from the books\n";
   return o.str();
 }

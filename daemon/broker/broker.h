@@ -67,6 +67,25 @@
 // device a newcomer was admitted into meanwhile. Only memory really in use can over-commit it
 // (logged; nothing more is granted there until it fits).
 //
+// Suspension (issue 29; broker_suspend.cpp). The engine's helper checkpoints a job's processes
+// (every one, since a checkpoint frees all of a process's GPUs); while it runs (kSuspending) the
+// books are as they were. Once every process is checkpointed (end_suspend), the job's grants,
+// driver overheads and reservations leave the devices' books (kept aside per slot), so its claims
+// count nothing, in the commitments or in the outside formula; its processes are not reconciled
+// with the driver's figures (which no longer list them); its parked requests freeze (their wait
+// timeouts stop) and hold nothing up, and a request it makes parks frozen. What it needs back on a
+// device (restore_need) is what the device held for it before: the driver's figures for its
+// processes then (begin_suspend), or its grants and overheads where more. That is a queued restore
+// request, not a commitment: it is admitted (check_restores, after every pass over the queue) when
+// it fits every device the job used, no request of a higher priority waits there, and the user's
+// cap allows; then the need is reserved (kRestoring) while the helper restores, and end_restore
+// gives the job its grants and overheads back, and its reservation where that still fits. Until it
+// is admitted, no new admission of the same or a lower priority takes memory on those devices
+// (backfill included): a suspended job comes back before newcomers that could not have displaced
+// it. A limit change, a prediction or a restart's reservation touches only the job's limit while
+// it is suspended. A failed restore leaves the job kLost (its reservation released; the driver
+// poisons a process whose restore failed for want of memory).
+//
 // Limit changes (set_limit): lowering lowers the reservation; raising raises it to
 // min(new limit, capacity - headroom) when that whole footprint fits now (available memory, the
 // user's cap, no request of another job parked on the device), else the reservation stays and the
@@ -164,6 +183,8 @@ struct JobDevice {
   /// When the job is expected to end (ns): admission + the median time from admission to end of
   /// its fingerprint's clean runs on the device's model (AttachNeed::run); kNever = not known.
   Nanos expected_end = kNever;
+  /// Its reservation when it was suspended (end_suspend): given back at the restore where it fits.
+  Bytes saved_reserved = 0;
   /// It was admitted ahead of the head of the device's queue (backfill.h), and how.
   bool backfilled = false;
   backfill::Verdict backfill_verdict = backfill::Verdict::kWouldDelay;
@@ -190,6 +211,15 @@ struct Job {
   /// its clients that declared one. Its reservation at a first admission on a device where it has
   /// no limit and no history (footprint_for).
   Bytes estimate = 0;
+  /// Its suspension (types.h), and when its books were released (end_suspend; ns).
+  Suspension suspension = Suspension::kNone;
+  Nanos suspended_at = 0;
+  /// Its restore waits for `coloc resume` (a suspension a user asked for), not for room alone: it
+  /// is not queued, and holds up no admission, until release_restore.
+  bool restore_held = false;
+  /// When its restore request queued (end_suspend, or release_restore of a held one; ns): restores
+  /// of one priority are admitted in this order.
+  Nanos restore_since = 0;
   /// It was cancelled (Broker::cancel_job, `coloc cancel`): from then on it gets no admission and
   /// nothing that would wait; a growth that fits at once is still granted (a job that catches the
   /// signal may save its state). Not saved across a restart (neither is the pending SIGKILL).
@@ -229,6 +259,11 @@ struct ClientSlot {
   /// status` (a job's `overclaimed`).
   Bytes overclaim = 0;
   Bytes overclaim_reading = 0;  ///< the last reading's
+  /// While its job is suspended (broker.h, "Suspension"): its grant and driver overhead before,
+  /// given back at the restore, and the driver's figure for the process then (kUnknown: none).
+  Bytes saved_grant = 0;
+  Bytes saved_overhead = 0;
+  Bytes saved_used = kUnknown;
 };
 
 struct Client {
@@ -286,6 +321,10 @@ struct Waiter {
   Bytes in_use = kUnknown;  ///< growth: the client's in-use when it asked (Broker::grow)
   // admission: its devices, in request order
   std::vector<AttachNeed> devices;
+  /// Its job is suspended: it holds nothing up, is never served, and its wait is stopped with
+  /// `left` ns to go (kNever: no deadline), until the restore.
+  bool frozen = false;
+  Nanos left = kNever;
 };
 
 class Broker {
@@ -385,6 +424,40 @@ class Broker {
   /// and was `bytes`: raised back to it when the whole raise fits now (else kept, as
   /// set_prediction), unless a declared limit holds there. False when the job is not admitted.
   bool restore_reservation(JobSerial job, uint32_t device, Bytes bytes, Footprint source, ReservationChange* change = nullptr);
+
+  // ---- suspension (issue 29; broker_suspend.cpp; see "Suspension" above) --------------------------
+
+  /// The helper is about to lock and checkpoint the job's processes: keeps, per process and device,
+  /// the driver's last figure for it (what its restore will need) and marks the job kSuspending.
+  /// `held`: its restore is to wait for release_restore (`coloc suspend`), not for room alone (a
+  /// preemption). False (nothing changed) when the job is unknown or not running (kNone).
+  bool begin_suspend(JobSerial job, Nanos now, bool held = false);
+  /// `coloc resume` of a held suspension: its restore request queues from now on. False when the
+  /// job is unknown or not suspended (kSuspending, kSuspended).
+  bool release_restore(JobSerial job, Nanos now);
+  /// The helper finished. `ok`: every process is checkpointed: the job's books leave the devices
+  /// (kSuspended), its parked requests freeze, and what then fits is served. Else nothing changed
+  /// (kNone again). Ignored unless the job is kSuspending.
+  void end_suspend(JobSerial job, bool ok, Nanos now);
+  /// Jobs whose restore was admitted since the last call (kRestoring; their need is reserved): the
+  /// engine runs the helper for each and calls end_restore. Cleared by the call.
+  std::vector<JobSerial> take_restores();
+  /// The restore helper finished. `ok`: the job runs again (kNone): its grants and overheads come
+  /// back, its reservation where it fits, its parked requests thaw with the wait they had left.
+  /// Else its reservation is released and it is kLost. Ignored unless the job is kRestoring.
+  void end_restore(JobSerial job, bool ok, Nanos now);
+  /// What the job's restore needs on `device` (bytes): over its processes attached there, the
+  /// driver's figure for each before the checkpoint, or its grant and overhead where more. 0 when it
+  /// is not suspended there.
+  Bytes restore_need(const Job& job, uint32_t device) const;
+  /// True when the job's memory is off the device's books (kSuspended, kRestoring, kLost).
+  static bool off_books(const Job& job) {
+    return job.suspension == Suspension::kSuspended || job.suspension == Suspension::kRestoring ||
+           job.suspension == Suspension::kLost;
+  }
+  /// The suspended job (if any) whose queued restore keeps an admission of a job of priority
+  /// `priority` (not `self`) off `device`: the first by priority, then suspension time. 0: none.
+  JobSerial restore_ahead(uint32_t device, Priority priority, JobSerial self) const;
 
   // ---- the device's own view -------------------------------------------------------------------
 
@@ -627,6 +700,10 @@ class Broker {
   bool park(Client& c, Waiter w, Nanos now);
   void answer_waiter(size_t index, bool granted, Reason reason, Nanos now);
   void pump(Nanos now);
+  /// Admits the restores that fit now (see "Suspension"); called at the end of every pump().
+  void check_restores(Nanos now);
+  /// True when `w` belongs to a job whose books are off the devices (a frozen request).
+  bool is_frozen(const Waiter& w) const { return w.frozen; }
   void break_deadlock(uint32_t device, Nanos now);
   /// Bytes the job of `w` must commit on `device` beyond what it commits now to serve `w`.
   Bytes extra_need(const Waiter& w, uint32_t device) const;
@@ -653,6 +730,7 @@ class Broker {
   std::vector<Reply> replies_;
   std::vector<Event> events_;
   std::vector<uint32_t> short_devices_;
+  std::vector<JobSerial> restores_;  ///< admitted restores for the engine (take_restores)
   ClientId next_client_ = 1;
   JobSerial next_job_ = 1;
   uint64_t next_order_ = 1;

@@ -23,6 +23,7 @@ void Broker::set_overhead(ClientId id, uint32_t slot, Bytes overhead, Nanos now)
   auto it = clients_.find(id);
   if (it == clients_.end() || slot >= pages::kSlots || !it->second.slots[slot].attached) return;
   Client& c = it->second;
+  if (jobs_.at(c.job).suspension != Suspension::kNone) return;  // its books are aside (or going)
   ClientSlot& s = c.slots[slot];
   const Bytes reading = std::min(overhead, devices_[s.device].capacity);
   if (s.overhead_estimated) {  // the driver's own figure replaces the footprint's estimate
@@ -41,6 +42,7 @@ void Broker::context_footprint(ClientId id, uint32_t slot, Bytes physical_free, 
   auto it = clients_.find(id);
   if (it == clients_.end() || slot >= pages::kSlots || !it->second.slots[slot].attached) return;
   Client& c = it->second;
+  if (off_books(jobs_.at(c.job))) return;
   ClientSlot& s = c.slots[slot];
   const uint32_t dev = s.device;
   const Device& d = devices_[dev];

@@ -115,7 +115,8 @@ void Broker::reconcile_device(uint32_t device, const std::vector<ProcessFigure>*
   // two, which share its figure).
   std::map<int32_t, std::vector<std::pair<ClientId, uint32_t>>> by_pid;
   for (auto [id, slot] : d.attachments)
-    if (const Client* c = find_client(id); c && c->pid > 0) by_pid[c->pid].emplace_back(id, slot);
+    if (const Client* c = find_client(id); c && c->pid > 0 && jobs_.at(c->job).suspension == Suspension::kNone)
+      by_pid[c->pid].emplace_back(id, slot);  // (a job being suspended leaves the driver's list: not reconciled)
   for (auto& [pid, atts] : by_pid) {
     const ProcessFigure* figure = nullptr;
     for (const ProcessFigure& p : d.processes)

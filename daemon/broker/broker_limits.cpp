@@ -15,6 +15,16 @@ bool Broker::set_limit(JobSerial serial, Bytes limit, Nanos now, std::vector<Res
   const bool raised = limit > job.limit;  // from no limit to one is a lowering: no reservation appears
   job.limit = limit;
   auto lg = log::get("broker");
+  if (off_books(job)) {  // suspended: its books are aside; the restore applies the new limit
+    for (ClientId id : job.clients) {
+      Client& c = clients_.at(id);
+      for (uint32_t s = 0; s < pages::kSlots; ++s)
+        if (c.slots[s].attached)
+          c.control->slots[s].limit.store(limit_on(job, c.slots[s].device), std::memory_order_relaxed);
+    }
+    lg->info("job {}: limit set to {} (suspended: it applies at the restore)", job.key.str(), mib(limit));
+    return true;
+  }
   for (auto& [dev, jd] : job.devices) {
     if (!jd.admitted) continue;
     const Device& d = devices_[dev];
@@ -71,7 +81,7 @@ ReservationChange Broker::try_raise(Job& job, uint32_t dev, Bytes wanted) {
   const Bytes extra = sat_sub(std::max(wanted, jd.granted), cur);
   bool others_wait = false;
   for (const Waiter& w : waiters_) {
-    if (w.job == job.serial || !w.device_short) continue;
+    if (w.job == job.serial || !w.device_short || w.frozen) continue;
     if (w.admission) {
       for (const AttachNeed& n : w.devices) others_wait |= n.device == dev;
     } else {
@@ -108,7 +118,7 @@ bool Broker::set_prediction(JobSerial serial, uint32_t dev, Bytes predicted, Nan
   // prediction. A history or declared estimate below what this run has shown it needs (its stable
   // prediction) is raised like an online one: raising never fails anything, and the job will need
   // that much again.
-  const bool mine = limit_on(job, dev) == kNoLimit && jd.source != Footprint::kMem;
+  const bool mine = limit_on(job, dev) == kNoLimit && jd.source != Footprint::kMem && !off_books(job);
   const Bytes wanted = std::min(predicted, sat_sub(d.capacity, d.headroom));
   if (mine && wanted > jd.reserved) {
     ch = try_raise(job, dev, wanted);
@@ -143,7 +153,7 @@ bool Broker::restore_reservation(JobSerial serial, uint32_t dev, Bytes bytes, Fo
   ch.device = dev;
   ch.before = ch.after = jd.reserved;
   const Bytes wanted = std::min(bytes, sat_sub(devices_[dev].capacity, devices_[dev].headroom));
-  if (limit_on(job, dev) == kNoLimit &&
+  if (limit_on(job, dev) == kNoLimit && !off_books(job) &&
       (source == Footprint::kHistory || source == Footprint::kEstimate || source == Footprint::kOnline) &&
       wanted > jd.reserved) {
     ch = try_raise(job, dev, wanted);

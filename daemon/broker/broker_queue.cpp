@@ -26,7 +26,7 @@ std::vector<backfill::Holder> holders_on(const std::map<JobSerial, Job>& jobs, u
 }  // namespace
 bool Broker::growth_waits_ahead(uint32_t device, const WaiterView& me) const {
   for (const Waiter& w : waiters_)
-    if (!w.admission && w.device_short && waits_on(w, device) && policy_.before(view_of(w), me)) return true;
+    if (!w.admission && w.device_short && !w.frozen && waits_on(w, device) && policy_.before(view_of(w), me)) return true;
   return false;
 }
 
@@ -66,20 +66,29 @@ std::vector<Broker::QueueEntry> Broker::queue(uint32_t device, Nanos now) const 
     const Waiter& w = *e.waiter;
     e.position = uint32_t(i + 1);
     e.need = extra_need(w, device);
-    if (holding()) {
+    if (w.frozen) {
+      e.reason = proto::WaitReason::kSuspended;  // its job is suspended: it waits for the restore
+    } else if (holding()) {
       e.reason = proto::WaitReason::kRestart;
     } else if (!w.device_short) {
       e.reason = proto::WaitReason::kUserCap;
     } else if (!head) {
       head = &w;
-      e.reason = waits_for_outside(w, device) ? proto::WaitReason::kOutside : proto::WaitReason::kResources;
-      e.missing = sat_sub(e.need, avail);
+      if (const JobSerial r = w.admission ? restore_ahead(device, jobs_.at(w.job).priority, w.job) : 0) {
+        // A suspended job's restore is ahead of it in line.
+        e.blocker = r;
+        e.reason = jobs_.at(r).priority > jobs_.at(w.job).priority ? proto::WaitReason::kPriority
+                                                                   : proto::WaitReason::kQueue;
+      } else {
+        e.reason = waits_for_outside(w, device) ? proto::WaitReason::kOutside : proto::WaitReason::kResources;
+        e.missing = sat_sub(e.need, avail);
+      }
     } else {
       e.blocker = head->job;
       e.reason = jobs_.at(head->job).priority > jobs_.at(w.job).priority ? proto::WaitReason::kPriority
                                                                          : proto::WaitReason::kQueue;
     }
-    if (!w.device_short) continue;  // not in the device's line
+    if (!w.device_short || w.frozen) continue;  // not in the device's line
     Nanos run = 0;
     for (const AttachNeed& n : w.devices)
       if (n.device == device) run = n.run;
@@ -89,7 +98,7 @@ std::vector<Broker::QueueEntry> Broker::queue(uint32_t device, Nanos now) const 
   const std::vector<Nanos> starts = backfill::project(avail, holders, line, now);
   size_t k = 0;
   for (QueueEntry& e : out)
-    if (e.waiter->device_short) e.start = starts[k++];
+    if (e.waiter->device_short && !e.waiter->frozen) e.start = starts[k++];
   return out;
 }
 

@@ -121,6 +121,27 @@ inline const char* footprint_name(Footprint f) {
   return "none";
 }
 
+/// Where a job stands in a suspension (issue 29: its processes checkpointed to host memory by the
+/// driver's checkpoint API; Broker::begin_suspend .. end_restore, broker_suspend.cpp).
+enum class Suspension : uint8_t {
+  kNone = 0,    ///< running
+  kSuspending,  ///< the helper locks and checkpoints its processes; its books are as they were
+  kSuspended,   ///< checkpointed: its memory is on the host, its restore request waits for room
+  kRestoring,   ///< its restore was admitted: what it needs is reserved while the helper restores
+  kLost,        ///< a restore failed: its processes stay checkpointed (or FAILED); never retried
+};
+/// "running", "suspending", "suspended", "restoring", "lost".
+inline const char* suspension_name(Suspension s) {
+  switch (s) {
+    case Suspension::kSuspending: return "suspending";
+    case Suspension::kSuspended: return "suspended";
+    case Suspension::kRestoring: return "restoring";
+    case Suspension::kLost: return "lost";
+    case Suspension::kNone: break;
+  }
+  return "running";
+}
+
 /// One device of a resumed ledger (Register with kRegResume); its index is its slot.
 struct ResumeEntry {
   Uuid uuid;

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "broker/backfill.h"
+#include "broker/preempt.h"
 #include "broker/types.h"
 #include "compute/compute_policy.h"
 #include "util/result.h"
@@ -74,6 +75,20 @@ struct Config {
   broker::Nanos wait_timeout = 300'000'000'000;
   broker::Nanos admission_timeout = 0;  ///< how long an admission waits (0 = for ever)
   broker::backfill::Mode backfill = broker::backfill::Mode::kEasy;
+  /// Preemption (issue 29): which jobs a high job waiting for memory may suspend to host memory;
+  /// nullopt = "auto": best-effort where the driver's checkpoint API works (`coloc-ckpt check`),
+  /// else off, said once at start.
+  std::optional<broker::PreemptMode> preempt;
+  /// A job is suspended at most once per this much running (ns; since it started or came back).
+  broker::Nanos preempt_min_run = 60'000'000'000;
+  /// Host memory a suspension leaves free: MemAvailable less this fraction of RAM must hold what
+  /// it moves (0 to < 1).
+  double suspend_host_reserve = 0.10;
+  /// How long the helper waits for a process's work in flight before it gives up the suspension
+  /// (cuCheckpointProcessLock's timeout; ns, 1 ms to 10 min).
+  broker::Nanos suspend_lock_timeout = 10'000'000'000;
+  /// The checkpoint helper (coloc-ckpt); "" = next to colocd, or ../lib/coloc/coloc-ckpt from it.
+  std::string ckpt_helper;
   /// How long ended jobs' reports are kept (report_retention): reports older than `age` (0 = any
   /// age) and past the newest `count` (0 = any number) are deleted, off the loop.
   struct Retention {

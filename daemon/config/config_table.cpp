@@ -133,6 +133,62 @@ const Setting kSettings[] = {
      return {};
    },
    [](const Config& c) { return std::string(broker::backfill::mode_name(c.backfill)); }},
+  {"preempt", "--preempt", "auto, off, best-effort or normal", "auto",
+   "Which jobs a high job waiting for memory may suspend to host memory (auto: best-effort where the driver's "
+   "checkpoint API works, else off)",
+   true, true, kStr, "\"off\"",
+   [](Config& c, std::string_view t, const std::string& w) -> Result<void> {
+     if (t == "auto") {
+       c.preempt.reset();
+       return {};
+     }
+     broker::PreemptMode m;
+     if (!broker::parse_preempt_mode(std::string(t), &m))
+       return invalid(w + ": '" + std::string(t) + "' is not one of auto, off, best-effort, normal");
+     c.preempt = m;
+     return {};
+   },
+   [](const Config& c) { return c.preempt ? std::string(broker::preempt_mode_name(*c.preempt)) : std::string("auto"); }},
+  {"preempt_min_run", "--preempt-min-run", "a duration", "60s",
+   "A job is suspended at most once per this much running", true, true, kStr | kNum, "\"5m\"",
+   [](Config& c, std::string_view t, const std::string& w) -> Result<void> {
+     auto d = parse_duration(t, w);
+     if (!d) return d.error();
+     c.preempt_min_run = d.value();
+     return {};
+   },
+   [](const Config& c) { return format_duration(c.preempt_min_run); }},
+  {"suspend_host_reserve", "--suspend-host-reserve", "a percentage", "10%",
+   "Host memory (of RAM) a suspension must leave free beyond what it moves there", true, true, kStr, "\"20%\"",
+   [](Config& c, std::string_view t, const std::string& w) -> Result<void> {
+     auto h = parse_headroom(t, w);
+     if (!h) return h.error();
+     if (h.value().bytes) return invalid(w + ": '" + std::string(t) + "' is not a percentage such as 10%");
+     c.suspend_host_reserve = h.value().fraction;
+     return {};
+   },
+   [](const Config& c) {
+     char buf[64];
+     std::snprintf(buf, sizeof buf, "%.10g%%", c.suspend_host_reserve * 100);
+     return std::string(buf);
+   }},
+  {"suspend_lock_timeout", "--suspend-lock-timeout", "a duration", "10s",
+   "How long a suspension waits for a process's work in flight (then it gives up, and another job is tried)", true,
+   true, kStr | kNum, "\"30s\"",
+   [](Config& c, std::string_view t, const std::string& w) -> Result<void> {
+     auto d = parse_duration(t, w);
+     if (!d) return d.error();
+     if (d.value() < 1'000'000 || d.value() > 600'000'000'000) return invalid(w + ": must be from 1ms to 10m");
+     c.suspend_lock_timeout = d.value();
+     return {};
+   },
+   [](const Config& c) { return format_duration(c.suspend_lock_timeout); }},
+  {"ckpt_helper", "--ckpt-helper", "a path", "",
+   "The checkpoint helper colocd runs to suspend and restore jobs (\"\": coloc-ckpt next to colocd, or in "
+   "../lib/coloc)",
+   false, true, kStr, "\"/opt/coloc/lib/coloc/coloc-ckpt\"",
+   [](Config& c, std::string_view t, const std::string& w) -> Result<void> { return set_text(c.ckpt_helper, t, w, true); },
+   [](const Config& c) { return c.ckpt_helper; }},
   {"report_retention", "--report-retention", "an age and/or a count", "10000 reports",
    "Ended jobs' reports kept: those younger than the age (\"30d\") and among the newest count (\"5000 reports\"); "
    "both (\"30d, 5000 reports\"), or \"\" to keep every one",

@@ -210,7 +210,10 @@ json Admin::job_json(const broker::Job& job, broker::Nanos now, std::vector<uint
          {"uid", job.key.uid},
          {"user", user_name(job.key.uid)},
          {"priority", proto::priority_name(job.priority)},
-         {"state", any_growth_wait ? "waiting" : any_admission_wait ? "admission-pending" : "running"},
+         {"state", job.suspension != broker::Suspension::kNone ? broker::suspension_name(job.suspension)
+                   : any_growth_wait                          ? "waiting"
+                   : any_admission_wait                       ? "admission-pending"
+                                                              : "running"},
          {"queue", job_queue},
          {"compute_state", compute_state(job, nullptr)},
          {"weight", scheduler_.weight(job.serial)},
@@ -232,6 +235,8 @@ json Admin::job_json(const broker::Job& job, broker::Nanos now, std::vector<uint
          // job): colocd counts no more than they hold (Broker::client_in_use).
          {"overclaimed", broker_.overclaimed(job)},
          {"devices", devs}};
+  // Its suspension (issue 29): {suspension, suspendable, not_suspendable, suspend_error}.
+  if (suspension_info_) j.update(suspension_info_(job, now));
   return j;
 }
 
@@ -475,6 +480,12 @@ AdminAnswer Admin::pause(const proto::AdminMsg& msg, const Caller& caller, bool 
   const compute::PausedBy was = gates_.paused(job.serial);
   if (!pause && was == compute::PausedBy::kAdmin && !admin)
     return {AdminStatus::kNotAllowed, "job '" + job.key.id + "' was paused by an admin; only root or the admin group may resume it"};
+  // `coloc resume` ends a suspension too (and says which it ended).
+  bool suspension_ended = false;
+  if (!pause && resume_) {
+    AdminAnswer a = resume_(job, caller, admin, now, &suspension_ended);
+    if (a.status != AdminStatus::kOk) return a;
+  }
   // An admin's pause stays an admin's when its owner pauses it again.
   compute::PausedBy now_by = !pause ? compute::PausedBy::kNobody
                              : admin ? compute::PausedBy::kAdmin
@@ -488,7 +499,20 @@ AdminAnswer Admin::pause(const proto::AdminMsg& msg, const Caller& caller, bool 
   }
   json reply = job_json(job, now);
   reply["was"] = was == compute::PausedBy::kNobody ? json(nullptr) : json(compute::paused_by_name(was));
+  if (!pause) {
+    json ended = json::array();
+    if (was != compute::PausedBy::kNobody) ended.push_back("pause");
+    if (suspension_ended) ended.push_back("suspension");
+    reply["ended"] = ended;
+  }
   return {AdminStatus::kOk, reply.dump()};
+}
+
+AdminAnswer Admin::suspend(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now) {
+  Found f = find_own_job(msg.job, caller, "suspend");
+  if (!f.job) return {f.status, f.why};
+  if (!suspend_) return {AdminStatus::kInternal, "this colocd cannot suspend jobs"};
+  return suspend_(*f.job, caller, is_admin(caller), now);
 }
 
 json Admin::reservation_changes_json(const std::vector<broker::ReservationChange>& changes) const {
@@ -913,6 +937,8 @@ AdminAnswer Admin::handle(const proto::AdminMsg& msg, const Caller& caller, brok
       return cancel(msg, caller, now);
     case proto::AdminOp::kEnded:
       return ended(msg, caller);
+    case proto::AdminOp::kSuspend:
+      return suspend(msg, caller, now);
   }
   return {AdminStatus::kInvalid, "unknown admin operation"};
 }

@@ -126,6 +126,18 @@ class Admin {
   using Canceller = std::function<AdminAnswer(const broker::Job&, int sig, broker::Nanos grace, const Caller&,
                                               bool admin, broker::Nanos now)>;
   void set_canceller(Canceller c) { cancel_ = std::move(c); }
+  /// The engine's part of `coloc suspend` and `coloc resume` (server_suspend.cpp): `suspend` starts
+  /// the helper and answers with the job; `resume` ends a suspension (kOk with *ended set; a
+  /// default answer with *ended false when the job is not suspended); `info` is the job's
+  /// suspension for status (merged into job_json). Null: kSuspend answers kInternal.
+  using Suspender = std::function<AdminAnswer(const broker::Job&, const Caller&, bool admin, broker::Nanos now)>;
+  using Resumer = std::function<AdminAnswer(const broker::Job&, const Caller&, bool admin, broker::Nanos now, bool* ended)>;
+  using SuspensionInfo = std::function<nlohmann::json(const broker::Job&, broker::Nanos now)>;
+  void set_suspender(Suspender s, Resumer r, SuspensionInfo i) {
+    suspend_ = std::move(s);
+    resume_ = std::move(r);
+    suspension_info_ = std::move(i);
+  }
   /// The run history (coloc history); null: history is off (kHistory answers an empty list with
   /// "usable": false, kHistoryForget finds nothing).
   void set_history(history::HistoryStore* h) { history_ = h; }
@@ -158,6 +170,8 @@ class Admin {
   AdminAnswer set(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
   /// kPause (`pause` true) or kResume: the job, as job_json, with "was" (who had paused it, or null).
   AdminAnswer pause(const proto::AdminMsg& msg, const Caller& caller, bool pause, broker::Nanos now);
+  /// kSuspend: the caller's job (or any, for an admin), through the suspender.
+  AdminAnswer suspend(const proto::AdminMsg& msg, const Caller& caller, broker::Nanos now);
   /// kPolicy: sets the policy of the device(s) `msg.job` names (admin only); answers
   /// {device, all, default, devices: [{index, index_from, uuid, policy, was}]}.
   AdminAnswer policy(const proto::AdminMsg& msg, const Caller& caller);
@@ -208,6 +222,9 @@ class Admin {
   compute::PolicyStore* policies_ = nullptr;
   history::HistoryStore* history_ = nullptr;
   Canceller cancel_;
+  Suspender suspend_;
+  Resumer resume_;
+  SuspensionInfo suspension_info_;
 };
 
 /// The user name of `uid`, or the number as text. Cached for 60 s (thread-safe).

@@ -244,6 +244,12 @@ Result<void> Server::start() {
   admin_->set_canceller([this](const broker::Job& job, int sig, Nanos grace, const Caller& caller, bool admin, Nanos t) {
     return cancel_job(job, sig, grace, caller, admin, t);
   });
+  admin_->set_suspender(
+      [this](const broker::Job& job, const Caller& caller, bool admin, Nanos t) { return admin_suspend(job, caller, admin, t); },
+      [this](const broker::Job& job, const Caller& caller, bool admin, Nanos t, bool* ended) {
+        return admin_resume(job, caller, admin, t, ended);
+      },
+      [this](const broker::Job& job, Nanos t) { return suspension_json(job, t); });
   if (cfg_.history) {
     history::HistoryOptions hopts;
     hopts.runs_kept = cfg_.history_runs;
@@ -285,6 +291,7 @@ Result<void> Server::start() {
   // would otherwise leave) a socket that nobody serves.
   if (auto r = open_metrics(cfg_.metrics_listen); !r) return r;
   if (auto r = open_listener(); !r) return r;
+  check_checkpoint_support();  // preempt = "auto": the answer comes through the loop
 
   if (size_t n = resume_.expected(); n > 0) {
     broker_.hold_until(now() + cfg_.resume_grace);
@@ -839,7 +846,8 @@ void Server::on_admin(Connection& c, const proto::Message& m) {
     log::limited(log::get("engine"), spdlog::level::info, "admin uid " + std::to_string(c.uid()),
                  "admin request from {} refused: {}", c.describe(), a.text);
   else if (proto::AdminOp op = proto::AdminOp(m.body.admin.op);
-           op == proto::AdminOp::kSet || op == proto::AdminOp::kPause || op == proto::AdminOp::kResume)
+           op == proto::AdminOp::kSet || op == proto::AdminOp::kPause || op == proto::AdminOp::kResume ||
+           op == proto::AdminOp::kSuspend)
     persist_jobs(now(), false, false);  // a new limit, priority or pause outlives a daemon killed right after
   std::vector<unsigned char> buf(proto::kMaxMessage);
   size_t off = 0;
@@ -939,6 +947,7 @@ void Server::settle() {
   // Replies and events can cascade (a drop frees memory, which serves a waiter, whose reply
   // fails to send, which drops another connection...): loop until everything is quiet.
   for (int round = 0; round < 1000; ++round) {
+    for (broker::JobSerial j : broker_.take_restores()) start_restore(j);  // may answer at once
     auto replies = broker_.take_replies();
     auto events = broker_.take_events();
     // A device just attached may be timesliced: its gate is written before the reply goes out.
@@ -952,6 +961,7 @@ void Server::settle() {
     for (uint64_t id : doomed) destroy(id);
   }
   rtt_pending_.clear();  // requests not answered by now wait: no round trip of theirs is measured
+  preempt_check(now());  // a high job that waits for memory may suspend best-effort work
   rearm_deadline();
 }
 

@@ -31,6 +31,7 @@
 #include "engine/admin.h"
 #include "engine/connection.h"
 #include "engine/event_loop.h"
+#include "engine/helper_process.h"
 #include "engine/listener.h"
 #include "engine/resume_state.h"
 #include "engine/systemd.h"
@@ -127,6 +128,45 @@ class Server {
   AdminAnswer cancel_job(const broker::Job& job, int sig, Nanos grace, const Caller& caller, bool admin, Nanos t);
   /// Sends SIGKILL to the cancelled processes whose grace ended by `t` (on the deadline timer).
   void kill_due(Nanos t);
+  // Suspension (server_suspend.cpp; issue 29): a job's processes checkpointed to host memory by
+  // the helper (coloc-ckpt), on `coloc suspend` or for a high job waiting for memory (preempt),
+  // and restored on `coloc resume` or when room returns.
+  /// The checkpoint helper's path (cfg_.ckpt_helper, else coloc-ckpt next to colocd or in
+  /// ../lib/coloc from it).
+  std::string ckpt_helper() const;
+  /// The preempt mode in force: the config's, or for "auto" what `coloc-ckpt check` found (off
+  /// until it has answered).
+  broker::PreemptMode preempt_mode() const;
+  /// At start, for preempt = "auto": runs `coloc-ckpt check` (off the loop) and says once what
+  /// the mode is.
+  void check_checkpoint_support();
+  /// Why `job` cannot be suspended ("" when it can): a process whose preflight says it used what
+  /// a checkpoint cannot carry, one too old to tell, none with a CUDA context. `pids` (optional)
+  /// receives the processes to checkpoint (every one with a context).
+  std::string not_suspendable(const broker::Job& job, std::vector<pid_t>* pids) const;
+  /// What a checkpoint of `job` would move to host memory (bytes): its grants and driver
+  /// overheads on every device.
+  broker::Bytes host_bytes(const broker::Job& job) const;
+  /// Starts the helper that suspends `job` (preflight and host room checked first). `by`:
+  /// "admin", "owner" or "preempt"; `held`: its restore waits for `coloc resume`. False with
+  /// *why when it did not start.
+  bool start_suspend(const broker::Job& job, const std::string& by, uint32_t by_uid, const std::string& cause, bool held,
+                     std::string* why, Nanos t);
+  void on_suspend_done(broker::JobSerial job, const HelperProcess::Outcome& o);
+  /// Runs the restore helper for a job whose restore the broker admitted (Broker::take_restores).
+  void start_restore(broker::JobSerial job);
+  void on_restore_done(broker::JobSerial job, const HelperProcess::Outcome& o);
+  /// Preemption: for each device whose first waiting request is a high job's that lacks memory,
+  /// suspends the jobs broker::choose_victims picks (one suspension in flight per device).
+  void preempt_check(Nanos t);
+  /// `coloc suspend` (Admin's suspender) and the suspension half of `coloc resume` (`ended`
+  /// receives "suspension" when one was ended or its restore queued).
+  AdminAnswer admin_suspend(const broker::Job& job, const Caller& caller, bool admin, Nanos t);
+  AdminAnswer admin_resume(const broker::Job& job, const Caller& caller, bool admin, Nanos t, bool* ended);
+  /// The job's suspension as status shows it: {state, by, cause, since_s, bytes, pids,
+  /// checkpoint_s, restore_need} or null; with "suspendable"/"not_suspendable" and the last
+  /// failure ("suspend_error"). See docs/daemon.md.
+  nlohmann::json suspension_json(const broker::Job& job, Nanos t) const;
   /// The config's report_retention as the report writer takes it.
   static report::ReportWriter::Retention retention_of(const config::Config& c) {
     return {int64_t(c.report_retention.age / 1'000'000), c.report_retention.count};
@@ -285,6 +325,30 @@ class Server {
     std::vector<std::pair<pid_t, UniqueFd>> pidfds;
   };
   std::vector<Kill> kills_;
+  /// A suspension in flight or in force (server_suspend.cpp), by job.
+  struct Suspend {
+    broker::JobKey key;
+    std::string by;     ///< "admin", "owner", "preempt"
+    uint32_t by_uid = 0;
+    std::string cause;  ///< why, for the log, status and the report
+    std::vector<pid_t> pids;
+    Nanos began = 0;            ///< the suspend helper started
+    Nanos since = 0;            ///< its books left the devices (0: still suspending)
+    int64_t since_ms = 0;       ///< the same, Unix ms
+    Nanos restore_began = 0;    ///< the restore helper started (0: not yet)
+    broker::Bytes bytes = 0;    ///< moved to host memory
+    double checkpoint_s = 0;    ///< how long the helper took to lock and checkpoint
+    std::string error;          ///< a failed restore: why
+    std::unique_ptr<HelperProcess> helper;
+  };
+  std::map<broker::JobSerial, Suspend> suspends_;
+  std::unique_ptr<HelperProcess> ckpt_check_;          ///< `coloc-ckpt check` at start (auto)
+  std::optional<broker::PreemptMode> preempt_auto_;    ///< what auto resolved to
+  /// When each job last came back from a suspension, or a suspension of it failed (preempt_min_run).
+  std::map<broker::JobSerial, Nanos> resumed_at_;
+  std::map<broker::JobSerial, std::string> suspend_errors_;  ///< the last failed suspension's reason
+  std::set<broker::JobSerial> not_suspendable_said_;         ///< logged once per job
+  std::map<broker::JobSerial, std::string> preempt_verdicts_; ///< per waiting high job: the last verdict said
   /// Jobs a Register with a Slurm step joined (the Slurm plugin's anchor and tasks): `coloc cancel`
   /// points to scancel for these.
   std::set<broker::JobSerial> slurm_jobs_;

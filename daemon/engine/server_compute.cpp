@@ -39,7 +39,9 @@ void Server::compute_tick(Nanos t) {
     policies_.apply_new_device(broker_.devices()[compute_devices_].uuid, scheduler_);
   // Pauses are the gates' books (coloc pause); the scheduler only needs to know who sits out.
   for (const auto& [serial, job] : broker_.jobs()) {
-    scheduler_.set_paused(serial, gates_.paused(serial) != compute::PausedBy::kNobody);
+    // A job being suspended, or suspended, sits out too: its processes are locked.
+    scheduler_.set_paused(serial, gates_.paused(serial) != compute::PausedBy::kNobody ||
+                                      job.suspension != broker::Suspension::kNone);
     scheduler_.set_priority(serial, job.priority);
   }
   // One pass over the clients' stats pages per tick.

@@ -95,13 +95,26 @@ inline constexpr uint32_t kSlots = proto::kMaxDevices;
 ///   8  ControlPage::queue (where the process's waiting request stands in its device's queue,
 ///      daemon writes). Layout 8 for protocol v13; a client accepts all eight (in an older page
 ///      it reads nothing, and says what it said before).
+///   9  StatsPage::not_suspendable (the client's preflight for suspension, client writes; carved
+///      from the header's reserved bytes). Layout 9 for protocol v14; a client accepts all nine.
+///      colocd suspends no process whose page is older (it cannot see what the process did).
 inline constexpr uint32_t kControlMagic = 0x50434c43u;  // "CLCP"
 inline constexpr uint32_t kStatsMagic = 0x53434c43u;    // "CLCS"
-inline constexpr uint16_t kLayoutVersion = 8;
+inline constexpr uint16_t kLayoutVersion = 9;
 inline constexpr uint16_t kMinLayoutVersion = 1;
 /// The page layout colocd makes for a client speaking protocol `version`.
 inline constexpr uint16_t layout_for_protocol(uint16_t version) {
-  return version >= 13 ? 8 : version >= 12 ? 7 : version >= 9 ? 6 : version >= 7 ? 5 : version >= 6 ? 4 : version >= 5 ? 3 : version >= 4 ? 2 : 1;
+  return version >= 14 ? 9 : version >= 13 ? 8 : version >= 12 ? 7 : version >= 9 ? 6 : version >= 7 ? 5 : version >= 6 ? 4 : version >= 5 ? 3 : version >= 4 ? 2 : 1;
+}
+/// The oldest layout with the preflight for suspension (StatsPage::not_suspendable).
+inline constexpr uint16_t kPreflightLayout = 9;
+/// StatsPage::not_suspendable bits: what the process did that a checkpoint cannot carry (the
+/// driver's checkpoint API refuses a process with live managed memory; cuda.h, CUDA_CHECKPOINT).
+/// Sticky: a bit once set stays set for the process's life.
+inline constexpr uint32_t kUsedManaged = 1u << 0;  ///< cuMemAllocManaged succeeded
+/// The reason a bit set stands for ("managed memory"), for logs and status; the first set wins.
+inline const char* not_suspendable_reason(uint32_t bits) {
+  return (bits & kUsedManaged) ? "managed memory (cuMemAllocManaged)" : bits ? "unknown" : "";
 }
 /// The oldest layout with the queue note (ControlPage::queue).
 inline constexpr uint16_t kQueueLayout = 8;
@@ -271,7 +284,10 @@ struct StatsPage {
   /// daemon stores a closed gate (seq_cst), then counts the holder drained only while this is 0,
   /// so a launch that saw the gate open is never missed by the drain.
   std::atomic<uint64_t> launching;
-  uint8_t reserved[48];
+  /// (layout 9) The preflight for suspension: kUsedManaged and later bits (client sets, with
+  /// fetch_or, relaxed; colocd reads it before it locks the process). Zero: nothing seen.
+  std::atomic<uint32_t> not_suspendable;
+  uint8_t reserved[44];
   StatsSlot slots[kSlots];
   GateStats gates[kSlots];  ///< (layout 4) per slot; unused (zero) in older layouts
   TrackStats track[kSlots];  ///< (layout 5) per slot; unused (zero) in older layouts

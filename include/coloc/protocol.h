@@ -110,6 +110,12 @@
 //         ended, from their reports). Message layouts are unchanged. A v12 daemon refuses a v13
 //         client with kVersion: clients then speak v12 (and say what they said before; `coloc
 //         cancel` and `coloc jobs --all` need v13).
+//     v14 Pages of layout 9: StatsPage::not_suspendable, the client's preflight for suspension
+//         (issue 29: what it did that a checkpoint cannot carry: managed memory), pages.h. One admin
+//         operation, kSuspend (suspend a job's processes to host memory; kResume now ends a
+//         suspension too), and one wait reason, kSuspended (a suspended job's restore, queued).
+//         Message layouts are unchanged. A v13 daemon refuses a v14 client with kVersion: clients
+//         then speak v13 (and their jobs are never suspended: colocd cannot see their preflight).
 //
 // Validation
 //   decode() checks everything a peer could get wrong: the header, the exact size for the type and
@@ -130,7 +136,7 @@
 namespace coloc::proto {
 
 /// The version this header speaks, and the oldest one a daemon built from it still accepts.
-inline constexpr uint16_t kVersion = 13;
+inline constexpr uint16_t kVersion = 14;
 inline constexpr uint16_t kMinVersion = 1;
 
 /// First four bytes of every message: "COLC" in memory order on little-endian machines.
@@ -214,6 +220,8 @@ enum class Reason : uint32_t {
 ///   kOutside    first in line there: memory used outside coloc is what is missing
 ///   kUserCap    its user's cap (max_per_user) holds it, whatever the device has
 ///   kRestart    colocd's resume grace after a restart holds every new request
+///   kSuspended  (v14) the job is suspended (its memory checkpointed to host memory): its restore
+///               waits for the room it held, ahead of new admissions of the same or lower priority
 /// A new reason goes at the end (a page carries the number; an older reader shows "?").
 enum class WaitReason : uint8_t {
   kNone = 0,
@@ -223,8 +231,9 @@ enum class WaitReason : uint8_t {
   kOutside = 4,
   kUserCap = 5,
   kRestart = 6,
+  kSuspended = 7,
 };
-inline constexpr uint8_t kWaitReasons = 7;  ///< values 0..kWaitReasons-1
+inline constexpr uint8_t kWaitReasons = 8;  ///< values 0..kWaitReasons-1
 
 /// Why a client cancels a parked request.
 enum class CancelWhy : uint32_t { kSignal = 1, kTimeout = 2, kShutdown = 3 };
@@ -259,15 +268,20 @@ inline constexpr uint16_t kRegStep = 1u << 4;
 /// to its owner and admins, as kReport). `mem` is the earliest end to list (Unix ms; 0: any) and,
 /// with `set_fields` kEndedUser, `quantum_ms` the uid whose jobs to list; the daemon applies both
 /// before it caps the answer at its newest 1,000.
+/// kSuspend (v14, the job's owner and admins): checkpoints every process of the job to host memory
+/// (the driver's checkpoint API, run by colocd's helper), which frees its device memory; the answer
+/// comes when the helper has started (the job shows "suspending", then "suspended" or why not).
+/// kResume then ends a suspension as it ends a pause (an admin's suspension needs an admin).
 enum class AdminOp : uint32_t {
   kStatus = 1, kJobs = 2, kSet = 3, kReport = 4, kPause = 5, kResume = 6, kPolicy = 7,
-  kHistory = 8, kHistoryForget = 9, kCancel = 10, kEnded = 11
+  kHistory = 8, kHistoryForget = 9, kCancel = 10, kEnded = 11, kSuspend = 12
 };
 /// kCancel's bounds: a signal number (Linux's, SIGRTMAX included) and the longest grace (1 h).
 inline constexpr uint32_t kMaxSignal = 64, kMaxCancelGraceMs = 3600000;
 /// The newest AdminOp of protocol `version`.
 inline constexpr uint32_t last_admin_op(uint16_t version) {
-  return version >= 13  ? uint32_t(AdminOp::kEnded)
+  return version >= 14  ? uint32_t(AdminOp::kSuspend)
+         : version >= 13 ? uint32_t(AdminOp::kEnded)
          : version >= 9 ? uint32_t(AdminOp::kHistoryForget)
          : version >= 7 ? uint32_t(AdminOp::kPolicy)
          : version >= 6 ? uint32_t(AdminOp::kResume)
@@ -743,7 +757,7 @@ inline const char* reason_name(Reason r) noexcept {
 inline constexpr Reason reason_for_version(Reason r, uint16_t version) noexcept {
   return r == Reason::kJobCancelled && version < 13 ? Reason::kCancelled : r;
 }
-/// "Priority", "Queue", "Resources", "Outside", "UserCap", "Restart" (Slurm's REASON style), "None";
+/// "Priority", "Queue", "Resources", "Outside", "UserCap", "Restart", "Suspended" (Slurm's REASON style), "None";
 /// "?" for values outside the enum.
 inline const char* wait_reason_name(WaitReason r) noexcept {
   switch (r) {
@@ -754,6 +768,7 @@ inline const char* wait_reason_name(WaitReason r) noexcept {
     case WaitReason::kOutside: return "Outside";
     case WaitReason::kUserCap: return "UserCap";
     case WaitReason::kRestart: return "Restart";
+    case WaitReason::kSuspended: return "Suspended";
   }
   return "?";
 }
@@ -1071,7 +1086,8 @@ inline Status validate(const AdminMsg& m) noexcept {
   if (m.mode != 0 || m.quantum_ms != 0 || m.target_pct != 0) return detail::fail(Error::kReserved, "Admin.mode");
   bool is_set = m.op == uint32_t(AdminOp::kSet);
   bool needs_job = is_set || m.op == uint32_t(AdminOp::kReport) || m.op == uint32_t(AdminOp::kPause) ||
-                   m.op == uint32_t(AdminOp::kResume) || m.op == uint32_t(AdminOp::kHistoryForget);
+                   m.op == uint32_t(AdminOp::kResume) || m.op == uint32_t(AdminOp::kHistoryForget) ||
+                   m.op == uint32_t(AdminOp::kSuspend);
   if (needs_job != (m.job[0] != '\0')) return detail::fail(Error::kBadString, "Admin.job");
   if (!is_set) {
     if (m.set_fields != 0 || m.mem != 0 || m.priority != 0 || m.weight != 0)
@@ -1257,7 +1273,7 @@ inline Status decode_body(const void* data, size_t len, Message* out, AdminMsg* 
   if (len > sizeof *into) return fail(Error::kTooLong, "Admin");
   std::memcpy(into, data, sizeof *into);
   if (into->op > last_admin_op(out->h.version))
-    return fail(Error::kBadEnum, "Admin.op (pause and resume: v6; policy: v7; history: v9; cancel and ended: v13)");
+    return fail(Error::kBadEnum, "Admin.op (pause and resume: v6; policy: v7; history: v9; cancel and ended: v13; suspend: v14)");
   if (out->h.version < 7 && (into->weight != 0 || into->mode != 0 || into->target_pct != 0 || into->quantum_ms != 0))
     return fail(Error::kReserved, "Admin.reserved0 (weight, mode, quantum: v7)");
   if (out->h.version < 8 && into->target_pct != 0) return fail(Error::kReserved, "Admin.target_pct (v8)");
@@ -1388,7 +1404,7 @@ inline Encoded encode(const T& msg, uint32_t seq, void* buf, size_t cap, uint16_
   }
   if constexpr (std::is_same_v<T, AdminMsg>) {
     if (copy.op > last_admin_op(version)) {
-      r.status = detail::fail(Error::kBadVersion, "Admin.op (pause and resume: v6; policy: v7; history: v9; cancel and ended: v13)");
+      r.status = detail::fail(Error::kBadVersion, "Admin.op (pause and resume: v6; policy: v7; history: v9; cancel and ended: v13; suspend: v14)");
       return r;
     }
     if (version < 7 && (copy.weight != 0 || copy.mode != 0 || copy.quantum_ms != 0)) {

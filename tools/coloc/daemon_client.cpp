@@ -63,8 +63,9 @@ Answer admin_request(const std::string& socket, const proto::AdminMsg& msg, int 
   const bool v7 = msg.op > proto::last_admin_op(6) || msg.weight != 0 || msg.mode != 0 || msg.quantum_ms != 0 ||
                   (msg.op == uint32_t(proto::AdminOp::kSet) && (msg.set_fields & proto::kSetWeight));
   // A policy's target is v8: sent as v8. The history ops are v9: sent as v9; cancel and the ended
-  // jobs are v13: sent as v13.
-  const uint16_t kAdminVersion = msg.op > proto::last_admin_op(12) ? 13
+  // jobs are v13: sent as v13; suspend is v14: sent as v14.
+  const uint16_t kAdminVersion = msg.op > proto::last_admin_op(13) ? 14
+                                 : msg.op > proto::last_admin_op(12) ? 13
                                  : msg.op > proto::last_admin_op(8) ? 9
                                  : msg.target_pct != 0            ? 8
                                  : v7                             ? 7

@@ -443,8 +443,44 @@ std::string pause_text(const json& r, bool pause) {
       o << "warning: " << n << (n == 1 ? " process" : " processes") << " of the job speak an older protocol "
         << "(libcoloc.so older than colocd, protocol v5 or below) and are not held by the pause\n";
   } else {
-    o << "job " << job << (was.is_null() ? " was not paused" : " resumed") << "\n";
+    const json ended = r.value("ended", json::array());
+    const bool suspension = std::find(ended.begin(), ended.end(), json("suspension")) != ended.end();
+    if (suspension) {
+      const json s = r.value("suspension", json(nullptr));
+      const std::string state = s.is_object() ? s.value("state", std::string()) : std::string("running");
+      o << "job " << job << (was.is_null() ? "" : " resumed from its pause, and")
+        << (state == "restoring" || state == "running" ? " is being restored"
+                                                        : "'s restore waits for the memory it held (reason Suspended)")
+        << "\n";
+    } else {
+      o << "job " << job << (was.is_null() ? " was neither paused nor suspended" : " resumed") << "\n";
+    }
   }
+  return o.str();
+}
+
+std::string suspend_text(const json& r, bool started_only) {
+  const std::string job = str(r, "job");
+  const json s = r.value("suspension", json(nullptr));
+  std::ostringstream o;
+  if (!s.is_object()) {
+    o << "job " << job << " was not suspended: " << r.value("suspend_error", std::string("it runs on")) << "\n";
+    return o.str();
+  }
+  const std::string state = s.value("state", std::string());
+  if (r.value("already", false)) {
+    o << "job " << job << " was already " << state << "\n";
+    return o.str();
+  }
+  if (state == "suspending" && started_only) {
+    o << "job " << job << " is being suspended (`coloc jobs` shows when it is)\n";
+    return o.str();
+  }
+  o << "job " << job << " " << state;
+  if (s.contains("checkpoint_s") && s["checkpoint_s"].is_number())
+    o << " in " << duration_text(s["checkpoint_s"].get<double>());
+  o << ": " << bytes_text(s.value("bytes", json(0))) << " in host memory, its GPU memory free. `coloc resume " << job
+    << "` restores it.\n";
   return o.str();
 }
 
@@ -586,6 +622,8 @@ std::string queue_sentence(const json& q, int64_t now_unix_s) {
     o << ": its user's jobs hold what colocd's max_per_user allows";
   else if (reason == "Restart")
     o << ": colocd restarted and waits for its running jobs to come back";
+  else if (reason == "Suspended")
+    o << ": its job is suspended to host memory; it goes on once the job is restored";
   const std::string source = str(q, "asks_source", "");
   static const std::map<std::string, std::string> kSource = {{"mem", "--mem"},
                                                              {"history", "its earlier runs"},

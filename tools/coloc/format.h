@@ -65,6 +65,9 @@ std::string set_text(const nlohmann::json& reply);
 /// `coloc pause` (`pause` true) or `coloc resume`: what changed, from the reply's job (as status
 /// shows it) and `was` (who had paused it, or null).
 std::string pause_text(const nlohmann::json& reply, bool pause);
+/// `coloc suspend`'s answer: the job as colocd showed it last (its "suspension"), or why it was
+/// not suspended; `started_only`: --no-wait.
+std::string suspend_text(const nlohmann::json& job, bool started_only);
 /// A job's STATE column: its memory state ("running", "waiting", "admission-pending"), or
 /// "paused" for a running job whose launches are held ("waiting+paused" etc. otherwise), or
 /// "waiting-quantum" for a running job waiting for its turn on a timesliced device

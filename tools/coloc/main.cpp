@@ -5,7 +5,7 @@
 //   coloc status [--json] [--wide]      coloc jobs [--json]
 //   coloc report JOB [--json] [--svg FILE]
 //   coloc set JOB [--mem SIZE] [--priority P] [--weight W]
-//   coloc pause JOB      coloc resume JOB
+//   coloc pause JOB      coloc resume JOB      coloc suspend JOB [--no-wait]
 //   coloc policy [--json]      coloc policy DEVICE share|timeslice|priority [--quantum 100ms] [--target-slowdown 5%]
 //   coloc history [--json] [--wide]     coloc history forget FINGERPRINT|--all
 //   coloc estimate --model NAME|--model-file FILE --batch N [...] [--json]   (estimate_cmd.h)
@@ -475,9 +475,21 @@ int run_cli(int argc, char** argv) {
   pause_cmd->add_option("job", job, "Job id, or UID:JOB")->required();
   pause_cmd->add_flag("--json", json_out, "Print the daemon's JSON answer (the job, and who had paused it)");
   pause_cmd->footer("Owners may pause and resume their own jobs; resuming a pause an admin set needs root or the admin group.");
-  CLI::App* resume_cmd = app.add_subcommand("resume", "Let a paused job launch again");
+  CLI::App* resume_cmd = app.add_subcommand("resume", "Let a paused job launch again, or restore a suspended one");
   resume_cmd->add_option("job", job, "Job id, or UID:JOB")->required();
-  resume_cmd->add_flag("--json", json_out, "Print the daemon's JSON answer (the job, and who had paused it)");
+  resume_cmd->add_flag("--json", json_out,
+                       "Print the daemon's JSON answer (the job, who had paused it, and what was ended: \"ended\")");
+  resume_cmd->footer("A suspended job's restore then waits for the room it held (reason Suspended), ahead of new jobs of "
+                     "its priority or lower.");
+  CLI::App* suspend_cmd = app.add_subcommand(
+      "suspend", "Checkpoint a running job's processes to host memory, freeing its GPU memory, until `coloc resume`");
+  bool no_wait = false;
+  suspend_cmd->add_option("job", job, "Job id, or UID:JOB")->required();
+  suspend_cmd->add_flag("--no-wait", no_wait, "Return once the suspension has started (else: once it is done)");
+  suspend_cmd->add_flag("--json", json_out, "Print the job as colocd shows it then (its \"suspension\")");
+  suspend_cmd->footer("Owners may suspend and resume their own jobs; resuming a suspension an admin made needs root or the "
+                      "admin group. A job that used managed memory, or whose libcoloc.so is older than protocol v14, "
+                      "cannot be suspended (see docs/suspension.md).");
 
   // policy
   std::string policy_device, policy_mode, quantum, target_slowdown;
@@ -555,7 +567,7 @@ int run_cli(int argc, char** argv) {
 
   // A subcommand with a footer of its own does not show coloc's (its exit codes): it says its own,
   // or coloc's general ones.
-  for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, cancel_cmd, set_cmd, pause_cmd, resume_cmd, policy_cmd,
+  for (CLI::App* sub : {run_cmd, status_cmd, jobs_cmd, report_cmd, cancel_cmd, set_cmd, pause_cmd, resume_cmd, suspend_cmd, policy_cmd,
                         history_cmd, forget_cmd, doctor_cmd, top_cmd, anchor_cmd}) {
     std::string own = sub->get_footer();
     if (!own.empty() && own.find("Exit codes:") == std::string::npos)
@@ -758,6 +770,27 @@ int run_cli(int argc, char** argv) {
     if (!ask(socket, m, &j, &code)) return code;
     std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::cancel_text(j));
     return kOk;
+  }
+  if (suspend_cmd->parsed()) {
+    if (!ask(socket, admin_msg(coloc::proto::AdminOp::kSuspend, job), &j, &code)) return code;
+    // The helper runs in colocd's background: follow the job until it is suspended or runs on.
+    const std::string id = j.value("job", job);
+    const uint64_t uid = j.value("uid", uint64_t(0));
+    for (int polls = 0; !no_wait && polls < 6000; ++polls) {
+      const json s = j.value("suspension", json(nullptr));
+      if (!s.is_object() || s.value("state", std::string()) != "suspending") break;
+      ::usleep(100'000);  // (another process's progress: there is nothing to wait on but colocd's answer)
+      json all;
+      if (!ask(socket, admin_msg(coloc::proto::AdminOp::kJobs), &all, &code)) return code;
+      json found = nullptr;
+      for (const json& k : all.value("jobs", json::array()))
+        if (k.value("job", std::string()) == id && k.value("uid", uint64_t(0)) == uid) found = k;
+      if (found.is_null()) return fail(kFailed, "job " + id + " ended while it was being suspended");
+      j = found;
+    }
+    std::cout << (json_out ? j.dump(2) + "\n" : coloc::cli::suspend_text(j, no_wait));
+    const json s = j.value("suspension", json(nullptr));
+    return s.is_object() ? kOk : kFailed;
   }
   if (pause_cmd->parsed() || resume_cmd->parsed()) {
     const bool pause = pause_cmd->parsed();
