@@ -329,6 +329,7 @@ int Server::run() {
   // Ended jobs still waiting briefly for an exit status get their report now (status unknown).
   while (!closing_.empty()) finalize_job(closing_.begin()->first);
   persist_jobs(now(), true);  // the jobs keep running: the next daemon continues their reports
+  say_suspended_at_stop();    // suspended jobs stay so: how to restore each by hand
   listener_->unlink_path();
   writer_.reset();  // the reports still queued are written first
   lg->info("colocd stopped");
@@ -899,6 +900,7 @@ void Server::send_reply(const broker::Reply& r) {
 
 void Server::on_broker_event(const broker::Event& e) {
   metrics_.on_event(e);
+  if (e.kind == broker::Event::Kind::kJobEnded) forget_suspension(e.job, e.at);
   auto rec = recorders_.find(e.job);
   if (rec == recorders_.end()) return;
   if (e.kind != broker::Event::Kind::kJobEnded) {

@@ -156,6 +156,11 @@ class Server {
   /// Runs the restore helper for a job whose restore the broker admitted (Broker::take_restores).
   void start_restore(broker::JobSerial job);
   void on_restore_done(broker::JobSerial job, const HelperProcess::Outcome& o);
+  /// The job ended: its suspension (if any) ends with it (counted in /metrics; a helper still
+  /// running for it is left to finish, and its answer is then ignored).
+  void forget_suspension(broker::JobSerial job, Nanos t);
+  /// colocd stops: logs, for each job still suspended, the command that restores it by hand.
+  void say_suspended_at_stop();
   /// Preemption: for each device whose first waiting request is a high job's that lacks memory,
   /// suspends the jobs broker::choose_victims picks (one suspension in flight per device).
   void preempt_check(Nanos t);

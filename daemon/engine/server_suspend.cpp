@@ -217,6 +217,7 @@ void Server::on_suspend_done(broker::JobSerial serial, const HelperProcess::Outc
     s.helper.reset();
     lg->info("job {} suspended in {:.3f} s: {} in host memory ({})", s.key.str(), s.checkpoint_s, broker::mib(s.bytes),
              s.cause);
+    metrics_.on_suspended(s.bytes);
     broker_.end_suspend(serial, true, t);  // its books leave the devices: what waits is served
     compute_dirty_ = true;
   } else {
@@ -249,6 +250,7 @@ void Server::start_restore(broker::JobSerial serial) {
   if (s.key.id.empty()) s.key = job->second.key;
   s.restore_began = t;
   if (pids.empty()) {  // every process of it ended while suspended
+    if (s.since) metrics_.on_suspension_end(double(t - s.since) / 1e9);
     suspends_.erase(serial);
     broker_.end_restore(serial, true, t);
     return;
@@ -280,6 +282,7 @@ void Server::on_restore_done(broker::JobSerial serial, const HelperProcess::Outc
     lg->info("job {} restored in {:.3f} s after {:.3f} s suspended", s.key.str(), double(t - s.restore_began) / 1e9,
              s.since ? double(s.restore_began - s.since) / 1e9 : 0.0);
     resumed_at_[serial] = t;
+    if (s.since) metrics_.on_suspension_end(double(t - s.since) / 1e9);
     suspends_.erase(it);
     broker_.end_restore(serial, true, t);
     compute_dirty_ = true;
@@ -294,6 +297,31 @@ void Server::on_restore_done(broker::JobSerial serial, const HelperProcess::Outc
     broker_.end_restore(serial, false, t);
   }
   settle();
+}
+
+void Server::forget_suspension(broker::JobSerial serial, Nanos t) {
+  auto it = suspends_.find(serial);
+  resumed_at_.erase(serial);
+  suspend_errors_.erase(serial);
+  not_suspendable_said_.erase(serial);
+  preempt_verdicts_.erase(serial);
+  if (it == suspends_.end()) return;
+  if (it->second.since) metrics_.on_suspension_end(double(t - it->second.since) / 1e9);
+  if (it->second.helper && it->second.helper->running()) {
+    it->second.since = 0;  // counted; the helper's answer finds no job and is dropped
+    return;
+  }
+  suspends_.erase(it);
+}
+
+void Server::say_suspended_at_stop() {
+  for (const auto& [serial, s] : suspends_) {
+    auto job = broker_.jobs().find(serial);
+    if (job == broker_.jobs().end() || s.pids.empty()) continue;
+    log::get("engine")->warn("job {} stays {} as colocd stops: its processes keep their memory in host memory; "
+                             "restore them by hand when there is room: {} resume {}",
+                             s.key.str(), broker::suspension_name(job->second.suspension), ckpt_helper(), pid_list(s.pids));
+  }
 }
 
 void Server::preempt_check(Nanos t) {

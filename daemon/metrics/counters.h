@@ -44,6 +44,9 @@ struct Values {
   std::array<double, 2> wait_seconds{};     ///< time of the parked requests answered since, by WaitKind
   std::array<uint64_t, kMaxReason + 1> refusals{};  ///< by proto::Reason (index 0 unused)
   uint64_t sigkill_releases = 0;            ///< job processes that died by SIGKILL (released without a Goodbye)
+  uint64_t suspensions = 0;                 ///< jobs suspended to host memory (issue 29), by any cause
+  uint64_t suspension_bytes = 0;            ///< bytes those suspensions moved to host memory
+  double suspended_seconds = 0;             ///< time suspensions lasted (counted when each ends: restore or exit)
   std::array<Histogram, 2> grant_round_trip;  ///< by Request
 };
 
@@ -53,6 +56,12 @@ class Counters {
   void on_event(const broker::Event& e);
   /// A process of a job died by SIGKILL; what it held is released.
   void on_sigkill() { ++v_.sigkill_releases; }
+  /// A job was suspended, moving `bytes` to host memory; a suspension ended after `seconds`.
+  void on_suspended(broker::Bytes bytes) {
+    ++v_.suspensions;
+    v_.suspension_bytes += bytes;
+  }
+  void on_suspension_end(double seconds) { v_.suspended_seconds += seconds; }
   /// The round trip of a request answered without waiting: from receiving it to sending the answer.
   void observe(Request r, broker::Nanos ns) { v_.grant_round_trip[uint32_t(r)].observe(ns); }
   const Values& values() const { return v_; }

@@ -28,6 +28,9 @@ constexpr Family kFamilies[] = {
     {"coloc_memory_wait_seconds_total", "counter", "Time the parked requests that were answered since waited, by kind."},
     {"coloc_refusals_total", "counter", "Requests refused (an out-of-memory error for the job), by the protocol's reason."},
     {"coloc_sigkill_releases_total", "counter", "Job processes that died by SIGKILL; colocd released what they held."},
+    {"coloc_suspensions_total", "counter", "Jobs suspended to host memory (coloc suspend, or preempted for a high job)."},
+    {"coloc_suspension_bytes_total", "counter", "Bytes suspensions moved from device to host memory."},
+    {"coloc_suspended_seconds_total", "counter", "Time suspended jobs spent suspended (counted as each suspension ends)."},
     {"coloc_grant_round_trip_seconds", "histogram",
      "From colocd receiving a grow or attach request to sending its answer, for answers that did not wait."},
     // ---- devices: gpu (NVML's index), UUID ----
@@ -206,6 +209,9 @@ std::string render(const Snapshot& s) {
   for (uint32_t r = 1; r <= kMaxReason; ++r)
     w.sample("coloc_refusals_total", {{"reason", proto::reason_name(proto::Reason(r))}}, c.refusals[r]);
   w.sample("coloc_sigkill_releases_total", {}, c.sigkill_releases);
+  w.sample("coloc_suspensions_total", {}, c.suspensions);
+  w.sample("coloc_suspension_bytes_total", {}, c.suspension_bytes);
+  w.sample("coloc_suspended_seconds_total", {}, c.suspended_seconds);
   for (uint32_t r = 0; r < 2; ++r) {
     const Histogram& h = c.grant_round_trip[r];
     uint64_t cumulative = 0;

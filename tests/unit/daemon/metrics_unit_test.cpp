@@ -91,6 +91,19 @@ TEST_CASE("metrics: the exposition of a snapshot") {
   CHECK(t.find(",job=") == std::string::npos);
 }
 
+TEST_CASE("metrics: suspensions are counted with the bytes they moved and the time they lasted") {
+  metrics::Counters c;
+  c.on_suspended(3ull << 30);
+  c.on_suspended(1ull << 30);
+  c.on_suspension_end(2.5);
+  metrics::Snapshot s;
+  s.counters = c.values();
+  const std::string t = metrics::render(s);
+  CHECK(t.find("coloc_suspensions_total 2\n") != std::string::npos);
+  CHECK(t.find("coloc_suspension_bytes_total 4294967296\n") != std::string::npos);
+  CHECK(t.find("coloc_suspended_seconds_total 2.5\n") != std::string::npos);
+}
+
 TEST_CASE("metrics: a waiting job's position in the queue, labelled with its reason") {
   metrics::Snapshot s;
   s.status = json::parse(R"({
