@@ -229,6 +229,15 @@ bench-checkpoint: $(BUILD)/sim/libcuda.so.1 $(BUILD)/tests/bin/cuprobe
 	$(Q)python3 tests/bench/checkpoint_bench.py --build $(BUILD) --out $(BUILD)/bench/checkpoint.json
 BENCHES += bench-checkpoint
 
+# ---- benchmark: the high job's wait for memory, preempt = off and best-effort ----
+# (tests/bench/preempt_bench.py) issue 29's scenario: two best-effort jobs of 36 GiB on an 80 GiB
+# device, a high job of 40 GiB arrives -> build/bench/preempt.json (about a minute).
+.PHONY: bench-preempt
+bench-preempt: $(PRODUCTS) $(TEST_PROGRAMS)
+	$(call say,BENCH,preempt)
+	$(Q)python3 tests/bench/preempt_bench.py --build $(BUILD) --out $(BUILD)/bench/preempt.json
+BENCHES += bench-preempt
+
 .PHONY: bench
 bench: $(BENCHES)
 
